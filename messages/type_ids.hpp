@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/type_id.hpp"
+
+#include "messages/types.hpp"
+
+// The project's only type-ID block: ids are numbered with __COUNTER__, so a
+// second block in another header would collide. Every type that crosses a
+// process boundary is listed, including the standard containers.
+CAF_BEGIN_TYPE_ID_BLOCK(actorps, caf::first_custom_type_id)
+
+CAF_ADD_TYPE_ID(actorps, (actorps::floats))
+CAF_ADD_TYPE_ID(actorps, (actorps::slice_init))
+CAF_ADD_TYPE_ID(actorps, (actorps::slice_push))
+CAF_ADD_TYPE_ID(actorps, (actorps::slice_pull))
+CAF_ADD_TYPE_ID(actorps, (actorps::optimizer_config))
+CAF_ADD_TYPE_ID(actorps, (actorps::slice_record))
+CAF_ADD_TYPE_ID(actorps, (actorps::state_snapshot))
+CAF_ADD_TYPE_ID(actorps, (actorps::shard_stats))
+CAF_ADD_TYPE_ID(actorps, (actorps::slice_range))
+CAF_ADD_TYPE_ID(actorps, (actorps::key_info))
+CAF_ADD_TYPE_ID(actorps, (std::vector<float>) )
+CAF_ADD_TYPE_ID(actorps, (std::vector<uint32_t>) )
+CAF_ADD_TYPE_ID(actorps, (std::vector<uint64_t>) )
+CAF_ADD_TYPE_ID(actorps, (std::vector<actorps::slice_record>) )
+CAF_ADD_TYPE_ID(actorps, (std::vector<actorps::slice_range>) )
+
+CAF_ADD_ATOM(actorps, actorps, init_atom, "init")
+CAF_ADD_ATOM(actorps, actorps, push_atom, "push")
+CAF_ADD_ATOM(actorps, actorps, pull_atom, "pull")
+CAF_ADD_ATOM(actorps, actorps, barrier_atom, "barrier")
+CAF_ADD_ATOM(actorps, actorps, set_opt_atom, "set_opt")
+CAF_ADD_ATOM(actorps, actorps, save_atom, "save_state")
+CAF_ADD_ATOM(actorps, actorps, load_atom, "load_state")
+CAF_ADD_ATOM(actorps, actorps, stats_atom, "stats")
+CAF_ADD_ATOM(actorps, actorps, declare_atom, "declare")
+CAF_ADD_ATOM(actorps, actorps, lookup_atom, "lookup")
+CAF_ADD_ATOM(actorps, actorps, init_done_atom, "init_done")
+CAF_ADD_ATOM(actorps, actorps, workers_atom, "workers")
+CAF_ADD_ATOM(actorps, actorps, shutdown_atom, "shutdown")
+
+CAF_END_TYPE_ID_BLOCK(actorps)

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/fwd.hpp"
+#include "caf/meta/type_name.hpp"
+
+/// Plain message structs exchanged by the actors of actorps. Each has an
+/// `inspect` overload beside it; all of them are registered once through
+/// `messages/type_ids.hpp`. None of them holds Eigen types: payloads are
+/// `std::vector<float>` inside `floats`, read through `Eigen::Map`.
+namespace actorps {
+
+/// A dense float32 payload. Crosses the network as one raw byte run (both
+/// ends must share endianness), not element by element.
+struct floats {
+  std::vector<float> data;
+};
+
+/// Raw-byte serialization of a payload: one length, one byte run.
+caf::error inspect(caf::serializer& f, floats& x);
+
+/// Raw-byte deserialization of a payload: one length, one byte run.
+caf::error inspect(caf::deserializer& f, floats& x);
+
+/// Generic inspection (printing, comparison): shows the element count only,
+/// so logging a 64 MB tensor stays cheap.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, floats& x) {
+  auto n = static_cast<uint64_t>(x.data.size());
+  return f(caf::meta::type_name("floats"), n);
+}
+
+/// Identifies one contiguous slice of one key: `(key_id << 32) | part`.
+using slice_id = uint64_t;
+
+/// Builds the id of slice `part` of key `key_id`.
+constexpr slice_id make_slice_id(uint32_t key_id, uint32_t part) noexcept {
+  return (static_cast<uint64_t>(key_id) << 32) | part;
+}
+
+/// Key id of a slice id.
+constexpr uint32_t key_of(slice_id id) noexcept {
+  return static_cast<uint32_t>(id >> 32);
+}
+
+/// Part index of a slice id.
+constexpr uint32_t part_of(slice_id id) noexcept {
+  return static_cast<uint32_t>(id & 0xFFFFFFFFu);
+}
+
+/// Sets the initial value of one slice on its shard.
+struct slice_init {
+  slice_id slice = 0;
+  floats value;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slice_init& x) {
+  return f(caf::meta::type_name("slice_init"), x.slice, x.value);
+}
+
+/// One worker's contribution to one slice. `seq` numbers the operations
+/// (pushes and pulls) of `worker` on `slice` from 0 without gaps: the shard
+/// applies them in that order even when priorities reorder the mailbox.
+struct slice_push {
+  slice_id slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+  floats grad;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slice_push& x) {
+  return f(caf::meta::type_name("slice_push"), x.slice, x.worker, x.seq,
+           x.grad);
+}
+
+/// Reads one slice; `seq` as in `slice_push`.
+struct slice_pull {
+  slice_id slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slice_pull& x) {
+  return f(caf::meta::type_name("slice_pull"), x.slice, x.worker, x.seq);
+}
+
+/// Names the update rule and its hyper-parameters, as MXNet's optimizers
+/// take them. Names: "assign" (no optimizer: value = merged push),
+/// "accumulate" (value += merged push), "sgd" (with `momentum` > 0: heavy
+/// ball), "nesterov", "adagrad", "adam", "rmsprop". The exact formulas are in
+/// `runtime/core/optimizer.hpp`.
+struct optimizer_config {
+  std::string name = "assign";
+  float learning_rate = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  /// Gradients are multiplied by this before anything else.
+  float rescale_grad = 1.0f;
+  /// Clip rescaled gradients to [-clip, clip]; <= 0 disables clipping.
+  float clip_gradient = -1.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  /// Decay of RMSProp's running mean of squared gradients (MXNet `gamma1`).
+  float rho = 0.9f;
+  /// Gradient ascent instead of descent (the gradient's sign is flipped).
+  bool ascent = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
+  return f(caf::meta::type_name("optimizer_config"), x.name, x.learning_rate,
+           x.momentum, x.weight_decay, x.rescale_grad, x.clip_gradient, x.beta1,
+           x.beta2, x.epsilon, x.rho, x.ascent);
+}
+
+/// Saved state of one slice: weights, optimizer state and update count.
+/// `key` is empty when a shard produces the record (shards know ids only)
+/// and filled by whoever maps ids to names.
+struct slice_record {
+  uint32_t key_id = 0;
+  std::string key;
+  uint32_t part = 0;
+  uint64_t offset = 0;
+  uint64_t step = 0;
+  floats value;
+  floats state;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slice_record& x) {
+  return f(caf::meta::type_name("slice_record"), x.key_id, x.key, x.part,
+           x.offset, x.step, x.value, x.state);
+}
+
+/// The optimizer and every slice of one shard (or, merged, of a store).
+struct state_snapshot {
+  optimizer_config optimizer;
+  std::vector<slice_record> slices;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_snapshot& x) {
+  return f(caf::meta::type_name("state_snapshot"), x.optimizer, x.slices);
+}
+
+/// Counters of one shard.
+struct shard_stats {
+  uint64_t slices = 0;
+  uint64_t floats_stored = 0;
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;
+  uint64_t updates = 0;
+  /// Operations waiting for an earlier operation of the same worker.
+  uint64_t reordered = 0;
+  /// Pulls waiting for a synchronous round to complete.
+  uint64_t waiting_pulls = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
+  return f(caf::meta::type_name("shard_stats"), x.slices, x.floats_stored,
+           x.pushes, x.pulls, x.updates, x.reordered, x.waiting_pulls);
+}
+
+/// One contiguous slice of a key and the shard that owns it.
+struct slice_range {
+  uint32_t part = 0;
+  uint32_t shard = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slice_range& x) {
+  return f(caf::meta::type_name("slice_range"), x.part, x.shard, x.offset,
+           x.length);
+}
+
+/// What the coordinator knows of a key: its wire id, shape and slices.
+struct key_info {
+  uint32_t id = 0;
+  std::string name;
+  std::vector<uint64_t> shape;
+  uint64_t size = 0;
+  std::vector<slice_range> slices;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, key_info& x) {
+  return f(caf::meta::type_name("key_info"), x.id, x.name, x.shape, x.size,
+           x.slices);
+}
+
+} // namespace actorps
