@@ -1,0 +1,508 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/core/checkpoint.hpp"
+
+#include <array>
+#include <cassert>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace actorps::core {
+
+namespace {
+
+constexpr char magic[8] = {'A', 'C', 'T', 'O', 'R', 'P', 'S', '\x01'};
+constexpr size_t record_header_size = 8;
+constexpr char end_tag[3] = {'E', 'N', 'D'};
+constexpr size_t end_payload_size = sizeof(end_tag) + 8;
+
+constexpr std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k)
+      c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+
+constexpr std::array<uint32_t, 256> crc_table = make_crc_table();
+
+// Integers are written byte by byte so that the format is little-endian on
+// any host.
+class writer {
+public:
+  explicit writer(std::vector<char>& buf) : buf_(buf) {
+    // nop
+  }
+
+  void u8(uint8_t x) {
+    buf_.push_back(static_cast<char>(x));
+  }
+
+  void u32(uint32_t x) {
+    for (int i = 0; i < 4; ++i)
+      buf_.push_back(static_cast<char>((x >> (8 * i)) & 0xFF));
+  }
+
+  void u64(uint64_t x) {
+    for (int i = 0; i < 8; ++i)
+      buf_.push_back(static_cast<char>((x >> (8 * i)) & 0xFF));
+  }
+
+  void f32(float x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    u32(bits);
+  }
+
+  void bytes(const char* data, size_t n) {
+    buf_.insert(buf_.end(), data, data + n);
+  }
+
+  void str(const std::string& x) {
+    assert(x.size() <= std::numeric_limits<uint32_t>::max());
+    u32(static_cast<uint32_t>(x.size()));
+    bytes(x.data(), x.size());
+  }
+
+  void f32_array(const std::vector<float>& xs) {
+    u64(xs.size());
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    // The in-memory representation already is the file's: one bulk copy.
+    auto first = reinterpret_cast<const char*>(xs.data());
+    bytes(first, xs.size() * sizeof(float));
+#else
+    for (auto x : xs)
+      f32(x);
+#endif
+  }
+
+  /// Starts a record; returns the position to pass to `end_record`.
+  size_t begin_record() {
+    auto pos = buf_.size();
+    buf_.resize(pos + record_header_size);
+    return pos;
+  }
+
+  /// Fills in length and CRC of the record started at `pos`.
+  void end_record(size_t pos) {
+    auto payload = pos + record_header_size;
+    auto len = buf_.size() - payload;
+    // Slices hold at most max_slice_floats floats plus their optimizer state,
+    // far below 4 GiB.
+    assert(len <= std::numeric_limits<uint32_t>::max());
+    auto crc = crc32(buf_.data() + payload, len);
+    put_u32_at(pos, static_cast<uint32_t>(len));
+    put_u32_at(pos + 4, crc);
+  }
+
+private:
+  void put_u32_at(size_t pos, uint32_t x) {
+    for (int i = 0; i < 4; ++i)
+      buf_[pos + i] = static_cast<char>((x >> (8 * i)) & 0xFF);
+  }
+
+  std::vector<char>& buf_;
+};
+
+void write_optimizer(writer& out, const optimizer_config& x) {
+  out.str(x.name);
+  out.f32(x.learning_rate);
+  out.f32(x.momentum);
+  out.f32(x.weight_decay);
+  out.f32(x.rescale_grad);
+  out.f32(x.clip_gradient);
+  out.f32(x.beta1);
+  out.f32(x.beta2);
+  out.f32(x.epsilon);
+  out.f32(x.rho);
+  out.u8(x.ascent ? 1 : 0);
+}
+
+void write_slice(writer& out, const slice_record& x) {
+  out.u32(x.key_id);
+  out.str(x.key);
+  out.u32(x.part);
+  out.u64(x.offset);
+  out.u64(x.step);
+  out.f32_array(x.value.data);
+  out.f32_array(x.state.data);
+}
+
+// Reads from [pos_, end_) and checks every length against what is left
+// before using it, so arbitrary input can neither read out of bounds nor
+// trigger a huge allocation. The first failure sticks: later reads fail too
+// and `error()` says what went wrong first.
+class reader {
+public:
+  reader(const char* first, size_t n) : pos_(first), end_(first + n) {
+    // nop
+  }
+
+  size_t remaining() const noexcept {
+    return static_cast<size_t>(end_ - pos_);
+  }
+
+  bool failed() const noexcept {
+    return !error_.empty();
+  }
+
+  const std::string& error() const noexcept {
+    return error_;
+  }
+
+  bool u8(uint8_t& x) {
+    if (!take(1, "a byte"))
+      return false;
+    x = static_cast<uint8_t>(pos_[-1]);
+    return true;
+  }
+
+  bool u32(uint32_t& x) {
+    if (!take(4, "a u32"))
+      return false;
+    x = load_u32(pos_ - 4);
+    return true;
+  }
+
+  bool u64(uint64_t& x) {
+    if (!take(8, "a u64"))
+      return false;
+    x = 0;
+    for (int i = 0; i < 8; ++i)
+      x |= uint64_t{static_cast<unsigned char>(pos_[i - 8])} << (8 * i);
+    return true;
+  }
+
+  bool f32(float& x) {
+    uint32_t bits;
+    if (!u32(bits))
+      return false;
+    std::memcpy(&x, &bits, sizeof(x));
+    return true;
+  }
+
+  bool str(std::string& x) {
+    uint32_t n;
+    if (!u32(n))
+      return false;
+    if (n > remaining())
+      return fail("string length " + std::to_string(n) + " exceeds the "
+                  + std::to_string(remaining()) + " bytes left");
+    x.assign(pos_, n);
+    pos_ += n;
+    return true;
+  }
+
+  bool f32_array(std::vector<float>& xs) {
+    uint64_t n;
+    if (!u64(n))
+      return false;
+    // Division instead of n * 4 so that a huge count cannot overflow.
+    if (n > remaining() / sizeof(float))
+      return fail("float count " + std::to_string(n) + " exceeds the "
+                  + std::to_string(remaining()) + " bytes left");
+    xs.resize(static_cast<size_t>(n));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n > 0)
+      std::memcpy(xs.data(), pos_, xs.size() * sizeof(float));
+    pos_ += xs.size() * sizeof(float);
+#else
+    for (auto& x : xs)
+      f32(x);
+#endif
+    return true;
+  }
+
+  bool fail(std::string what) {
+    if (error_.empty())
+      error_ = std::move(what);
+    return false;
+  }
+
+  static uint32_t load_u32(const char* p) noexcept {
+    uint32_t x = 0;
+    for (int i = 0; i < 4; ++i)
+      x |= uint32_t{static_cast<unsigned char>(p[i])} << (8 * i);
+    return x;
+  }
+
+private:
+  bool take(size_t n, const char* what) {
+    if (failed())
+      return false;
+    if (n > remaining())
+      return fail(std::string{"truncated: need "} + what + ", "
+                  + std::to_string(remaining()) + " bytes left");
+    pos_ += n;
+    return true;
+  }
+
+  const char* pos_;
+  const char* end_;
+  std::string error_;
+};
+
+bool read_optimizer(reader& in, optimizer_config& x) {
+  uint8_t ascent = 0;
+  bool ok = in.str(x.name) && in.f32(x.learning_rate) && in.f32(x.momentum)
+            && in.f32(x.weight_decay) && in.f32(x.rescale_grad)
+            && in.f32(x.clip_gradient) && in.f32(x.beta1) && in.f32(x.beta2)
+            && in.f32(x.epsilon) && in.f32(x.rho) && in.u8(ascent);
+  if (!ok)
+    return false;
+  if (ascent > 1)
+    return in.fail("ascent flag is " + std::to_string(ascent)
+                   + ", expected 0 or 1");
+  x.ascent = ascent == 1;
+  return true;
+}
+
+bool read_slice(reader& in, slice_record& x) {
+  return in.u32(x.key_id) && in.str(x.key) && in.u32(x.part) && in.u64(x.offset)
+         && in.u64(x.step) && in.f32_array(x.value.data)
+         && in.f32_array(x.state.data);
+}
+
+status corrupt(const std::string& what) {
+  return status{errc::checkpoint_corrupt, "checkpoint: " + what};
+}
+
+std::string hex32(uint32_t x) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", static_cast<unsigned>(x));
+  return buf;
+}
+
+std::string record_name(uint64_t index) {
+  return "record " + std::to_string(index);
+}
+
+std::string system_error_text(int err) {
+  // std::error_code renders like strerror but without strerror's shared
+  // buffer.
+  return std::error_code{err, std::generic_category()}.message();
+}
+
+status io_error(const char* what, const std::string& path, int err) {
+  return status{errc::checkpoint_io, std::string{"checkpoint: cannot "} + what
+                                       + " " + path + ": "
+                                       + system_error_text(err)};
+}
+
+// Writes all of `n` bytes, retrying on EINTR and short writes. Returns 0 or
+// an errno value.
+int write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    auto written = ::write(fd, data, n);
+    if (written < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno;
+    }
+    data += written;
+    n -= static_cast<size_t>(written);
+  }
+  return 0;
+}
+
+int close_checked(int fd) {
+  // Retrying close on EINTR may close a descriptor reused by another thread
+  // (Linux frees the descriptor first), so the result is taken as is.
+  return ::close(fd) == 0 ? 0 : errno;
+}
+
+// Makes the rename durable: the directory entry lives in the parent.
+int sync_parent_dir(const std::string& path) {
+  auto slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? std::string{"."}
+                    : slash == 0               ? std::string{"/"}
+                                               : path.substr(0, slash);
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int err = ::fsync(fd) == 0 ? 0 : errno;
+  int close_err = close_checked(fd);
+  return err != 0 ? err : close_err;
+}
+
+} // namespace
+
+uint32_t crc32(const void* data, std::size_t n) noexcept {
+  auto p = static_cast<const unsigned char*>(data);
+  uint32_t c = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < n; ++i)
+    c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+std::vector<char> encode_checkpoint(const state_snapshot& snapshot) {
+  size_t total = sizeof(magic) + 2 * record_header_size + 64
+                 + snapshot.optimizer.name.size() + end_payload_size;
+  for (const auto& s : snapshot.slices)
+    total += record_header_size + 64 + s.key.size()
+             + (s.value.data.size() + s.state.data.size()) * sizeof(float);
+  std::vector<char> buf;
+  buf.reserve(total);
+  writer out{buf};
+  out.bytes(magic, sizeof(magic));
+  auto pos = out.begin_record();
+  write_optimizer(out, snapshot.optimizer);
+  out.end_record(pos);
+  for (const auto& s : snapshot.slices) {
+    pos = out.begin_record();
+    write_slice(out, s);
+    out.end_record(pos);
+  }
+  pos = out.begin_record();
+  out.bytes(end_tag, sizeof(end_tag));
+  out.u64(snapshot.slices.size());
+  out.end_record(pos);
+  return buf;
+}
+
+status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out) {
+  if (bytes.size() < sizeof(magic)
+      || std::memcmp(bytes.data(), magic, sizeof(magic)) != 0)
+    return corrupt("bad magic (not an actorps checkpoint of version 1)");
+  state_snapshot result;
+  const char* pos = bytes.data() + sizeof(magic);
+  const char* end = bytes.data() + bytes.size();
+  for (uint64_t index = 0;; ++index) {
+    auto left = static_cast<size_t>(end - pos);
+    if (left == 0)
+      return corrupt(index == 0
+                       ? std::string{"missing optimizer record"}
+                       : "missing end record after " + record_name(index - 1));
+    if (left < record_header_size)
+      return corrupt(record_name(index) + ": truncated header, "
+                     + std::to_string(left) + " bytes left");
+    auto len = reader::load_u32(pos);
+    auto stored_crc = reader::load_u32(pos + 4);
+    pos += record_header_size;
+    left -= record_header_size;
+    if (len > left)
+      return corrupt(record_name(index) + ": payload length "
+                     + std::to_string(len) + " exceeds the "
+                     + std::to_string(left) + " bytes left");
+    const char* payload = pos;
+    pos += len;
+    auto computed_crc = crc32(payload, len);
+    if (computed_crc != stored_crc)
+      return corrupt(record_name(index) + ": CRC mismatch (stored "
+                     + hex32(stored_crc) + ", computed " + hex32(computed_crc)
+                     + ")");
+    reader in{payload, len};
+    if (index == 0) {
+      if (!read_optimizer(in, result.optimizer))
+        return corrupt(record_name(0) + " (optimizer): " + in.error());
+    } else if (len == end_payload_size
+               && std::memcmp(payload, end_tag, sizeof(end_tag)) == 0) {
+      // A slice record is never this short (at least 44 bytes), so the tag
+      // cannot be mistaken for one.
+      uint64_t count = 0;
+      reader tail{payload + sizeof(end_tag), len - sizeof(end_tag)};
+      tail.u64(count);
+      if (count != result.slices.size())
+        return corrupt(record_name(index) + " (end): says "
+                       + std::to_string(count) + " slice records, found "
+                       + std::to_string(result.slices.size()));
+      if (pos != end)
+        return corrupt(std::to_string(end - pos)
+                       + " trailing bytes after the end record");
+      out = std::move(result);
+      return status{};
+    } else {
+      slice_record rec;
+      if (!read_slice(in, rec))
+        return corrupt(record_name(index) + " (slice): " + in.error());
+      result.slices.push_back(std::move(rec));
+    }
+    if (in.remaining() != 0)
+      return corrupt(record_name(index) + ": " + std::to_string(in.remaining())
+                     + " unexpected bytes at the end of the payload");
+  }
+}
+
+status write_file_atomic(const std::string& path,
+                         const std::vector<char>& bytes) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return io_error("create", tmp, errno);
+  const char* what = nullptr;
+  int err = write_all(fd, bytes.data(), bytes.size());
+  if (err != 0)
+    what = "write";
+  if (err == 0 && ::fsync(fd) != 0) {
+    err = errno;
+    what = "fsync";
+  }
+  // close reports delayed write errors on some file systems (NFS).
+  int close_err = close_checked(fd);
+  if (err == 0 && close_err != 0) {
+    err = close_err;
+    what = "close";
+  }
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    auto result = status{errc::checkpoint_io, "checkpoint: cannot rename " + tmp
+                                                + " to " + path + ": "
+                                                + system_error_text(err)};
+    ::unlink(tmp.c_str());
+    return result;
+  }
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return io_error(what, tmp, err);
+  }
+  // The file is in place; only its directory entry may still be unsynced.
+  if (int dir_err = sync_parent_dir(path); dir_err != 0)
+    return io_error("sync the directory of", path, dir_err);
+  return status{};
+}
+
+status read_file(const std::string& path, std::vector<char>& out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return io_error("open", path, errno);
+  // Sized from fstat plus one byte, so that a file which does not change
+  // is read without reallocation and EOF shows up on the first short read.
+  // The loop still reads until EOF: the size is a hint only.
+  size_t capacity = size_t{1} << 16;
+  struct stat st;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0)
+    capacity = static_cast<size_t>(st.st_size) + 1;
+  std::vector<char> buf(capacity);
+  size_t used = 0;
+  for (;;) {
+    if (used == buf.size())
+      buf.resize(buf.size() * 2);
+    auto got = ::read(fd, buf.data() + used, buf.size() - used);
+    if (got < 0) {
+      int err = errno;
+      if (err == EINTR)
+        continue;
+      close_checked(fd);
+      return io_error("read", path, err);
+    }
+    if (got == 0)
+      break;
+    used += static_cast<size_t>(got);
+  }
+  close_checked(fd);
+  buf.resize(used);
+  out = std::move(buf);
+  return status{};
+}
+
+} // namespace actorps::core

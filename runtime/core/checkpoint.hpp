@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/errc.hpp"
+#include "messages/types.hpp"
+
+/// Checkpoint encoding of optimizer state and weights, free of CAF.
+///
+/// File layout (all integers little-endian):
+///   magic "ACTORPS\x01" (8 bytes)
+///   then records, each:  u32 payload length | u32 CRC-32 of payload | payload
+///   record 0 payload: the optimizer_config
+///   record 1..n payload: one slice_record each
+///   last record payload: the ASCII text "END" followed by u64 record count
+/// Strings are u32 length + bytes; float arrays are u64 count + raw float32.
+/// Field order: optimizer_config is name, learning_rate, momentum,
+/// weight_decay, rescale_grad, clip_gradient, beta1, beta2, epsilon, rho (each
+/// float as its 32-bit pattern, as a u32) and ascent (u8, 0 or 1);
+/// slice_record is u32 key_id, key, u32 part, u64 offset, u64 step, value,
+/// state. The end record's count is the number of slice records (n). Bytes
+/// after the end record or left over inside a payload are corruption too.
+/// A missing end record, a short read, a bad length or a CRC mismatch is
+/// `errc::checkpoint_corrupt`, with a message saying which record and why.
+namespace actorps::core {
+
+/// CRC-32 (IEEE 802.3, reflected, as zlib's crc32) of `n` bytes.
+uint32_t crc32(const void* data, std::size_t n) noexcept;
+
+/// Encodes a snapshot into the checkpoint byte format.
+/// Precondition: every record encodes to less than 4 GiB (a slice of at most
+/// `max_slice_floats` floats plus its optimizer state is far below that).
+std::vector<char> encode_checkpoint(const state_snapshot& snapshot);
+
+/// Decodes bytes produced by `encode_checkpoint`; `slices[i].key` and all
+/// other fields round-trip exactly (floats bit for bit). On failure `out` is
+/// left unchanged.
+status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out);
+
+/// Writes `bytes` to `path` atomically: to "<path>.tmp", flush, fsync,
+/// rename over `path`; the temporary file is removed on failure. Errors are
+/// `errc::checkpoint_io` naming the path and the system error.
+status write_file_atomic(const std::string& path,
+                         const std::vector<char>& bytes);
+
+/// Reads the whole file; `errc::checkpoint_io` naming the path on failure,
+/// with `out` left unchanged.
+status read_file(const std::string& path, std::vector<char>& out);
+
+} // namespace actorps::core

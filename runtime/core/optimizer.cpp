@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/core/optimizer.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <Eigen/Core>
+
+namespace actorps::core {
+
+namespace {
+
+using array_map = Eigen::Map<Eigen::ArrayXf>;
+using const_array_map = Eigen::Map<const Eigen::ArrayXf>;
+
+enum class kind { assign, accumulate, sgd, nesterov, adagrad, adam, rmsprop };
+
+// Returns false for unknown names; `out` is untouched then.
+bool parse_kind(const std::string& name, kind& out) {
+  struct entry {
+    const char* name;
+    kind value;
+  };
+  static constexpr entry entries[] = {
+    {"assign", kind::assign},   {"accumulate", kind::accumulate},
+    {"sgd", kind::sgd},         {"nesterov", kind::nesterov},
+    {"adagrad", kind::adagrad}, {"adam", kind::adam},
+    {"rmsprop", kind::rmsprop},
+  };
+  for (const auto& e : entries) {
+    if (name == e.name) {
+      out = e.value;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "%g" keeps messages short ("-1", "0.5", "nan", "inf") while still showing
+// the offending value.
+std::string render_float(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(x));
+  return buf;
+}
+
+status bad_param(const char* param, const char* rule, float value) {
+  std::string msg = "set_optimizer: ";
+  msg += param;
+  msg += " must be ";
+  msg += rule;
+  msg += ", got ";
+  msg += render_float(value);
+  return status{errc::bad_optimizer, std::move(msg)};
+}
+
+// Each predicate is written so that NaN fails it.
+bool finite_positive(float x) {
+  return std::isfinite(x) && x > 0.0f;
+}
+
+bool finite_non_negative(float x) {
+  return std::isfinite(x) && x >= 0.0f;
+}
+
+bool unit_interval(float x) {
+  return x >= 0.0f && x < 1.0f;
+}
+
+// The optimizers proper, after gradient preprocessing. `G` is an Eigen array
+// expression for the preprocessed gradient; passing an expression rather than
+// a materialized array avoids a temporary as large as the slice (up to
+// max_slice_floats). Statements that reuse `d` re-evaluate the same
+// expression, which yields bit-identical values.
+template <class G>
+void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
+                float* state, std::size_t n, uint64_t step) {
+  const auto size = static_cast<Eigen::Index>(n);
+  const float lr = cfg.learning_rate;
+  const float wd = cfg.weight_decay;
+  const float mu = cfg.momentum;
+  switch (k) {
+    case kind::assign:
+    case kind::accumulate:
+      // Handled by the caller: these rules use the raw push.
+      break;
+    case kind::sgd:
+      if (mu > 0.0f) {
+        array_map m{state, size};
+        m = mu * m - lr * (g + wd * w);
+        w += m;
+      } else {
+        w -= lr * (g + wd * w);
+      }
+      break;
+    case kind::nesterov: {
+      array_map m{state, size};
+      m = mu * m + (g + wd * w);
+      w -= lr * ((g + wd * w) + mu * m);
+      break;
+    }
+    case kind::adagrad: {
+      array_map h{state, size};
+      h += g.square();
+      w -= lr * (g / (h + cfg.epsilon).sqrt() + wd * w);
+      break;
+    }
+    case kind::adam: {
+      array_map m{state, size};
+      array_map v{state + n, size};
+      const float b1 = cfg.beta1;
+      const float b2 = cfg.beta2;
+      m = b1 * m + (1.0f - b1) * (g + wd * w);
+      v = b2 * v + (1.0f - b2) * (g + wd * w).square();
+      // The bias correction is one scalar per update; computing it in double
+      // keeps 1 - beta^t accurate for large t at no measurable cost. The
+      // element-wise work stays float32.
+      const double t = static_cast<double>(step) + 1.0;
+      const double c1 = 1.0 - std::pow(static_cast<double>(b1), t);
+      const double c2 = 1.0 - std::pow(static_cast<double>(b2), t);
+      const auto lr_t
+        = static_cast<float>(static_cast<double>(lr) * std::sqrt(c2) / c1);
+      w -= lr_t * m / (v.sqrt() + cfg.epsilon);
+      break;
+    }
+    case kind::rmsprop: {
+      array_map r{state, size};
+      const float rho = cfg.rho;
+      r = rho * r + (1.0f - rho) * (g + wd * w).square();
+      w -= lr * (g + wd * w) / (r.sqrt() + cfg.epsilon);
+      break;
+    }
+  }
+}
+
+} // namespace
+
+status validate(const optimizer_config& cfg) {
+  kind k;
+  if (!parse_kind(cfg.name, k))
+    return status{errc::bad_optimizer,
+                  "set_optimizer: unknown optimizer '" + cfg.name
+                    + "' (expected one of assign, accumulate, sgd, nesterov, "
+                      "adagrad, adam, rmsprop)"};
+  // assign and accumulate ignore the learning rate, so any number is fine
+  // there; NaN is still rejected because it is never a deliberate setting.
+  bool uses_lr = k != kind::assign && k != kind::accumulate;
+  if (uses_lr ? !finite_positive(cfg.learning_rate)
+              : std::isnan(cfg.learning_rate))
+    return bad_param("learning_rate", uses_lr ? "finite and > 0" : "a number",
+                     cfg.learning_rate);
+  // The remaining parameters are checked for every optimizer: their defaults
+  // are valid, so a bad value is a mistake even where it is unused.
+  if (!unit_interval(cfg.momentum))
+    return bad_param("momentum", "in [0, 1)", cfg.momentum);
+  if (!finite_non_negative(cfg.weight_decay))
+    return bad_param("weight_decay", "finite and >= 0", cfg.weight_decay);
+  if (!finite_positive(cfg.rescale_grad))
+    return bad_param("rescale_grad", "finite and > 0", cfg.rescale_grad);
+  if (!std::isfinite(cfg.clip_gradient))
+    return bad_param("clip_gradient", "finite (<= 0 disables clipping)",
+                     cfg.clip_gradient);
+  if (!unit_interval(cfg.beta1))
+    return bad_param("beta1", "in [0, 1)", cfg.beta1);
+  if (!unit_interval(cfg.beta2))
+    return bad_param("beta2", "in [0, 1)", cfg.beta2);
+  if (!finite_positive(cfg.epsilon))
+    return bad_param("epsilon", "finite and > 0", cfg.epsilon);
+  if (!unit_interval(cfg.rho))
+    return bad_param("rho", "in [0, 1)", cfg.rho);
+  return status{};
+}
+
+std::size_t state_size(const optimizer_config& cfg, std::size_t n) {
+  kind k = kind::assign;
+  parse_kind(cfg.name, k);
+  switch (k) {
+    case kind::assign:
+    case kind::accumulate:
+      return 0;
+    case kind::sgd:
+      return cfg.momentum > 0.0f ? n : 0;
+    case kind::nesterov:
+    case kind::adagrad:
+    case kind::rmsprop:
+      return n;
+    case kind::adam:
+      return 2 * n;
+  }
+  return 0;
+}
+
+void apply_update(const optimizer_config& cfg, float* w, const float* g,
+                  float* state, std::size_t n, uint64_t step) {
+  kind k = kind::assign;
+  parse_kind(cfg.name, k);
+  const auto size = static_cast<Eigen::Index>(n);
+  array_map wm{w, size};
+  const_array_map gm{g, size};
+  if (k == kind::assign) {
+    wm = gm;
+    return;
+  }
+  if (k == kind::accumulate) {
+    wm += gm;
+    return;
+  }
+  // Negating the scale flips the sign exactly, so this equals rescaling and
+  // then negating, as documented.
+  const float scale = cfg.ascent ? -cfg.rescale_grad : cfg.rescale_grad;
+  const float clip = cfg.clip_gradient;
+  if (clip > 0.0f)
+    apply_rule(k, cfg, wm, (scale * gm).max(-clip).min(clip), state, n, step);
+  else
+    apply_rule(k, cfg, wm, scale * gm, state, n, step);
+}
+
+void accumulate_into(float* dst, const float* src, std::size_t n) {
+  const auto size = static_cast<Eigen::Index>(n);
+  array_map{dst, size} += const_array_map{src, size};
+}
+
+} // namespace actorps::core

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "messages/errc.hpp"
+#include "messages/types.hpp"
+
+/// Update rules of a shard, free of CAF. A shard keeps, beside each slice of
+/// n weights, `state_size(cfg, n)` floats of optimizer state (zero at start)
+/// and a step counter t (the number of updates applied so far).
+///
+/// Let g be the merged push of a round. For the optimizers (not for "assign"
+/// and "accumulate"), g is first preprocessed, element-wise:
+///   g = rescale_grad * g;  if ascent: g = -g;  if clip_gradient > 0:
+///   g = clamp(g, -clip_gradient, clip_gradient)
+/// Then, with lr = learning_rate, wd = weight_decay, mu = momentum:
+/// - assign:     w = merged push                (MXNet without optimizer)
+/// - accumulate: w = w + merged push            (ps-lite's default)
+/// - sgd, mu = 0: w = w - lr * (g + wd * w)
+/// - sgd, mu > 0: m = mu * m - lr * (g + wd * w);  w = w + m      (state: m)
+/// - nesterov:   d = g + wd * w;  m = mu * m + d;  w = w - lr * (d + mu * m)
+/// - adagrad:    h = h + g^2;  w = w - lr * (g / sqrt(h + epsilon) + wd * w)
+/// - adam:       d = g + wd * w;  m = beta1 * m + (1 - beta1) * d;
+///               v = beta2 * v + (1 - beta2) * d^2;  t = t + 1;
+///               lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t);
+///               w = w - lr_t * m / (sqrt(v) + epsilon)          (state: m, v)
+/// - rmsprop:    d = g + wd * w;  n = rho * n + (1 - rho) * d^2;
+///               w = w - lr * d / (sqrt(n) + epsilon)            (state: n)
+/// State layout: the k-th state vector of a slice occupies floats
+/// [k*n, (k+1)*n) (adam: m then v). All arithmetic is float32.
+namespace actorps::core {
+
+/// Checks the name and every parameter of `cfg`; on failure the status has
+/// code `errc::bad_optimizer` and names the offending parameter and value.
+/// `learning_rate` is checked only for optimizers that use it (not "assign"
+/// or "accumulate"), though NaN is rejected everywhere; every other parameter
+/// is checked for every optimizer, so a bad unused value is still an error.
+status validate(const optimizer_config& cfg);
+
+/// Number of state floats an optimizer keeps for `n` weights (0, n or 2n).
+/// Precondition: `validate(cfg).ok()`.
+std::size_t state_size(const optimizer_config& cfg, std::size_t n);
+
+/// Applies one update to `n` weights `w` with merged push `g` and state
+/// `state` (`state_size(cfg, n)` floats). `step` is the number of updates
+/// applied to this slice before this one (0 for the first); adam uses
+/// t = step + 1. Precondition: `validate(cfg).ok()`. Element-wise work is
+/// float32; adam's per-update scalar lr_t is computed in double and rounded
+/// to float, because 1 - beta2^t loses most float digits for small t.
+void apply_update(const optimizer_config& cfg, float* w, const float* g,
+                  float* state, std::size_t n, uint64_t step);
+
+/// Adds `n` floats of `src` into `dst` (the aggregation of a round).
+void accumulate_into(float* dst, const float* src, std::size_t n);
+
+} // namespace actorps::core

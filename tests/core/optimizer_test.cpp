@@ -1,0 +1,462 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/core/optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+using actorps::errc;
+using actorps::optimizer_config;
+namespace core = actorps::core;
+
+namespace {
+
+// Float32 results are compared with a double-precision evaluation of the
+// documented formulas: relative 1e-5 (a few dozen float ulps after three
+// steps), plus an absolute 1e-6 for values that cancel to almost zero.
+constexpr double rel_tol = 1e-5;
+constexpr double abs_tol = 1e-6;
+
+constexpr std::size_t n = 5;
+constexpr uint64_t steps = 3;
+
+const std::vector<float> initial_weights = {0.5f, -1.25f, 2.0f, 0.0f, -0.75f};
+
+// Gradients vary in size and sign from step to step; with the scales used
+// below, some elements exceed every clip bound and some stay inside.
+std::vector<float> gradient(uint64_t step) {
+  static const float base[n] = {0.3f, -0.8f, 1.5f, -0.05f, 0.6f};
+  std::vector<float> g(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    float sign = (step + i) % 2 == 0 ? 1.0f : -1.0f;
+    g[i] = base[i] * (1.0f + 0.5f * static_cast<float>(step)) * sign;
+  }
+  return g;
+}
+
+struct outcome {
+  std::vector<double> weights;
+  std::vector<double> state;
+};
+
+// Runs `steps` updates through the library, in float32.
+outcome run_library(const optimizer_config& cfg) {
+  std::vector<float> w = initial_weights;
+  std::vector<float> state(core::state_size(cfg, n), 0.0f);
+  for (uint64_t t = 0; t < steps; ++t) {
+    auto g = gradient(t);
+    core::apply_update(cfg, w.data(), g.data(), state.data(), n, t);
+  }
+  return {{w.begin(), w.end()}, {state.begin(), state.end()}};
+}
+
+// Evaluates the formulas of optimizer.hpp in double precision, element by
+// element, independently of the library.
+outcome run_reference(const optimizer_config& cfg) {
+  const double lr = cfg.learning_rate;
+  const double mu = cfg.momentum;
+  const double wd = cfg.weight_decay;
+  const double b1 = cfg.beta1;
+  const double b2 = cfg.beta2;
+  const double eps = cfg.epsilon;
+  const double rho = cfg.rho;
+  const double clip = cfg.clip_gradient;
+  std::vector<double> w(initial_weights.begin(), initial_weights.end());
+  std::vector<double> s1(n, 0.0);
+  std::vector<double> s2(n, 0.0);
+  for (uint64_t step = 0; step < steps; ++step) {
+    auto raw = gradient(step);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (cfg.name == "assign") {
+        w[i] = raw[i];
+        continue;
+      }
+      if (cfg.name == "accumulate") {
+        w[i] += raw[i];
+        continue;
+      }
+      double g = cfg.rescale_grad * static_cast<double>(raw[i]);
+      if (cfg.ascent)
+        g = -g;
+      if (clip > 0)
+        g = std::min(std::max(g, -clip), clip);
+      if (cfg.name == "sgd" && mu == 0) {
+        w[i] = w[i] - lr * (g + wd * w[i]);
+      } else if (cfg.name == "sgd") {
+        s1[i] = mu * s1[i] - lr * (g + wd * w[i]);
+        w[i] = w[i] + s1[i];
+      } else if (cfg.name == "nesterov") {
+        double d = g + wd * w[i];
+        s1[i] = mu * s1[i] + d;
+        w[i] = w[i] - lr * (d + mu * s1[i]);
+      } else if (cfg.name == "adagrad") {
+        s1[i] = s1[i] + g * g;
+        w[i] = w[i] - lr * (g / std::sqrt(s1[i] + eps) + wd * w[i]);
+      } else if (cfg.name == "adam") {
+        double d = g + wd * w[i];
+        s1[i] = b1 * s1[i] + (1 - b1) * d;
+        s2[i] = b2 * s2[i] + (1 - b2) * d * d;
+        double t = static_cast<double>(step + 1);
+        double lr_t = lr * std::sqrt(1 - std::pow(b2, t))
+                      / (1 - std::pow(b1, t));
+        w[i] = w[i] - lr_t * s1[i] / (std::sqrt(s2[i]) + eps);
+      } else if (cfg.name == "rmsprop") {
+        double d = g + wd * w[i];
+        s1[i] = rho * s1[i] + (1 - rho) * d * d;
+        w[i] = w[i] - lr * d / (std::sqrt(s1[i]) + eps);
+      } else {
+        FAIL("no reference for optimizer " << cfg.name);
+      }
+    }
+  }
+  outcome result{w, {}};
+  bool sgd_with_momentum = cfg.name == "sgd" && mu > 0;
+  if (sgd_with_momentum || cfg.name == "nesterov" || cfg.name == "adagrad"
+      || cfg.name == "rmsprop")
+    result.state = s1;
+  if (cfg.name == "adam") {
+    result.state = s1;
+    result.state.insert(result.state.end(), s2.begin(), s2.end());
+  }
+  return result;
+}
+
+void check_close(const std::vector<double>& actual,
+                 const std::vector<double>& expected, const char* what) {
+  REQUIRE(actual.size() == expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    INFO(what << "[" << i << "]");
+    CHECK(actual[i] == Approx(expected[i]).epsilon(rel_tol).margin(abs_tol));
+  }
+}
+
+struct formula_case {
+  const char* label;
+  std::function<void(optimizer_config&)> setup;
+};
+
+optimizer_config make_config(const std::string& name) {
+  optimizer_config cfg;
+  cfg.name = name;
+  return cfg;
+}
+
+} // namespace
+
+TEST_CASE("optimizer: updates follow the documented formulas", "[core]") {
+  // Between them, the cases exercise weight decay, rescaling and clipping
+  // for every optimizer that has them, both in descent and in ascent.
+  const std::vector<formula_case> cases = {
+    {"assign (ignores rescale and clip)",
+     [](optimizer_config& c) {
+       c.name = "assign";
+       c.rescale_grad = 2.0f;
+       c.clip_gradient = 0.1f;
+     }},
+    {"accumulate (ignores rescale and clip)",
+     [](optimizer_config& c) {
+       c.name = "accumulate";
+       c.rescale_grad = 0.5f;
+       c.clip_gradient = 0.1f;
+     }},
+    {"sgd",
+     [](optimizer_config& c) {
+       c.name = "sgd";
+       c.learning_rate = 0.1f;
+     }},
+    {"sgd with weight decay, rescale and clip",
+     [](optimizer_config& c) {
+       c.name = "sgd";
+       c.learning_rate = 0.1f;
+       c.weight_decay = 0.05f;
+       c.rescale_grad = 0.5f;
+       c.clip_gradient = 0.4f;
+     }},
+    {"sgd with momentum",
+     [](optimizer_config& c) {
+       c.name = "sgd";
+       c.learning_rate = 0.1f;
+       c.momentum = 0.9f;
+       c.weight_decay = 0.01f;
+       c.rescale_grad = 2.0f;
+     }},
+    {"nesterov",
+     [](optimizer_config& c) {
+       c.name = "nesterov";
+       c.learning_rate = 0.05f;
+       c.momentum = 0.9f;
+       c.weight_decay = 0.1f;
+       c.clip_gradient = 0.5f;
+     }},
+    {"nesterov without momentum",
+     [](optimizer_config& c) {
+       c.name = "nesterov";
+       c.learning_rate = 0.05f;
+       c.momentum = 0.0f;
+     }},
+    {"adagrad",
+     [](optimizer_config& c) {
+       c.name = "adagrad";
+       c.learning_rate = 0.1f;
+       c.epsilon = 1e-6f;
+       c.weight_decay = 0.01f;
+       c.rescale_grad = 2.0f;
+       c.clip_gradient = 1.0f;
+     }},
+    {"adam",
+     [](optimizer_config& c) {
+       c.name = "adam";
+       c.learning_rate = 0.01f;
+       c.weight_decay = 0.001f;
+       c.clip_gradient = 0.7f;
+     }},
+    {"adam with small betas and rescale",
+     [](optimizer_config& c) {
+       c.name = "adam";
+       c.learning_rate = 0.02f;
+       c.beta1 = 0.5f;
+       c.beta2 = 0.75f;
+       c.epsilon = 1e-4f;
+       c.rescale_grad = 0.25f;
+     }},
+    {"rmsprop",
+     [](optimizer_config& c) {
+       c.name = "rmsprop";
+       c.learning_rate = 0.01f;
+       c.rho = 0.9f;
+       c.weight_decay = 0.02f;
+       c.rescale_grad = 0.25f;
+       c.clip_gradient = 0.3f;
+     }},
+  };
+  for (const auto& c : cases) {
+    for (bool ascent : {false, true}) {
+      DYNAMIC_SECTION(c.label << (ascent ? ", ascent" : ", descent")) {
+        optimizer_config cfg;
+        c.setup(cfg);
+        cfg.ascent = ascent;
+        REQUIRE(core::validate(cfg).ok());
+        auto actual = run_library(cfg);
+        auto expected = run_reference(cfg);
+        check_close(actual.weights, expected.weights, "weights");
+        check_close(actual.state, expected.state, "state");
+      }
+    }
+  }
+}
+
+TEST_CASE("optimizer: gradient preprocessing", "[core]") {
+  auto cfg = make_config("sgd");
+  cfg.learning_rate = 1.0f;
+  std::vector<float> g = {10.0f, -10.0f, 0.25f};
+  std::vector<float> w(3, 0.0f);
+  SECTION("clipping bounds each element") {
+    cfg.clip_gradient = 0.5f;
+    core::apply_update(cfg, w.data(), g.data(), nullptr, 3, 0);
+    CHECK(w == std::vector<float>{-0.5f, 0.5f, -0.25f});
+  }
+  SECTION("ascent flips the sign before clipping") {
+    cfg.clip_gradient = 0.5f;
+    cfg.ascent = true;
+    core::apply_update(cfg, w.data(), g.data(), nullptr, 3, 0);
+    CHECK(w == std::vector<float>{0.5f, -0.5f, 0.25f});
+  }
+  SECTION("rescaling comes before clipping") {
+    cfg.clip_gradient = 0.5f;
+    cfg.rescale_grad = 0.01f;
+    core::apply_update(cfg, w.data(), g.data(), nullptr, 3, 0);
+    CHECK(w[0] == Approx(-0.1f));
+    CHECK(w[1] == Approx(0.1f));
+    CHECK(w[2] == Approx(-0.0025f));
+  }
+  SECTION("clip_gradient <= 0 disables clipping") {
+    cfg.clip_gradient = 0.0f;
+    core::apply_update(cfg, w.data(), g.data(), nullptr, 3, 0);
+    CHECK(w == std::vector<float>{-10.0f, 10.0f, -0.25f});
+  }
+}
+
+TEST_CASE("optimizer: adam uses step + 1 for bias correction", "[core]") {
+  auto cfg = make_config("adam");
+  cfg.learning_rate = 0.1f;
+  std::vector<float> w = {1.0f, -2.0f};
+  std::vector<float> g = {0.5f, 0.25f};
+  std::vector<float> state(core::state_size(cfg, 2), 0.0f);
+  const uint64_t step = 10;
+  core::apply_update(cfg, w.data(), g.data(), state.data(), 2, step);
+  const double b1 = cfg.beta1;
+  const double b2 = cfg.beta2;
+  const double t = step + 1;
+  const double lr_t = double{cfg.learning_rate} * std::sqrt(1 - std::pow(b2, t))
+                      / (1 - std::pow(b1, t));
+  const double w0[] = {1.0, -2.0};
+  for (std::size_t i = 0; i < 2; ++i) {
+    double gi = g[i];
+    double m = (1 - b1) * gi;
+    double v = (1 - b2) * gi * gi;
+    double expected = w0[i] - lr_t * m / (std::sqrt(v) + cfg.epsilon);
+    CHECK(w[i] == Approx(expected).epsilon(rel_tol));
+    CHECK(state[i] == Approx(m).epsilon(rel_tol));
+    CHECK(state[2 + i] == Approx(v).epsilon(rel_tol));
+  }
+}
+
+TEST_CASE("optimizer: empty slices are a no-op", "[core]") {
+  for (auto name : {"assign", "accumulate", "sgd", "nesterov", "adagrad",
+                    "adam", "rmsprop"}) {
+    auto cfg = make_config(name);
+    core::apply_update(cfg, nullptr, nullptr, nullptr, 0, 0);
+    CHECK(core::state_size(cfg, 0) == 0);
+  }
+}
+
+TEST_CASE("optimizer: accumulate_into adds element-wise", "[core]") {
+  std::vector<float> dst = {1.0f, -2.0f, 0.5f, 0.0f};
+  std::vector<float> src = {0.25f, 2.0f, -1.5f, 3.0f};
+  SECTION("all elements") {
+    core::accumulate_into(dst.data(), src.data(), dst.size());
+    CHECK(dst == std::vector<float>{1.25f, 0.0f, -1.0f, 3.0f});
+  }
+  SECTION("a prefix only") {
+    core::accumulate_into(dst.data(), src.data(), 2);
+    CHECK(dst == std::vector<float>{1.25f, 0.0f, 0.5f, 0.0f});
+  }
+  SECTION("nothing") {
+    core::accumulate_into(dst.data(), src.data(), 0);
+    CHECK(dst == std::vector<float>{1.0f, -2.0f, 0.5f, 0.0f});
+  }
+}
+
+TEST_CASE("optimizer: state_size per optimizer", "[core]") {
+  const std::size_t k = 7;
+  CHECK(core::state_size(make_config("assign"), k) == 0);
+  CHECK(core::state_size(make_config("accumulate"), k) == 0);
+  CHECK(core::state_size(make_config("sgd"), k) == 0);
+  auto heavy_ball = make_config("sgd");
+  heavy_ball.momentum = 0.9f;
+  CHECK(core::state_size(heavy_ball, k) == k);
+  CHECK(core::state_size(make_config("nesterov"), k) == k);
+  auto nesterov_no_momentum = make_config("nesterov");
+  nesterov_no_momentum.momentum = 0.0f;
+  CHECK(core::state_size(nesterov_no_momentum, k) == k);
+  CHECK(core::state_size(make_config("adagrad"), k) == k);
+  CHECK(core::state_size(make_config("adam"), k) == 2 * k);
+  CHECK(core::state_size(make_config("rmsprop"), k) == k);
+}
+
+TEST_CASE("optimizer: validate accepts good configurations", "[core]") {
+  SECTION("defaults of every optimizer") {
+    for (auto name : {"assign", "accumulate", "sgd", "nesterov", "adagrad",
+                      "adam", "rmsprop"}) {
+      INFO(name);
+      CHECK(core::validate(make_config(name)).ok());
+    }
+  }
+  SECTION("boundary values") {
+    auto cfg = make_config("adam");
+    cfg.momentum = 0.0f;
+    cfg.weight_decay = 0.0f;
+    cfg.beta1 = 0.0f;
+    cfg.beta2 = 0.0f;
+    cfg.rho = 0.0f;
+    cfg.clip_gradient = 0.0f;
+    CHECK(core::validate(cfg).ok());
+    cfg.clip_gradient = -5.0f;
+    CHECK(core::validate(cfg).ok());
+    cfg.momentum = 0.999f;
+    cfg.learning_rate = std::numeric_limits<float>::denorm_min();
+    CHECK(core::validate(cfg).ok());
+  }
+  SECTION("nesterov without momentum") {
+    auto cfg = make_config("nesterov");
+    cfg.momentum = 0.0f;
+    CHECK(core::validate(cfg).ok());
+  }
+  SECTION("assign and accumulate ignore the learning rate") {
+    for (auto name : {"assign", "accumulate"}) {
+      auto cfg = make_config(name);
+      cfg.learning_rate = -1.0f;
+      CHECK(core::validate(cfg).ok());
+      cfg.learning_rate = std::numeric_limits<float>::infinity();
+      CHECK(core::validate(cfg).ok());
+    }
+  }
+}
+
+TEST_CASE("optimizer: validate rejects bad configurations", "[core]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SECTION("unknown names") {
+    for (auto name : {"foo", "", "SGD", "adam "}) {
+      auto st = core::validate(make_config(name));
+      CHECK(st.code == errc::bad_optimizer);
+      CHECK_THAT(st.message, Catch::Contains(std::string{"'"} + name + "'"));
+      CHECK_THAT(st.message,
+                 Catch::Contains("expected one of assign, accumulate, sgd, "
+                                 "nesterov, adagrad, adam, rmsprop"));
+    }
+  }
+  SECTION("the message names parameter and value") {
+    auto cfg = make_config("sgd");
+    cfg.learning_rate = -1.0f;
+    auto st = core::validate(cfg);
+    CHECK(st.code == errc::bad_optimizer);
+    CHECK(st.message
+          == "set_optimizer: learning_rate must be finite and > 0, got -1");
+  }
+  SECTION("each bad parameter") {
+    struct bad_value {
+      const char* param;
+      float optimizer_config::*field;
+      std::vector<float> values;
+    };
+    const std::vector<bad_value> table = {
+      {"learning_rate",
+       &optimizer_config::learning_rate,
+       {0.0f, -1.0f, inf, -inf, nan}},
+      {"momentum", &optimizer_config::momentum, {-0.1f, 1.0f, 1.5f, inf, nan}},
+      {"weight_decay", &optimizer_config::weight_decay, {-0.01f, inf, nan}},
+      {"rescale_grad",
+       &optimizer_config::rescale_grad,
+       {0.0f, -1.0f, inf, nan}},
+      {"clip_gradient", &optimizer_config::clip_gradient, {inf, -inf, nan}},
+      {"beta1", &optimizer_config::beta1, {-0.1f, 1.0f, nan}},
+      {"beta2", &optimizer_config::beta2, {-0.1f, 1.0f, nan}},
+      {"epsilon", &optimizer_config::epsilon, {0.0f, -1e-8f, inf, nan}},
+      {"rho", &optimizer_config::rho, {-0.1f, 1.0f, nan}},
+    };
+    for (const auto& entry : table) {
+      for (float value : entry.values) {
+        for (auto name : {"sgd", "nesterov", "adagrad", "adam", "rmsprop"}) {
+          auto cfg = make_config(name);
+          cfg.*entry.field = value;
+          INFO(name << " with " << entry.param << " = " << value);
+          auto st = core::validate(cfg);
+          CHECK(st.code == errc::bad_optimizer);
+          CHECK_THAT(st.message, Catch::StartsWith("set_optimizer: ")
+                                   && Catch::Contains(entry.param));
+        }
+      }
+    }
+  }
+  SECTION("NaN is rejected even where the parameter is unused") {
+    for (auto name : {"assign", "accumulate"}) {
+      auto cfg = make_config(name);
+      cfg.learning_rate = nan;
+      auto st = core::validate(cfg);
+      CHECK(st.code == errc::bad_optimizer);
+      CHECK_THAT(st.message, Catch::Contains("learning_rate"));
+      cfg = make_config(name);
+      cfg.rho = nan;
+      st = core::validate(cfg);
+      CHECK(st.code == errc::bad_optimizer);
+      CHECK_THAT(st.message, Catch::Contains("rho"));
+    }
+  }
+}
