@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "actors/shard.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "caf/actor_system.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+#include "caf/typed_response_promise.hpp"
+
+#include "messages/errors.hpp"
+#include "runtime/core/optimizer.hpp"
+
+namespace actorps {
+
+namespace {
+
+using ok_promise = caf::typed_response_promise<caf::ok_atom>;
+using pull_promise = caf::typed_response_promise<floats>;
+
+std::string slice_name(slice_id id) {
+  return "slice " + std::to_string(key_of(id)) + "/"
+         + std::to_string(part_of(id));
+}
+
+// An operation that arrived before an earlier one of the same worker.
+struct stashed_op {
+  bool is_push = false;
+  slice_push push;
+  ok_promise push_promise;
+  pull_promise pull_rp;
+};
+
+// A pull waiting for the sync round it depends on.
+struct waiting_pull {
+  uint64_t min_rounds = 0;
+  pull_promise rp;
+};
+
+// Aggregation of one sync round of one slice.
+struct round_sum {
+  std::vector<float> sum;
+  std::vector<bool> contributed;
+  uint32_t contributors = 0;
+};
+
+struct slice_state {
+  std::vector<float> value;
+  std::vector<float> opt_state;
+  uint64_t step = 0;
+  // Next expected sequence number per worker.
+  std::vector<uint64_t> next_seq;
+  // Operations that arrived early, by (worker, seq).
+  std::map<std::pair<uint32_t, uint64_t>, stashed_op> stash;
+  // Sync mode: pushes each worker contributed, rounds applied, open rounds.
+  std::vector<uint64_t> pushes_of;
+  uint64_t rounds_done = 0;
+  std::map<uint64_t, round_sum> rounds;
+  std::vector<waiting_pull> waiting;
+  // A round buffer kept for reuse, so steady-state rounds do not allocate.
+  std::vector<float> spare;
+};
+
+} // namespace
+
+struct shard_state {
+  static inline const char* name = "actorps.shard";
+
+  shard_config cfg;
+  optimizer_config opt;
+  std::unordered_map<slice_id, slice_state> slices;
+  std::vector<bool> live;
+  shard_stats stats;
+
+  // -- validation -------------------------------------------------------------
+
+  caf::error check_worker(const char* op, slice_id id, uint32_t worker) const {
+    if (worker >= cfg.num_workers)
+      return make_error(errc::bad_config,
+                        std::string{op} + ": worker " + std::to_string(worker)
+                          + " out of range (shard " + std::to_string(cfg.index)
+                          + " expects " + std::to_string(cfg.num_workers)
+                          + " workers) on " + slice_name(id));
+    return caf::none;
+  }
+
+  slice_state* find(slice_id id) {
+    auto i = slices.find(id);
+    return i == slices.end() ? nullptr : &i->second;
+  }
+
+  caf::error not_initialized(const char* op, slice_id id) const {
+    return make_error(errc::not_initialized, std::string{op} + ": "
+                                               + slice_name(id)
+                                               + " is not initialized on shard "
+                                               + std::to_string(cfg.index));
+  }
+
+  // -- updates ----------------------------------------------------------------
+
+  void apply(slice_state& s, const float* merged) {
+    core::apply_update(opt, s.value.data(), merged, s.opt_state.data(),
+                       s.value.size(), s.step);
+    ++s.step;
+    ++stats.updates;
+  }
+
+  bool round_complete(const round_sum& r) const {
+    for (uint32_t w = 0; w < cfg.num_workers; ++w)
+      if (live[w] && !r.contributed[w])
+        return false;
+    // A round with no live contributor at all has nothing to apply yet.
+    return r.contributors > 0;
+  }
+
+  // Applies every complete round in order and answers the pulls each unblocks.
+  void advance_rounds(slice_state& s) {
+    for (;;) {
+      auto i = s.rounds.find(s.rounds_done);
+      if (i == s.rounds.end() || !round_complete(i->second))
+        return;
+      apply(s, i->second.sum.data());
+      s.spare = std::move(i->second.sum);
+      s.rounds.erase(i);
+      ++s.rounds_done;
+      auto ready = [&](const waiting_pull& p) {
+        return p.min_rounds <= s.rounds_done;
+      };
+      for (auto& p : s.waiting)
+        if (ready(p))
+          p.rp.deliver(floats{s.value});
+      auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
+      stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
+      s.waiting.erase(first, s.waiting.end());
+    }
+  }
+
+  // -- in-order processing ----------------------------------------------------
+
+  void do_push(slice_state& s, const slice_push& msg, ok_promise& rp) {
+    ++stats.pushes;
+    const auto& g = msg.grad.data;
+    if (g.size() != s.value.size()) {
+      rp.deliver(make_error(errc::shape_mismatch,
+                            "push: " + slice_name(msg.slice) + " has "
+                              + std::to_string(s.value.size())
+                              + " floats but the push has "
+                              + std::to_string(g.size())));
+      return;
+    }
+    if (!cfg.sync) {
+      apply(s, g.data());
+      rp.deliver(caf::ok_atom::value);
+      return;
+    }
+    auto round = s.pushes_of[msg.worker]++;
+    auto& r = s.rounds[round];
+    if (r.contributors == 0) {
+      r.sum = std::move(s.spare);
+      r.sum.assign(g.begin(), g.end());
+      r.contributed.assign(cfg.num_workers, false);
+    } else {
+      core::accumulate_into(r.sum.data(), g.data(), g.size());
+    }
+    r.contributed[msg.worker] = true;
+    ++r.contributors;
+    rp.deliver(caf::ok_atom::value);
+    advance_rounds(s);
+  }
+
+  void do_pull(slice_state& s, const slice_pull& msg, pull_promise& rp) {
+    ++stats.pulls;
+    if (cfg.sync && s.rounds_done < s.pushes_of[msg.worker]) {
+      s.waiting.push_back(waiting_pull{s.pushes_of[msg.worker], rp});
+      ++stats.waiting_pulls;
+      return;
+    }
+    rp.deliver(floats{s.value});
+  }
+
+  // Runs the operations of `worker` stashed behind the one just processed.
+  void drain(slice_state& s, uint32_t worker) {
+    for (;;) {
+      auto i = s.stash.find({worker, s.next_seq[worker]});
+      if (i == s.stash.end())
+        return;
+      auto op = std::move(i->second);
+      s.stash.erase(i);
+      ++s.next_seq[worker];
+      if (op.is_push)
+        do_push(s, op.push, op.push_promise);
+      else {
+        slice_pull p{op.push.slice, worker, 0};
+        do_pull(s, p, op.pull_rp);
+      }
+    }
+  }
+
+  // Checks a push or pull and orders it among the operations of its worker
+  // on its slice: returns the slice and whether the operation runs now (true)
+  // or must wait for an earlier one (false).
+  caf::expected<std::pair<slice_state*, bool>>
+  admit(const char* op, slice_id id, uint32_t worker, uint64_t seq) {
+    if (auto err = check_worker(op, id, worker))
+      return err;
+    auto s = find(id);
+    if (s == nullptr)
+      return not_initialized(op, id);
+    auto expected_seq = s->next_seq[worker];
+    if (seq < expected_seq)
+      return make_error(
+        errc::bad_config,
+        std::string{op} + ": sequence number " + std::to_string(seq)
+          + " of worker " + std::to_string(worker) + " on " + slice_name(id)
+          + " was used before (next is " + std::to_string(expected_seq) + ")");
+    if (seq == expected_seq) {
+      ++s->next_seq[worker];
+      return std::make_pair(s, true);
+    }
+    ++stats.reordered;
+    return std::make_pair(s, false);
+  }
+};
+
+namespace {
+
+shard_actor::behavior_type
+shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
+  auto& st = self->state;
+  st.cfg = cfg;
+  st.live.assign(cfg.num_workers, true);
+  return {
+    [self](init_atom, const slice_init& msg) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (st.find(msg.slice) != nullptr)
+        return make_error(errc::already_initialized,
+                          "init: " + slice_name(msg.slice)
+                            + " is already initialized on shard "
+                            + std::to_string(st.cfg.index));
+      if (msg.value.data.empty())
+        return make_error(errc::shape_mismatch, "init: " + slice_name(msg.slice)
+                                                  + " has an empty value");
+      auto& s = st.slices[msg.slice];
+      s.value = msg.value.data;
+      s.opt_state.assign(core::state_size(st.opt, s.value.size()), 0.0f);
+      s.next_seq.assign(st.cfg.num_workers, 0);
+      s.pushes_of.assign(st.cfg.num_workers, 0);
+      ++st.stats.slices;
+      st.stats.floats_stored += s.value.size();
+      return caf::ok_atom::value;
+    },
+    [self](push_atom, const slice_push& msg) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      auto admitted = st.admit("push", msg.slice, msg.worker, msg.seq);
+      if (!admitted)
+        return std::move(admitted.error());
+      auto [s, now] = *admitted;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      if (now) {
+        st.do_push(*s, msg, rp);
+        st.drain(*s, msg.worker);
+      } else {
+        stashed_op op;
+        op.is_push = true;
+        op.push = msg;
+        op.push_promise = rp;
+        s->stash.emplace(std::make_pair(msg.worker, msg.seq), std::move(op));
+      }
+      return rp;
+    },
+    [self](pull_atom, const slice_pull& msg) -> caf::result<floats> {
+      auto& st = self->state;
+      auto admitted = st.admit("pull", msg.slice, msg.worker, msg.seq);
+      if (!admitted)
+        return std::move(admitted.error());
+      auto [s, now] = *admitted;
+      auto rp = self->make_response_promise<floats>();
+      if (now) {
+        st.do_pull(*s, msg, rp);
+        st.drain(*s, msg.worker);
+      } else {
+        stashed_op op;
+        op.push.slice = msg.slice;
+        op.pull_rp = rp;
+        s->stash.emplace(std::make_pair(msg.worker, msg.seq), std::move(op));
+      }
+      return rp;
+    },
+    [self](set_opt_atom,
+           const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (auto err = to_error(core::validate(opt)))
+        return err;
+      st.opt = opt;
+      for (auto& kvp : st.slices) {
+        auto& s = kvp.second;
+        s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+        s.step = 0;
+      }
+      return caf::ok_atom::value;
+    },
+    [self](save_atom) -> state_snapshot {
+      auto& st = self->state;
+      state_snapshot snap;
+      snap.optimizer = st.opt;
+      snap.slices.reserve(st.slices.size());
+      for (auto& [id, s] : st.slices) {
+        slice_record rec;
+        rec.key_id = key_of(id);
+        rec.part = part_of(id);
+        rec.step = s.step;
+        rec.value.data = s.value;
+        rec.state.data = s.opt_state;
+        snap.slices.push_back(std::move(rec));
+      }
+      // Deterministic order: by slice id.
+      std::sort(snap.slices.begin(), snap.slices.end(),
+                [](const slice_record& a, const slice_record& b) {
+                  return std::make_pair(a.key_id, a.part)
+                         < std::make_pair(b.key_id, b.part);
+                });
+      return snap;
+    },
+    [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (auto err = to_error(core::validate(snap.optimizer)))
+        return err;
+      // Check everything before changing anything: loading is all-or-nothing.
+      for (auto& rec : snap.slices) {
+        auto id = make_slice_id(rec.key_id, rec.part);
+        auto s = st.find(id);
+        if (s == nullptr)
+          return make_error(errc::unknown_key,
+                            "load_state: " + slice_name(id)
+                              + " is not initialized on shard "
+                              + std::to_string(st.cfg.index));
+        auto n = s->value.size();
+        if (rec.value.data.size() != n)
+          return make_error(errc::checkpoint_mismatch,
+                            "load_state: " + slice_name(id) + " has "
+                              + std::to_string(n)
+                              + " floats but the checkpoint has "
+                              + std::to_string(rec.value.data.size()));
+        auto want = core::state_size(snap.optimizer, n);
+        if (rec.state.data.size() != want)
+          return make_error(errc::checkpoint_mismatch,
+                            "load_state: " + slice_name(id) + " needs "
+                              + std::to_string(want) + " state floats for '"
+                              + snap.optimizer.name
+                              + "' but the checkpoint has "
+                              + std::to_string(rec.state.data.size()));
+      }
+      st.opt = snap.optimizer;
+      for (auto& kvp : st.slices) {
+        auto& s = kvp.second;
+        s.opt_state.assign(core::state_size(st.opt, s.value.size()), 0.0f);
+        s.step = 0;
+      }
+      for (auto& rec : snap.slices) {
+        auto& s = st.slices[make_slice_id(rec.key_id, rec.part)];
+        s.value = rec.value.data;
+        s.opt_state = rec.state.data;
+        s.step = rec.step;
+      }
+      return caf::ok_atom::value;
+    },
+    [self](workers_atom,
+           const std::vector<uint32_t>& live) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      std::vector<bool> next(st.cfg.num_workers, false);
+      for (auto w : live) {
+        if (w >= st.cfg.num_workers)
+          return make_error(errc::bad_config,
+                            "workers: worker " + std::to_string(w)
+                              + " out of range (shard expects "
+                              + std::to_string(st.cfg.num_workers)
+                              + " workers)");
+        next[w] = true;
+      }
+      st.live = std::move(next);
+      for (auto& kvp : st.slices)
+        st.advance_rounds(kvp.second);
+      return caf::ok_atom::value;
+    },
+    [self](stats_atom) -> shard_stats { return self->state.stats; },
+  };
+}
+
+} // namespace
+
+shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg) {
+  return sys.spawn(shard_impl, cfg);
+}
+
+} // namespace actorps

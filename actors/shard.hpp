@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "caf/fwd.hpp"
+#include "caf/replies_to.hpp"
+#include "caf/typed_actor.hpp"
+
+#include "messages/type_ids.hpp"
+
+/// Protocol of a parameter shard.
+///
+/// A shard owns a disjoint set of key slices: the weights (float32), the
+/// optimizer state beside them, an update counter per slice and, in sync
+/// mode, the pending aggregation of the current round. Nothing else touches
+/// them.
+///
+/// Messages (errors are `actorps::errc` values with a message naming the
+/// operation, the slice and what was expected):
+/// - `(init_atom, slice_init)` -> `ok_atom`. Creates the slice with the given
+///   value. Errors: `already_initialized`, `shape_mismatch` (empty value).
+/// - `(push_atom, slice_push)` -> `ok_atom`, sent once the push is applied
+///   (async) or added to its round (sync). Errors: `not_initialized`,
+///   `shape_mismatch` (length differs from the slice), `bad_config` (worker
+///   out of range, sequence number reused).
+/// - `(pull_atom, slice_pull)` -> `floats`, a copy of the slice. In sync mode
+///   the reply waits until every round to which the same worker contributed
+///   before this pull has been applied. Errors: as for push.
+/// - `(set_opt_atom, optimizer_config)` -> `ok_atom`. Replaces the update rule
+///   and resets every slice's optimizer state and step. Error: `bad_optimizer`.
+/// - `(save_atom)` -> `state_snapshot` with every slice (key names empty,
+///   offsets 0: the shard knows ids only). Partial sync rounds are not saved.
+/// - `(load_atom, state_snapshot)` -> `ok_atom`. Restores the optimizer and,
+///   for each record, weights, state and step; all-or-nothing. Errors:
+///   `bad_optimizer`, `unknown_key` (slice not initialized here),
+///   `checkpoint_mismatch` (length or state size differs).
+/// - `(workers_atom, std::vector<uint32_t>)` -> `ok_atom`. Sets the live
+///   workers (ids < num_workers); sync rounds complete when every live worker
+///   contributed, so a dead worker never blocks a round.
+/// - `(stats_atom)` -> `shard_stats`.
+///
+/// Ordering: operations of one worker on one slice carry consecutive sequence
+/// numbers and are applied in that order, whatever order the mailbox delivers
+/// them in (a high-priority message overtakes the normal queue). Operations
+/// of different workers or on different slices are independent.
+///
+/// Update rules: with the default "assign" rule the stored value becomes the
+/// merged push (sync: sum over all live workers' pushes of the round; async:
+/// the one push); otherwise the merged push goes through the optimizer (see
+/// runtime/core/optimizer.hpp).
+namespace actorps {
+
+/// Static configuration of one shard.
+struct shard_config {
+  /// Index of the shard among all shards of the job (for messages only).
+  uint32_t index = 0;
+  /// Number of workers of the job; worker ids are 0..num_workers-1.
+  uint32_t num_workers = 1;
+  /// Synchronous (BSP) rounds instead of applying each push on arrival.
+  bool sync = false;
+};
+
+/// Interface of a shard actor.
+using shard_actor = caf::typed_actor<
+  caf::replies_to<init_atom, slice_init>::with<caf::ok_atom>,
+  caf::replies_to<push_atom, slice_push>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, slice_pull>::with<floats>,
+  caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
+  caf::replies_to<save_atom>::with<state_snapshot>,
+  caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
+  caf::replies_to<workers_atom, std::vector<uint32_t>>::with<caf::ok_atom>,
+  caf::replies_to<stats_atom>::with<shard_stats>>;
+
+/// Spawns a shard. The caller owns it: link to or monitor the handle.
+shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);
+
+} // namespace actorps

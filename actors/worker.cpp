@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "actors/worker.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+
+#include "caf/actor_system.hpp"
+#include "caf/duration.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/message_priority.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+#include "caf/typed_response_promise.hpp"
+
+#include "actors/fan_in.hpp"
+#include "messages/errors.hpp"
+#include "runtime/core/layout.hpp"
+
+namespace actorps {
+
+namespace {
+
+// Routing entry of one key plus this worker's next sequence number per part.
+struct route {
+  key_info info;
+  std::vector<uint64_t> seq;
+  bool ready = false;
+  // Operations issued while the lookup was in flight, in issue order.
+  std::vector<std::function<void(route&)>> queued;
+  std::vector<std::function<void(const caf::error&)>> failed;
+};
+
+} // namespace
+
+struct worker_state {
+  static inline const char* name = "actorps.worker";
+
+  worker_config cfg;
+  std::unordered_map<std::string, route> routes;
+
+  caf::duration timeout() const {
+    return caf::duration{cfg.timeout};
+  }
+};
+
+namespace {
+
+using self_ptr = worker_actor::stateful_pointer<worker_state>;
+
+std::string quoted(const std::string& key) {
+  return "'" + key + "'";
+}
+
+void set_route(route& r, key_info info) {
+  if (!r.ready)
+    r.seq.assign(info.slices.size(), 0);
+  r.info = std::move(info);
+  r.ready = true;
+}
+
+// Runs `f` with the key's route, fetching it from the coordinator first if
+// needed. Calls issued meanwhile queue behind, so issue order is kept.
+void with_route(self_ptr self, const std::string& key,
+                std::function<void(route&)> f,
+                std::function<void(const caf::error&)> on_error) {
+  auto& routes = self->state.routes;
+  auto i = routes.find(key);
+  if (i != routes.end()) {
+    if (i->second.ready) {
+      f(i->second);
+    } else {
+      i->second.queued.push_back(std::move(f));
+      i->second.failed.push_back(std::move(on_error));
+    }
+    return;
+  }
+  auto& r = routes[key];
+  r.queued.push_back(std::move(f));
+  r.failed.push_back(std::move(on_error));
+  self
+    ->request(self->state.cfg.coordinator, self->state.timeout(),
+              lookup_atom::value, key)
+    .then(
+      [self, key](key_info& info) {
+        auto& r = self->state.routes[key];
+        set_route(r, std::move(info));
+        auto queued = std::move(r.queued);
+        r.failed.clear();
+        for (auto& g : queued)
+          g(self->state.routes[key]);
+      },
+      [self, key](caf::error& err) {
+        auto i = self->state.routes.find(key);
+        if (i == self->state.routes.end())
+          return;
+        auto failed = std::move(i->second.failed);
+        self->state.routes.erase(i);
+        for (auto& g : failed)
+          g(err);
+      });
+}
+
+template <class... Ts>
+auto request_with(self_ptr self, int32_t priority, const shard_actor& dest,
+                  Ts&&... xs) {
+  if (priority > 0)
+    return self->request<caf::message_priority::high>(
+      dest, self->state.timeout(), std::forward<Ts>(xs)...);
+  return self->request(dest, self->state.timeout(), std::forward<Ts>(xs)...);
+}
+
+void send_push(self_ptr self, route& r, int32_t priority, floats grad,
+               caf::typed_response_promise<caf::ok_atom> rp) {
+  const auto& info = r.info;
+  if (auto st = core::check_size("push", info, grad.data.size(), "push");
+      !st.ok()) {
+    rp.deliver(to_error(st));
+    return;
+  }
+  auto rank = self->state.cfg.rank;
+  auto& shards = self->state.cfg.shards;
+  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
+  auto on_ok = [fan](caf::ok_atom) {
+    if (fan.arrive())
+      fan.promise().deliver(caf::ok_atom::value);
+  };
+  auto on_err = [fan](caf::error& err) { fan.fail(std::move(err)); };
+  if (info.slices.size() == 1) {
+    // Whole key on one shard: hand the buffer on without copying it.
+    slice_push msg{make_slice_id(info.id, 0), rank, r.seq[0]++,
+                   std::move(grad)};
+    request_with(self, priority, shards[info.slices[0].shard], push_atom::value,
+                 std::move(msg))
+      .then(on_ok, on_err);
+    return;
+  }
+  for (auto& s : info.slices) {
+    slice_push msg{make_slice_id(info.id, s.part), rank, r.seq[s.part]++, {}};
+    auto first = grad.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
+    msg.grad.data.assign(first, first + static_cast<std::ptrdiff_t>(s.length));
+    request_with(self, priority, shards[s.shard], push_atom::value,
+                 std::move(msg))
+      .then(on_ok, on_err);
+  }
+}
+
+void send_pull(self_ptr self, route& r, int32_t priority,
+               caf::typed_response_promise<floats> rp) {
+  const auto& info = r.info;
+  auto rank = self->state.cfg.rank;
+  auto& shards = self->state.cfg.shards;
+  if (info.slices.size() == 1) {
+    auto expected = info.size;
+    request_with(self, priority, shards[info.slices[0].shard], pull_atom::value,
+                 slice_pull{make_slice_id(info.id, 0), rank, r.seq[0]++})
+      .then(
+        [rp, expected](floats& x) mutable {
+          if (x.data.size() != expected)
+            rp.deliver(
+              make_error(errc::shape_mismatch,
+                         "pull: shard returned " + std::to_string(x.data.size())
+                           + " floats, expected " + std::to_string(expected)));
+          else
+            rp.deliver(std::move(x));
+        },
+        [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+    return;
+  }
+  auto out = std::make_shared<floats>();
+  out->data.resize(info.size);
+  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
+  for (auto& s : info.slices) {
+    request_with(self, priority, shards[s.shard], pull_atom::value,
+                 slice_pull{make_slice_id(info.id, s.part), rank,
+                            r.seq[s.part]++})
+      .then(
+        [fan, out, s](floats& x) {
+          if (x.data.size() != s.length) {
+            fan.fail(make_error(errc::shape_mismatch,
+                                "pull: shard returned "
+                                  + std::to_string(x.data.size())
+                                  + " floats for part " + std::to_string(s.part)
+                                  + ", expected " + std::to_string(s.length)));
+            return;
+          }
+          std::memcpy(out->data.data() + s.offset, x.data.data(),
+                      s.length * sizeof(float));
+          if (fan.arrive())
+            fan.promise().deliver(std::move(*out));
+        },
+        [fan](caf::error& err) { fan.fail(std::move(err)); });
+  }
+}
+
+// Rank 0 writes the value to every shard, then tells the coordinator.
+void write_init(self_ptr self, key_info info, floats value,
+                caf::typed_response_promise<caf::ok_atom> rp) {
+  auto& shards = self->state.cfg.shards;
+  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
+  auto done = [self, fan, info]() mutable {
+    self
+      ->request(self->state.cfg.coordinator, self->state.timeout(),
+                init_done_atom::value, info.id)
+      .then(
+        [self, fan, info](caf::ok_atom) mutable {
+          set_route(self->state.routes[info.name], info);
+          fan.promise().deliver(caf::ok_atom::value);
+        },
+        [fan](caf::error& err) { fan.fail(std::move(err)); });
+  };
+  for (auto& s : info.slices) {
+    slice_init msg{make_slice_id(info.id, s.part), {}};
+    if (info.slices.size() == 1) {
+      msg.value = std::move(value);
+    } else {
+      auto first = value.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
+      msg.value.data.assign(first,
+                            first + static_cast<std::ptrdiff_t>(s.length));
+    }
+    self
+      ->request(shards[s.shard], self->state.timeout(), init_atom::value,
+                std::move(msg))
+      .then(
+        [fan, done](caf::ok_atom) mutable {
+          if (fan.arrive())
+            done();
+        },
+        [fan](caf::error& err) { fan.fail(std::move(err)); });
+  }
+}
+
+worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
+  self->state.cfg = std::move(cfg);
+  return {
+    [self](init_atom, const std::string& key,
+           const std::vector<uint64_t>& shape,
+           floats& value) -> caf::result<caf::ok_atom> {
+      auto size = core::shape_size(shape);
+      if (shape.empty() || size != value.data.size())
+        return make_error(errc::shape_mismatch,
+                          "init: key " + quoted(key) + " with shape "
+                            + core::shape_string(shape) + " needs "
+                            + std::to_string(size) + " floats but got "
+                            + std::to_string(value.data.size()));
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      auto rank = self->state.cfg.rank;
+      self
+        ->request(self->state.cfg.coordinator, self->state.timeout(),
+                  declare_atom::value, key, shape, rank)
+        .then(
+          [self, rp, rank, value = std::move(value)](key_info& info) mutable {
+            if (rank == 0) {
+              write_init(self, std::move(info), std::move(value), rp);
+              return;
+            }
+            set_route(self->state.routes[info.name], std::move(info));
+            rp.deliver(caf::ok_atom::value);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](push_atom, const std::string& key, int32_t priority,
+           floats& grad) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      with_route(
+        self, key,
+        [self, priority, rp, g = std::move(grad)](route& r) mutable {
+          send_push(self, r, priority, std::move(g), rp);
+        },
+        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      return rp;
+    },
+    [self](pull_atom, const std::string& key,
+           int32_t priority) -> caf::result<floats> {
+      auto rp = self->make_response_promise<floats>();
+      with_route(
+        self, key,
+        [self, priority, rp](route& r) { send_pull(self, r, priority, rp); },
+        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      return rp;
+    },
+    [self](lookup_atom, const std::string& key) -> caf::result<key_info> {
+      auto rp = self->make_response_promise<key_info>();
+      with_route(
+        self, key, [rp](route& r) mutable { rp.deliver(r.info); },
+        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      return rp;
+    },
+    [self](barrier_atom) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      self
+        ->request(self->state.cfg.coordinator,
+                  caf::duration{self->state.cfg.barrier_timeout},
+                  barrier_atom::value, self->state.cfg.rank)
+        .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](set_opt_atom, const optimizer_config& opt) {
+      return self->delegate(self->state.cfg.coordinator, set_opt_atom::value,
+                            opt);
+    },
+    [self](save_atom) {
+      return self->delegate(self->state.cfg.coordinator, save_atom::value);
+    },
+    [self](load_atom, const state_snapshot& snap) {
+      return self->delegate(self->state.cfg.coordinator, load_atom::value,
+                            snap);
+    },
+  };
+}
+
+} // namespace
+
+worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
+  return sys.spawn(worker_impl, std::move(cfg));
+}
+
+} // namespace actorps

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/fwd.hpp"
+#include "caf/replies_to.hpp"
+#include "caf/typed_actor.hpp"
+
+#include "actors/coordinator.hpp"
+#include "actors/shard.hpp"
+#include "messages/type_ids.hpp"
+
+/// Protocol of a worker: one training thread's view of the store.
+///
+/// The worker caches each key's routing entry (fetched from the coordinator on
+/// first use), numbers its operations per slice so that shards apply them in
+/// issue order whatever their priorities, slices pushes and assembles pulls.
+///
+/// Messages:
+/// - `(init_atom, key, shape, floats)` -> `ok_atom` once every shard holds the
+///   key's value: rank 0 writes its value; other ranks wait for rank 0 and
+///   their value is ignored (MXNet semantics). Errors: `shape_mismatch`
+///   (value size differs from the shape, or the shape from the registered
+///   one), `already_initialized`.
+/// - `(push_atom, key, priority, floats)` -> `ok_atom` once every slice was
+///   accepted by its shard. Errors: `unknown_key`, `not_initialized`,
+///   `shape_mismatch`.
+/// - `(pull_atom, key, priority)` -> `floats`: the whole value, assembled from
+///   its slices; sees every earlier push of this worker. Errors: as push.
+/// - `(lookup_atom, key)` -> `key_info`. Errors: `unknown_key`,
+///   `not_initialized`.
+/// - `(barrier_atom)` -> `ok_atom` once every worker reached the barrier.
+/// - `(set_opt_atom, optimizer_config)`, `(save_atom)`, `(load_atom,
+///   state_snapshot)`: forwarded to the coordinator (see its protocol).
+///
+/// Priority: a push or pull with priority > 0 travels to the shards with
+/// CAF's high message priority, overtaking their normal backlog. Operations
+/// of this worker on one key still take effect in issue order.
+namespace actorps {
+
+/// Static configuration of one worker.
+struct worker_config {
+  uint32_t rank = 0;
+  coordinator_actor coordinator;
+  std::vector<shard_actor> shards;
+  /// Timeout of each request to a shard or the coordinator.
+  std::chrono::milliseconds timeout{60000};
+  /// Timeout of a barrier (other workers may legitimately be slow).
+  std::chrono::milliseconds barrier_timeout{600000};
+};
+
+/// Interface of a worker actor.
+using worker_actor = caf::typed_actor<
+  caf::replies_to<init_atom, std::string, std::vector<uint64_t>,
+                  floats>::with<caf::ok_atom>,
+  caf::replies_to<push_atom, std::string, int32_t, floats>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, std::string, int32_t>::with<floats>,
+  caf::replies_to<lookup_atom, std::string>::with<key_info>,
+  caf::replies_to<barrier_atom>::with<caf::ok_atom>,
+  caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
+  caf::replies_to<save_atom>::with<state_snapshot>,
+  caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>>;
+
+/// Spawns a worker. The caller owns it: link to or monitor the handle.
+worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg);
+
+} // namespace actorps

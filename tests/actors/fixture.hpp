@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "caf/actor_system.hpp"
+#include "caf/after.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/scheduler/test_coordinator.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
+
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+#include "runtime/system.hpp"
+
+namespace actorps::test {
+
+/// An actor system on CAF's deterministic test scheduler. Messages are
+/// processed only when the test calls `run()`; replies land in `self`.
+/// Every actor registered with `guard` is sent an exit on destruction, so a
+/// failed REQUIRE cannot hang the actor system's destructor.
+struct deterministic_fixture {
+  system_config cfg{system_options{0, true}};
+  caf::actor_system sys{cfg};
+  caf::scheduler::test_coordinator& sched
+    = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::scoped_actor self{sys, true};
+  std::vector<caf::actor> guarded;
+
+  template <class Handle>
+  Handle guard(Handle h) {
+    guarded.push_back(caf::actor_cast<caf::actor>(h));
+    run();
+    return h;
+  }
+
+  ~deterministic_fixture() {
+    for (auto& a : guarded)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  /// Runs every actor until no message is left.
+  void run() {
+    sched.run();
+  }
+
+  /// Takes the next message from `self`'s mailbox, which must be a `T` or an
+  /// error; a missing reply is reported as `errc::timeout`.
+  template <class T>
+  caf::expected<T> reply() {
+    caf::expected<T> result = make_error(errc::timeout, "no reply");
+    self->receive([&](T& x) { result = std::move(x); },
+                  [&](caf::error& err) { result = std::move(err); },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    return result;
+  }
+
+  /// True if `self` has no message waiting.
+  bool no_reply() {
+    bool none = true;
+    self->receive([&](caf::message&) { none = false; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    return none;
+  }
+};
+
+/// Checks that `x` failed with `code`; returns the rendered error.
+template <class T>
+std::string require_error(const caf::expected<T>& x, errc code) {
+  REQUIRE_FALSE(x);
+  INFO(render(x.error()));
+  REQUIRE(code_of(x.error()) == code);
+  return render(x.error());
+}
+
+} // namespace actorps::test

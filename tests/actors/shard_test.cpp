@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "actors/shard.hpp"
+
+#include <cmath>
+
+#include "caf/message_priority.hpp"
+
+#include "tests/actors/fixture.hpp"
+
+using namespace actorps;
+using actorps::test::require_error;
+
+namespace {
+
+constexpr slice_id slice_a = make_slice_id(7, 0);
+constexpr slice_id slice_b = make_slice_id(7, 1);
+
+struct shard_fixture : test::deterministic_fixture {
+  shard_actor shard;
+
+  explicit shard_fixture(shard_config cfg = {0, 2, false}) {
+    shard = guard(spawn_shard(sys, cfg));
+  }
+
+  caf::expected<caf::ok_atom> init(slice_id id, std::vector<float> value) {
+    self->send(shard, init_atom::value,
+               slice_init{id, floats{std::move(value)}});
+    run();
+    return reply<caf::ok_atom>();
+  }
+
+  void send_push(slice_id id, uint32_t worker, uint64_t seq,
+                 std::vector<float> grad) {
+    self->send(shard, push_atom::value,
+               slice_push{id, worker, seq, floats{std::move(grad)}});
+  }
+
+  caf::expected<caf::ok_atom> push(slice_id id, uint32_t worker, uint64_t seq,
+                                   std::vector<float> grad) {
+    send_push(id, worker, seq, std::move(grad));
+    run();
+    return reply<caf::ok_atom>();
+  }
+
+  caf::expected<std::vector<float>> pull(slice_id id, uint32_t worker,
+                                         uint64_t seq) {
+    self->send(shard, pull_atom::value, slice_pull{id, worker, seq});
+    run();
+    auto r = reply<floats>();
+    if (!r)
+      return r.error();
+    return std::move(r->data);
+  }
+
+  caf::expected<caf::ok_atom> set_optimizer(const optimizer_config& opt) {
+    self->send(shard, set_opt_atom::value, opt);
+    run();
+    return reply<caf::ok_atom>();
+  }
+
+  caf::expected<shard_stats> stats() {
+    self->send(shard, stats_atom::value);
+    run();
+    return reply<shard_stats>();
+  }
+};
+
+struct sync_fixture : shard_fixture {
+  sync_fixture() : shard_fixture(shard_config{0, 2, true}) {
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(shard_fixture, "shard: init stores a slice once", "[shard]") {
+  REQUIRE(init(slice_a, {1, 2, 3}));
+  CHECK(pull(slice_a, 0, 0) == std::vector<float>{1, 2, 3});
+  SECTION("a second init of the same slice is refused") {
+    auto msg = require_error(init(slice_a, {4, 5, 6}),
+                             errc::already_initialized);
+    CHECK(msg.find("init") != std::string::npos);
+    CHECK(pull(slice_a, 0, 1) == std::vector<float>{1, 2, 3});
+  }
+  SECTION("an empty value is refused") {
+    require_error(init(slice_b, {}), errc::shape_mismatch);
+  }
+}
+
+TEST_CASE_METHOD(shard_fixture, "shard: push and pull errors", "[shard]") {
+  SECTION("push before init") {
+    auto msg = require_error(push(slice_a, 0, 0, {1}), errc::not_initialized);
+    CHECK(msg.find("push") != std::string::npos);
+  }
+  SECTION("pull before init") {
+    require_error(pull(slice_a, 0, 0), errc::not_initialized);
+  }
+  SECTION("push of the wrong length keeps the value") {
+    REQUIRE(init(slice_a, {1, 2}));
+    auto msg = require_error(push(slice_a, 0, 0, {1, 2, 3}),
+                             errc::shape_mismatch);
+    CHECK(msg.find("2 floats") != std::string::npos);
+    CHECK(msg.find("3") != std::string::npos);
+    // The failed push still used its sequence number: the next op runs.
+    CHECK(pull(slice_a, 0, 1) == std::vector<float>{1, 2});
+  }
+  SECTION("worker out of range") {
+    REQUIRE(init(slice_a, {1}));
+    require_error(push(slice_a, 5, 0, {1}), errc::bad_config);
+    require_error(pull(slice_a, 2, 0), errc::bad_config);
+  }
+  SECTION("a reused sequence number is refused") {
+    REQUIRE(init(slice_a, {1}));
+    REQUIRE(push(slice_a, 0, 0, {2}));
+    require_error(push(slice_a, 0, 0, {3}), errc::bad_config);
+    CHECK(pull(slice_a, 0, 1) == std::vector<float>{2});
+  }
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: without optimizer the value becomes the push",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {1, 1}));
+  REQUIRE(push(slice_a, 0, 0, {5, 6}));
+  CHECK(pull(slice_a, 0, 1) == std::vector<float>{5, 6});
+  REQUIRE(push(slice_a, 1, 0, {7, 8}));
+  CHECK(pull(slice_a, 1, 1) == std::vector<float>{7, 8});
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: operations of one worker apply in sequence order",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {0}));
+  // Deliver seq 2 (pull), then 1 (push 20), then 0 (push 10): the shard must
+  // apply push 10, push 20, then answer the pull with 20.
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 2});
+  send_push(slice_a, 0, 1, {20});
+  run();
+  CHECK(no_reply());
+  send_push(slice_a, 0, 0, {10});
+  run();
+  auto first = reply<caf::ok_atom>();
+  auto second = reply<caf::ok_atom>();
+  auto value = reply<floats>();
+  REQUIRE(first);
+  REQUIRE(second);
+  REQUIRE(value);
+  CHECK(value->data == std::vector<float>{20});
+  auto st = stats();
+  REQUIRE(st);
+  CHECK(st->reordered == 2);
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: a high-priority pull overtakes a normal backlog",
+                 "[shard]") {
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(set_optimizer(acc));
+  REQUIRE(init(slice_a, {0}));
+  // Worker 0 queues 20 pushes of 1; worker 1 then pulls. The shard has not
+  // run yet, so all 21 messages wait in its mailbox.
+  for (uint64_t i = 0; i < 20; ++i)
+    send_push(slice_a, 0, i, {1});
+  // Collects the 20 acks and the pulled value, whatever their order.
+  auto pulled_value = [this] {
+    float seen = -1;
+    int acks = 0;
+    for (int i = 0; i < 21; ++i)
+      self->receive([&](caf::ok_atom) { ++acks; },
+                    [&](floats& x) { seen = x.data.at(0); },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+    CHECK(acks == 20);
+    return seen;
+  };
+  SECTION("with high priority, the pull is answered before the backlog") {
+    self->send<caf::message_priority::high>(shard, pull_atom::value,
+                                            slice_pull{slice_a, 1, 0});
+    run();
+    CHECK(pulled_value() == 0.0f);
+  }
+  SECTION("with normal priority, the pull waits behind the backlog") {
+    self->send(shard, pull_atom::value, slice_pull{slice_a, 1, 0});
+    run();
+    CHECK(pulled_value() == 20.0f);
+  }
+}
+
+TEST_CASE_METHOD(shard_fixture, "shard: set_optimizer validates and applies",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {1.0f, -2.0f}));
+  SECTION("bad parameters are refused and nothing changes") {
+    optimizer_config bad;
+    bad.name = "sgd";
+    bad.learning_rate = -1;
+    auto msg = require_error(set_optimizer(bad), errc::bad_optimizer);
+    CHECK(msg.find("learning_rate") != std::string::npos);
+    optimizer_config unknown;
+    unknown.name = "lbfgs";
+    require_error(set_optimizer(unknown), errc::bad_optimizer);
+    REQUIRE(push(slice_a, 0, 0, {3, 4}));
+    CHECK(pull(slice_a, 0, 1) == std::vector<float>{3, 4});
+  }
+  SECTION("sgd descends, ascent climbs") {
+    optimizer_config sgd;
+    sgd.name = "sgd";
+    sgd.learning_rate = 0.5f;
+    REQUIRE(set_optimizer(sgd));
+    REQUIRE(push(slice_a, 0, 0, {2, 2}));
+    CHECK(pull(slice_a, 0, 1) == std::vector<float>{0.0f, -3.0f});
+    sgd.ascent = true;
+    REQUIRE(set_optimizer(sgd));
+    REQUIRE(push(slice_a, 0, 2, {2, 2}));
+    CHECK(pull(slice_a, 0, 3) == std::vector<float>{1.0f, -2.0f});
+  }
+}
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a sync round sums every worker's push once",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {0, 0}));
+  REQUIRE(push(slice_a, 0, 0, {1, 2}));
+  // Worker 0's pull depends on round 0, which still lacks worker 1.
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 1});
+  run();
+  CHECK(no_reply());
+  auto st = stats();
+  REQUIRE(st);
+  CHECK(st->waiting_pulls == 1);
+  SECTION("the round completes when the last worker pushes") {
+    REQUIRE(push(slice_a, 1, 0, {10, 20}));
+    auto value = reply<floats>();
+    REQUIRE(value);
+    CHECK(value->data == std::vector<float>{11, 22});
+    // A pull of worker 1 after its push sees the same round.
+    CHECK(pull(slice_a, 1, 1) == std::vector<float>{11, 22});
+  }
+  SECTION("a worker ahead of the others goes into the next round") {
+    REQUIRE(push(slice_a, 0, 2, {100, 100}));
+    REQUIRE(push(slice_a, 1, 0, {10, 20}));
+    auto value = reply<floats>();
+    REQUIRE(value);
+    CHECK(value->data == std::vector<float>{11, 22});
+    REQUIRE(push(slice_a, 1, 1, {1, 1}));
+    CHECK(pull(slice_a, 1, 2) == std::vector<float>{101, 101});
+  }
+  SECTION("a dead worker is dropped from the round") {
+    self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
+    run();
+    auto ok = reply<caf::ok_atom>();
+    auto value = reply<floats>();
+    REQUIRE(ok);
+    REQUIRE(value);
+    CHECK(value->data == std::vector<float>{1, 2});
+    self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 9});
+    run();
+    require_error(reply<caf::ok_atom>(), errc::bad_config);
+  }
+}
+
+TEST_CASE_METHOD(shard_fixture, "shard: save and load state", "[shard]") {
+  optimizer_config mom;
+  mom.name = "sgd";
+  mom.momentum = 0.9f;
+  mom.learning_rate = 0.1f;
+  REQUIRE(set_optimizer(mom));
+  REQUIRE(init(slice_a, {1, 2, 3}));
+  REQUIRE(init(slice_b, {4}));
+  REQUIRE(push(slice_a, 0, 0, {1, 1, 1}));
+  self->send(shard, save_atom::value);
+  run();
+  auto snap = reply<state_snapshot>();
+  REQUIRE(snap);
+  REQUIRE(snap->slices.size() == 2);
+  CHECK(snap->optimizer.name == "sgd");
+  CHECK(snap->slices[0].part == 0);
+  CHECK(snap->slices[0].step == 1);
+  CHECK(snap->slices[0].state.data.size() == 3);
+  auto saved_value = snap->slices[0].value.data;
+  // Diverge, then load: the value, state and step come back.
+  REQUIRE(push(slice_a, 0, 1, {5, 5, 5}));
+  SECTION("a valid snapshot restores everything") {
+    self->send(shard, load_atom::value, *snap);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(pull(slice_a, 0, 2) == saved_value);
+  }
+  SECTION("a mismatched length is refused and nothing changes") {
+    auto bad = *snap;
+    bad.slices[0].value.data.push_back(0);
+    self->send(shard, load_atom::value, bad);
+    run();
+    require_error(reply<caf::ok_atom>(), errc::checkpoint_mismatch);
+    CHECK(pull(slice_a, 0, 2) != saved_value);
+  }
+  SECTION("a wrong state size is refused") {
+    auto bad = *snap;
+    bad.slices[1].state.data.clear();
+    self->send(shard, load_atom::value, bad);
+    run();
+    require_error(reply<caf::ok_atom>(), errc::checkpoint_mismatch);
+  }
+  SECTION("an unknown slice is refused") {
+    auto bad = *snap;
+    bad.slices[0].key_id = 99;
+    self->send(shard, load_atom::value, bad);
+    run();
+    require_error(reply<caf::ok_atom>(), errc::unknown_key);
+  }
+  SECTION("a bad optimizer is refused") {
+    auto bad = *snap;
+    bad.optimizer.momentum = 2;
+    self->send(shard, load_atom::value, bad);
+    run();
+    require_error(reply<caf::ok_atom>(), errc::bad_optimizer);
+  }
+}
+
+TEST_CASE_METHOD(shard_fixture, "shard: stats count what happened", "[shard]") {
+  REQUIRE(init(slice_a, {1, 2}));
+  REQUIRE(init(slice_b, {3}));
+  REQUIRE(push(slice_a, 0, 0, {1, 1}));
+  REQUIRE(pull(slice_a, 0, 1));
+  auto st = stats();
+  REQUIRE(st);
+  CHECK(st->slices == 2);
+  CHECK(st->floats_stored == 3);
+  CHECK(st->pushes == 1);
+  CHECK(st->pulls == 1);
+  CHECK(st->updates == 1);
+}

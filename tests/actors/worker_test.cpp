@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "actors/worker.hpp"
+
+#include <numeric>
+
+#include "actors/coordinator.hpp"
+#include "actors/shard.hpp"
+
+#include "tests/actors/fixture.hpp"
+
+using namespace actorps;
+using actorps::test::require_error;
+
+namespace {
+
+// Two shards, a coordinator and two workers on the deterministic scheduler,
+// with a small slicing bound so that a key of 100 floats is sliced.
+struct cluster_fixture : test::deterministic_fixture {
+  std::vector<shard_actor> shards;
+  coordinator_actor coord;
+  std::vector<worker_actor> workers;
+
+  cluster_fixture() {
+    for (uint32_t i = 0; i < 2; ++i)
+      shards.push_back(guard(spawn_shard(sys, shard_config{i, 2, false})));
+    coord = guard(spawn_coordinator(
+      sys,
+      coordinator_config{2, 64, std::chrono::milliseconds{60000}, shards}));
+    for (uint32_t r = 0; r < 2; ++r)
+      workers.push_back(guard(spawn_worker(
+        sys, worker_config{r, coord, shards, std::chrono::milliseconds{60000},
+                           std::chrono::milliseconds{60000}})));
+  }
+
+  void send_init(uint32_t rank, const std::string& key,
+                 std::vector<uint64_t> shape, std::vector<float> value) {
+    self->send(workers[rank], init_atom::value, key, std::move(shape),
+               floats{std::move(value)});
+    run();
+  }
+
+  caf::expected<caf::ok_atom> init(uint32_t rank, const std::string& key,
+                                   std::vector<float> value) {
+    auto n = static_cast<uint64_t>(value.size());
+    send_init(rank, key, {n}, std::move(value));
+    return reply<caf::ok_atom>();
+  }
+
+  caf::expected<caf::ok_atom> push(uint32_t rank, const std::string& key,
+                                   std::vector<float> value,
+                                   int32_t priority = 0) {
+    self->send(workers[rank], push_atom::value, key, priority,
+               floats{std::move(value)});
+    run();
+    return reply<caf::ok_atom>();
+  }
+
+  caf::expected<std::vector<float>> pull(uint32_t rank,
+                                         const std::string& key) {
+    self->send(workers[rank], pull_atom::value, key, int32_t{0});
+    run();
+    auto r = reply<floats>();
+    if (!r)
+      return r.error();
+    return std::move(r->data);
+  }
+
+  uint64_t floats_on(uint32_t shard) {
+    self->send(shards[shard], stats_atom::value);
+    run();
+    auto st = reply<shard_stats>();
+    REQUIRE(st);
+    return st->floats_stored;
+  }
+};
+
+std::vector<float> iota(size_t n, float first) {
+  std::vector<float> xs(n);
+  std::iota(xs.begin(), xs.end(), first);
+  return xs;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(cluster_fixture, "worker: init is collective, rank 0 wins",
+                 "[worker]") {
+  SECTION("rank 1 waits for rank 0 and its value is ignored") {
+    send_init(1, "w", {3}, {9, 9, 9});
+    CHECK(no_reply());
+    REQUIRE(init(0, "w", {1, 2, 3}));
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(pull(1, "w") == std::vector<float>{1, 2, 3});
+  }
+  SECTION("a second init by the same rank is refused") {
+    REQUIRE(init(0, "w", {1, 2, 3}));
+    require_error(init(0, "w", {1, 2, 3}), errc::already_initialized);
+  }
+  SECTION("a value that does not fit the shape is refused") {
+    send_init(0, "w", {2, 2}, {1, 2, 3});
+    auto msg = require_error(reply<caf::ok_atom>(), errc::shape_mismatch);
+    CHECK(msg.find("[2,2]") != std::string::npos);
+  }
+  SECTION("another rank declaring another shape is refused") {
+    REQUIRE(init(0, "w", {1, 2, 3}));
+    require_error(init(1, "w", {1, 2}), errc::shape_mismatch);
+  }
+}
+
+TEST_CASE_METHOD(cluster_fixture, "worker: push and pull errors", "[worker]") {
+  SECTION("unknown key") {
+    auto msg = require_error(push(0, "nope", {1}), errc::unknown_key);
+    CHECK(msg.find("nope") != std::string::npos);
+    require_error(pull(0, "nope"), errc::unknown_key);
+  }
+  SECTION("declared but not yet initialized") {
+    send_init(1, "w", {1}, {0});
+    require_error(pull(0, "w"), errc::not_initialized);
+  }
+  SECTION("wrong size") {
+    REQUIRE(init(0, "w", {1, 2}));
+    auto msg = require_error(push(0, "w", {1, 2, 3}), errc::shape_mismatch);
+    CHECK(msg.find("'w'") != std::string::npos);
+  }
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a large key is sliced over all shards and "
+                 "round-trips exactly",
+                 "[worker]") {
+  auto value = iota(1001, 0.5f);
+  REQUIRE(init(0, "big", value));
+  CHECK(floats_on(0) > 0);
+  CHECK(floats_on(1) > 0);
+  CHECK(floats_on(0) + floats_on(1) == 1001);
+  CHECK(pull(1, "big") == value);
+  auto pushed = iota(1001, -7.0f);
+  REQUIRE(push(1, "big", pushed, 3));
+  CHECK(pull(1, "big") == pushed);
+  self->send(workers[0], lookup_atom::value, std::string{"big"});
+  run();
+  auto info = reply<key_info>();
+  REQUIRE(info);
+  CHECK(info->slices.size() == 2);
+  CHECK(info->size == 1001);
+}
+
+TEST_CASE_METHOD(cluster_fixture, "worker: barrier releases everyone at once",
+                 "[worker]") {
+  self->send(workers[0], barrier_atom::value);
+  run();
+  CHECK(no_reply());
+  self->send(workers[1], barrier_atom::value);
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  REQUIRE(reply<caf::ok_atom>());
+  SECTION("the barrier can be used again") {
+    self->send(workers[1], barrier_atom::value);
+    run();
+    CHECK(no_reply());
+  }
+  SECTION("entering twice is an error") {
+    self->send(coord, barrier_atom::value, uint32_t{0});
+    self->send(coord, barrier_atom::value, uint32_t{0});
+    run();
+    require_error(reply<caf::ok_atom>(), errc::bad_config);
+  }
+}
+
+TEST_CASE_METHOD(cluster_fixture, "worker: set_optimizer reaches every shard",
+                 "[worker]") {
+  REQUIRE(init(0, "big", std::vector<float>(200, 1.0f)));
+  optimizer_config acc;
+  acc.name = "accumulate";
+  self->send(workers[1], set_opt_atom::value, acc);
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  REQUIRE(push(0, "big", std::vector<float>(200, 2.0f)));
+  CHECK(pull(0, "big") == std::vector<float>(200, 3.0f));
+  optimizer_config bad;
+  bad.name = "adam";
+  bad.beta1 = 1.5f;
+  self->send(workers[1], set_opt_atom::value, bad);
+  run();
+  require_error(reply<caf::ok_atom>(), errc::bad_optimizer);
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "coordinator: save names the slices, load checks them",
+                 "[coordinator]") {
+  REQUIRE(init(0, "big", iota(100, 0)));
+  REQUIRE(init(0, "small", {42}));
+  self->send(coord, save_atom::value);
+  run();
+  auto snap = reply<state_snapshot>();
+  REQUIRE(snap);
+  REQUIRE(snap->slices.size() == 3);
+  CHECK(snap->slices[0].key == "big");
+  CHECK(snap->slices[0].offset == 0);
+  CHECK(snap->slices[1].key == "big");
+  CHECK(snap->slices[1].offset == 50);
+  CHECK(snap->slices[2].key == "small");
+  CHECK(snap->slices[2].value.data == std::vector<float>{42});
+  SECTION("load restores values") {
+    REQUIRE(push(0, "small", {7}));
+    self->send(coord, load_atom::value, *snap);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(pull(0, "small") == std::vector<float>{42});
+  }
+  SECTION("a key this store does not have is refused") {
+    auto bad = *snap;
+    bad.slices[2].key = "other";
+    self->send(coord, load_atom::value, bad);
+    run();
+    require_error(reply<caf::ok_atom>(), errc::unknown_key);
+  }
+  SECTION("a different slicing is refused") {
+    auto bad = *snap;
+    bad.slices[1].offset = 49;
+    self->send(coord, load_atom::value, bad);
+    run();
+    require_error(reply<caf::ok_atom>(), errc::checkpoint_mismatch);
+  }
+}
+
+TEST_CASE_METHOD(cluster_fixture, "coordinator: declare and lookup errors",
+                 "[coordinator]") {
+  self->send(coord, lookup_atom::value, std::string{"x"});
+  run();
+  require_error(reply<key_info>(), errc::unknown_key);
+  self->send(coord, declare_atom::value, std::string{"x"},
+             std::vector<uint64_t>{3}, uint32_t{7});
+  run();
+  require_error(reply<key_info>(), errc::bad_config);
+  self->send(coord, declare_atom::value, std::string{"x"},
+             std::vector<uint64_t>{0}, uint32_t{0});
+  run();
+  require_error(reply<key_info>(), errc::shape_mismatch);
+  self->send(coord, init_done_atom::value, uint32_t{5});
+  run();
+  require_error(reply<caf::ok_atom>(), errc::unknown_key);
+}
