@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/kvstore.hpp"
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <utility>
+
+#include "caf/actor_system.hpp"
+#include "caf/duration.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
+
+#include "actors/coordinator.hpp"
+#include "actors/shard.hpp"
+#include "actors/worker.hpp"
+#include "messages/errors.hpp"
+#include "runtime/core/checkpoint.hpp"
+#include "runtime/core/layout.hpp"
+#include "runtime/system.hpp"
+
+namespace actorps {
+
+namespace {
+
+// Everything a local store runs: shared by all handles of that store.
+struct local_runtime {
+  system_config cfg;
+  caf::actor_system sys;
+  coordinator_actor coordinator;
+  std::vector<shard_actor> shards;
+  std::vector<worker_actor> workers;
+  store_options opts;
+  bool sync = false;
+
+  local_runtime(const store_options& o, bool is_sync)
+    : cfg(system_options{o.threads, false}), sys(cfg), opts(o), sync(is_sync) {
+    for (uint32_t i = 0; i < o.num_shards; ++i)
+      shards.push_back(spawn_shard(sys, shard_config{i, o.num_workers, sync}));
+    coordinator = spawn_coordinator(sys, coordinator_config{o.num_workers,
+                                                            o.bigarray_bound,
+                                                            o.timeout, shards});
+    for (uint32_t r = 0; r < o.num_workers; ++r)
+      workers.push_back(
+        spawn_worker(sys, worker_config{r, coordinator, shards, o.timeout,
+                                        o.barrier_timeout}));
+  }
+
+  ~local_runtime() {
+    for (auto& w : workers)
+      caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+    for (auto& s : shards)
+      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  }
+};
+
+caf::error closed_error(const char* op) {
+  return make_error(errc::closed,
+                    std::string{op} + ": the store handle was closed");
+}
+
+} // namespace
+
+struct kvstore::impl {
+  // Declared first so it is destroyed last: the scoped actor below belongs to
+  // its actor system.
+  std::shared_ptr<local_runtime> rt;
+  std::string type;
+  uint32_t rank = 0;
+  worker_actor worker;
+  std::unique_ptr<caf::scoped_actor> self;
+  std::unordered_map<std::string, key_info> keys;
+  // Operations in flight, by ticket number; each finisher receives the reply.
+  std::map<uint64_t, std::function<caf::error()>> pending;
+  uint64_t next_ticket = 1;
+  // First error of an operation finished on the way (reported by next wait).
+  caf::error deferred;
+  bool closed = false;
+  bool barrier_before_exit = false;
+
+  impl(std::shared_ptr<local_runtime> runtime, std::string t, uint32_t r)
+    : rt(std::move(runtime)), type(std::move(t)), rank(r) {
+    worker = rt->workers[r];
+    self = std::make_unique<caf::scoped_actor>(rt->sys, true);
+  }
+
+  ~impl() {
+    self.reset();
+  }
+
+  caf::duration timeout() const {
+    return caf::duration{rt->opts.timeout};
+  }
+
+  // Blocking request to the worker actor; `on_value` gets the reply.
+  template <class OnValue, class... Ts>
+  caf::error call(caf::duration dur, OnValue on_value, Ts&&... xs) {
+    caf::error result;
+    (*self)
+      ->request(worker, dur, std::forward<Ts>(xs)...)
+      .receive(on_value, [&](caf::error& err) { result = std::move(err); });
+    return result;
+  }
+
+  // Sends a request and keeps its finisher under a new ticket number. The
+  // hop to the worker actor keeps normal priority on purpose: the mailbox
+  // must not reorder one handle's operations before the worker numbers them;
+  // the worker applies the priority on its way to the shards.
+  template <class OnValue, class... Ts>
+  uint64_t start(OnValue on_value, Ts&&... xs) {
+    auto id = next_ticket++;
+    auto h = (*self)->request(worker, timeout(), std::forward<Ts>(xs)...);
+    pending.emplace(id, [h, on_value]() mutable {
+      caf::error result;
+      h.receive(on_value, [&](caf::error& err) { result = std::move(err); });
+      return result;
+    });
+    return id;
+  }
+
+  // Finishes every pending operation up to and including `last`.
+  caf::error finish_until(uint64_t last) {
+    caf::error first = std::move(deferred);
+    deferred = caf::none;
+    while (!pending.empty() && pending.begin()->first <= last) {
+      auto f = std::move(pending.begin()->second);
+      pending.erase(pending.begin());
+      if (auto err = f(); err && !first)
+        first = std::move(err);
+    }
+    return first;
+  }
+
+  // Bounds the operations in flight: finishes the oldest ones.
+  void throttle() {
+    auto cap = std::max<std::size_t>(rt->opts.max_pending, 1);
+    while (pending.size() >= cap) {
+      auto f = std::move(pending.begin()->second);
+      pending.erase(pending.begin());
+      if (auto err = f(); err && !deferred)
+        deferred = std::move(err);
+    }
+  }
+
+  caf::expected<key_info> meta(const std::string& key) {
+    auto i = keys.find(key);
+    if (i != keys.end())
+      return i->second;
+    key_info info;
+    auto err = call(
+      timeout(), [&](key_info& x) { info = std::move(x); }, lookup_atom::value,
+      key);
+    if (err)
+      return err;
+    return keys.emplace(key, std::move(info)).first->second;
+  }
+};
+
+kvstore::kvstore(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
+}
+
+kvstore::kvstore(kvstore&&) noexcept = default;
+
+kvstore& kvstore::operator=(kvstore&&) noexcept = default;
+
+kvstore::~kvstore() {
+  if (impl_ && !impl_->closed)
+    static_cast<void>(close());
+}
+
+caf::expected<kvstore> kvstore::create(const std::string& type,
+                                       const store_options& opts) {
+  bool sync = false;
+  if (type == "local" || type == "local_async")
+    sync = false;
+  else if (type == "local_sync")
+    sync = true;
+  else
+    return make_error(errc::bad_config,
+                      "create: unknown store type '" + type
+                        + "' (expected local, local_async or local_sync)");
+  if (opts.num_workers == 0 || opts.num_shards == 0)
+    return make_error(errc::bad_config,
+                      "create: need at least one worker and one shard, got "
+                        + std::to_string(opts.num_workers) + " workers and "
+                        + std::to_string(opts.num_shards) + " shards");
+  if (opts.bigarray_bound == 0)
+    return make_error(errc::bad_config, "create: bigarray_bound must be > 0");
+  if (opts.timeout.count() <= 0 || opts.barrier_timeout.count() <= 0)
+    return make_error(errc::bad_config, "create: timeouts must be > 0");
+  auto rt = std::make_shared<local_runtime>(opts, sync);
+  return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
+}
+
+caf::expected<kvstore> kvstore::worker(uint32_t rank) const {
+  if (impl_->closed)
+    return closed_error("worker");
+  if (rank >= impl_->rt->opts.num_workers)
+    return make_error(
+      errc::bad_config,
+      "worker: rank " + std::to_string(rank) + " out of range (store has "
+        + std::to_string(impl_->rt->opts.num_workers) + " workers)");
+  return kvstore{std::make_unique<impl>(impl_->rt, impl_->type, rank)};
+}
+
+const std::string& kvstore::type() const {
+  return impl_->type;
+}
+
+uint32_t kvstore::rank() const {
+  return impl_->rank;
+}
+
+uint32_t kvstore::num_workers() const {
+  return impl_->rt->opts.num_workers;
+}
+
+caf::error kvstore::init(const std::string& key,
+                         const Eigen::Ref<const Eigen::VectorXf>& value,
+                         std::vector<uint64_t> shape) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("init");
+  if (shape.empty())
+    shape.push_back(static_cast<uint64_t>(value.size()));
+  floats payload;
+  payload.data.assign(value.data(), value.data() + value.size());
+  return d.call(
+    d.timeout(), [](caf::ok_atom) {}, init_atom::value, key, std::move(shape),
+    std::move(payload));
+}
+
+caf::error kvstore::push(const std::string& key,
+                         const Eigen::Ref<const Eigen::VectorXf>& value,
+                         int priority) {
+  return push(key, std::vector<Eigen::Ref<const Eigen::VectorXf>>{value},
+              priority);
+}
+
+caf::error
+kvstore::push(const std::string& key,
+              const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+              int priority) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("push");
+  if (values.empty())
+    return make_error(errc::shape_mismatch,
+                      "push: no value given for key '" + key + "'");
+  auto info = d.meta(key);
+  if (!info)
+    return std::move(info.error());
+  for (auto& v : values)
+    if (auto st = core::check_size("push", *info, v.size(), "push"); !st.ok())
+      return to_error(st);
+  floats sum;
+  sum.data.resize(info->size);
+  Eigen::Map<Eigen::VectorXf> acc{sum.data.data(),
+                                  static_cast<Eigen::Index>(info->size)};
+  acc = values[0];
+  for (size_t i = 1; i < values.size(); ++i)
+    acc += values[i];
+  d.throttle();
+  d.start([](caf::ok_atom) {}, push_atom::value, key,
+          static_cast<int32_t>(priority), std::move(sum));
+  return caf::none;
+}
+
+caf::expected<pull_ticket> kvstore::pull(const std::string& key,
+                                         Eigen::Ref<Eigen::VectorXf> out,
+                                         int priority) {
+  return pull(key, std::vector<Eigen::Ref<Eigen::VectorXf>>{out}, priority);
+}
+
+caf::expected<pull_ticket>
+kvstore::pull(const std::string& key,
+              std::vector<Eigen::Ref<Eigen::VectorXf>> outs, int priority) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("pull");
+  if (outs.empty())
+    return make_error(errc::shape_mismatch,
+                      "pull: no output given for key '" + key + "'");
+  auto info = d.meta(key);
+  if (!info)
+    return std::move(info.error());
+  std::vector<float*> targets;
+  for (auto& o : outs) {
+    if (auto st = core::check_size("pull", *info, o.size(), "output"); !st.ok())
+      return to_error(st);
+    targets.push_back(o.data());
+  }
+  auto n = info->size;
+  d.throttle();
+  auto id = d.start(
+    [targets, n](floats& x) {
+      // The worker checked the length; copy into each output.
+      if (x.data.size() == n)
+        for (auto t : targets)
+          std::memcpy(t, x.data.data(), n * sizeof(float));
+    },
+    pull_atom::value, key, static_cast<int32_t>(priority));
+  return pull_ticket{id};
+}
+
+caf::error kvstore::wait(pull_ticket ticket) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("wait");
+  if (d.pending.count(ticket.id()) == 0 && ticket.id() >= d.next_ticket)
+    return make_error(errc::bad_config, "wait: ticket "
+                                          + std::to_string(ticket.id())
+                                          + " was not issued by this handle");
+  return d.finish_until(ticket.id());
+}
+
+caf::error kvstore::wait_all() {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("wait_all");
+  return d.finish_until(d.next_ticket);
+}
+
+caf::error kvstore::barrier() {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("barrier");
+  if (auto err = wait_all())
+    return err;
+  return d.call(
+    caf::duration{d.rt->opts.barrier_timeout}, [](caf::ok_atom) {},
+    barrier_atom::value);
+}
+
+caf::error kvstore::set_optimizer(const optimizer_config& cfg) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("set_optimizer");
+  if (auto err = wait_all())
+    return err;
+  return d.call(
+    d.timeout(), [](caf::ok_atom) {}, set_opt_atom::value, cfg);
+}
+
+caf::error kvstore::save_optimizer_states(const std::string& path) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("save_optimizer_states");
+  if (auto err = wait_all())
+    return err;
+  state_snapshot snap;
+  auto err = d.call(
+    d.timeout(), [&](state_snapshot& x) { snap = std::move(x); },
+    save_atom::value);
+  if (err)
+    return err;
+  return to_error(core::write_file_atomic(path, core::encode_checkpoint(snap)));
+}
+
+caf::error kvstore::load_optimizer_states(const std::string& path) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("load_optimizer_states");
+  if (auto err = wait_all())
+    return err;
+  std::vector<char> bytes;
+  if (auto st = core::read_file(path, bytes); !st.ok())
+    return to_error(st);
+  state_snapshot snap;
+  if (auto st = core::decode_checkpoint(bytes, snap); !st.ok())
+    return make_error(st.code, st.message + " in " + path);
+  return d.call(
+    d.timeout(), [](caf::ok_atom) {}, load_atom::value, std::move(snap));
+}
+
+caf::expected<std::vector<uint64_t>> kvstore::shape(const std::string& key) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("shape");
+  auto info = d.meta(key);
+  if (!info)
+    return std::move(info.error());
+  return info->shape;
+}
+
+void kvstore::set_barrier_before_exit(bool value) {
+  impl_->barrier_before_exit = value;
+}
+
+caf::error kvstore::close() {
+  auto& d = *impl_;
+  if (d.closed)
+    return caf::none;
+  auto err = wait_all();
+  if (d.barrier_before_exit) {
+    auto berr = barrier();
+    if (!err)
+      err = std::move(berr);
+  }
+  d.closed = true;
+  d.pending.clear();
+  return err;
+}
+
+bool kvstore::closed() const {
+  return impl_->closed;
+}
+
+} // namespace actorps

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "caf/error.hpp"
+#include "caf/expected.hpp"
+
+#include "messages/errc.hpp"
+#include "messages/types.hpp"
+
+namespace actorps {
+
+/// Options of a store.
+struct store_options {
+  /// Local mode: number of worker handles (training threads).
+  uint32_t num_workers = 1;
+  /// Local mode: number of shard actors.
+  uint32_t num_shards = 2;
+  /// Keys with at least this many floats are sliced over all shards.
+  uint64_t bigarray_bound = uint64_t{1} << 20;
+  /// Bound on every data or control operation.
+  std::chrono::milliseconds timeout{60000};
+  /// Bound on a barrier (other workers may legitimately be slow).
+  std::chrono::milliseconds barrier_timeout{600000};
+  /// Pushes a handle keeps in flight before `push` waits for the oldest.
+  std::size_t max_pending = 1024;
+  /// Scheduler threads of the local actor system; 0 keeps CAF's default.
+  std::size_t threads = 0;
+};
+
+/// A pending pull, to pass to `kvstore::wait`.
+class pull_ticket {
+public:
+  /// The ticket's number, unique per handle.
+  uint64_t id() const noexcept {
+    return id_;
+  }
+
+private:
+  friend class kvstore;
+  explicit pull_ticket(uint64_t id) : id_(id) {
+  }
+  uint64_t id_ = 0;
+};
+
+/// One worker's handle on a parameter store: the blocking edge that a
+/// training loop calls (MXNet KVStore / DJL ParameterServer semantics).
+///
+/// Types: "local" (= "local_async": each push is applied on arrival) and
+/// "local_sync" (BSP: each round sums the pushes of all workers, then
+/// updates once) run coordinator, shards and workers in one process.
+///
+/// Contract: `push` and `pull` return at once; a pull's output may be read
+/// only after `wait` on its ticket (or `wait_all`). Pushes and pulls of one
+/// handle on one key take effect in issue order, whatever their priorities;
+/// different workers synchronize only through `barrier`. Errors of a push
+/// (e.g. a shard failing) surface at the next `wait` or `wait_all`.
+/// A handle is used by one thread at a time; give each training thread its
+/// own handle via `worker(rank)`. Every call after `close` fails with
+/// `errc::closed`.
+class kvstore {
+public:
+  /// Creates a store of the given type and returns the handle of rank 0.
+  /// Errors: `bad_config` (unknown type, zero workers or shards).
+  static caf::expected<kvstore> create(const std::string& type,
+                                       const store_options& opts = {});
+
+  kvstore(kvstore&&) noexcept;
+  kvstore& operator=(kvstore&&) noexcept;
+  ~kvstore();
+
+  /// Another handle on the same local store, for worker `rank`.
+  caf::expected<kvstore> worker(uint32_t rank) const;
+
+  /// The type given to `create`.
+  const std::string& type() const;
+
+  /// This handle's worker rank, 0..num_workers()-1.
+  uint32_t rank() const;
+
+  /// Number of workers of the store.
+  uint32_t num_workers() const;
+
+  /// Initializes `key` (collective: rank 0's value is stored, other ranks
+  /// wait until it is). Returns once every shard holds the value. An empty
+  /// `shape` means a vector of `value.size()`.
+  caf::error init(const std::string& key,
+                  const Eigen::Ref<const Eigen::VectorXf>& value,
+                  std::vector<uint64_t> shape = {});
+
+  /// Pushes a value (a gradient, once an optimizer is set). Higher
+  /// `priority` is sent first. Returns at once.
+  caf::error push(const std::string& key,
+                  const Eigen::Ref<const Eigen::VectorXf>& value,
+                  int priority = 0);
+
+  /// Pushes the sum of several values (several devices' gradients).
+  caf::error push(const std::string& key,
+                  const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+                  int priority = 0);
+
+  /// Pulls the value of `key` into `out`, which must stay alive and
+  /// untouched until `wait` returns. Returns at once.
+  caf::expected<pull_ticket> pull(const std::string& key,
+                                  Eigen::Ref<Eigen::VectorXf> out,
+                                  int priority = 0);
+
+  /// Pulls the value of `key` into each of `outs`.
+  caf::expected<pull_ticket> pull(const std::string& key,
+                                  std::vector<Eigen::Ref<Eigen::VectorXf>> outs,
+                                  int priority = 0);
+
+  /// Waits for the pull of `ticket` and every operation issued before it;
+  /// returns the first error among them.
+  caf::error wait(pull_ticket ticket);
+
+  /// Waits for every operation issued so far; returns the first error.
+  caf::error wait_all();
+
+  /// Waits for this handle's operations, then for every worker to arrive.
+  caf::error barrier();
+
+  /// Sets the update rule on every shard; resets optimizer states.
+  caf::error set_optimizer(const optimizer_config& cfg);
+
+  /// Saves weights and optimizer states of the whole store to `path`
+  /// (atomically: temporary file, fsync, rename).
+  caf::error save_optimizer_states(const std::string& path);
+
+  /// Loads a file written by `save_optimizer_states`. Every key of the file
+  /// must be initialized here with the same shape and slicing.
+  caf::error load_optimizer_states(const std::string& path);
+
+  /// The shape of an initialized key. Errors: `unknown_key`,
+  /// `not_initialized`.
+  caf::expected<std::vector<uint64_t>> shape(const std::string& key);
+
+  /// Makes `close` enter a barrier first, so no worker leaves early.
+  void set_barrier_before_exit(bool value);
+
+  /// Waits for every operation, then closes the handle (idempotent).
+  caf::error close();
+
+  /// True once `close` was called.
+  bool closed() const;
+
+private:
+  struct impl;
+  explicit kvstore(std::unique_ptr<impl> ptr);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace actorps

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/system.hpp"
+
+#include "caf/atom.hpp"
+
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+
+namespace actorps {
+
+system_config::system_config(const system_options& opts) {
+  add_message_types<caf::id_block::actorps>();
+  register_error_category(*this);
+  if (opts.testing) {
+    set("scheduler.policy", caf::atom("testing"));
+    set("logger.inline-output", true);
+  } else if (opts.threads > 0) {
+    set("scheduler.max-threads", opts.threads);
+  }
+}
+
+} // namespace actorps

@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/kvstore.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "messages/errors.hpp"
+
+using namespace actorps;
+
+namespace {
+
+store_options local_options(uint32_t workers, uint32_t shards = 2) {
+  store_options opts;
+  opts.num_workers = workers;
+  opts.num_shards = shards;
+  opts.threads = 2;
+  opts.timeout = std::chrono::milliseconds{30000};
+  opts.barrier_timeout = std::chrono::milliseconds{60000};
+  return opts;
+}
+
+kvstore make_store(const std::string& type, const store_options& opts) {
+  auto kv = kvstore::create(type, opts);
+  if (!kv)
+    FAIL(render(kv.error()));
+  return std::move(*kv);
+}
+
+std::vector<kvstore> handles(kvstore& kv) {
+  std::vector<kvstore> result;
+  for (uint32_t r = 0; r < kv.num_workers(); ++r) {
+    auto h = kv.worker(r);
+    REQUIRE(h);
+    result.push_back(std::move(*h));
+  }
+  return result;
+}
+
+void require_ok(const caf::error& err) {
+  INFO(render(err));
+  REQUIRE(!err);
+}
+
+void require_code(const caf::error& err, errc code) {
+  INFO(render(err));
+  REQUIRE(code_of(err) == code);
+}
+
+// Runs `f(handle)` on one thread per worker; returns the first failure.
+template <class F>
+std::string run_workers(std::vector<kvstore>& hs, F f) {
+  std::vector<std::string> errors(hs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < hs.size(); ++i)
+    threads.emplace_back([&, i] { errors[i] = f(hs[i]); });
+  for (auto& t : threads)
+    t.join();
+  for (auto& e : errors)
+    if (!e.empty())
+      return e;
+  return {};
+}
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/actorps-test-" + std::to_string(::getpid()) + "-" + name;
+}
+
+} // namespace
+
+TEST_CASE("kvstore: a pull sees every earlier push of the same worker",
+          "[integration]") {
+  auto type = GENERATE(as<std::string>{}, "local_async", "local_sync");
+  auto kv = make_store(type, local_options(1));
+  Eigen::VectorXf zero = Eigen::VectorXf::Zero(5);
+  require_ok(kv.init("k", zero));
+  // 200 pushes and pulls issued without waiting, with mixed priorities: the
+  // i-th pull must see exactly the i-th push (no optimizer: value = push).
+  std::mt19937 rng{42};
+  std::vector<Eigen::VectorXf> outs(200, Eigen::VectorXf(5));
+  std::vector<pull_ticket> tickets;
+  for (int i = 0; i < 200; ++i) {
+    Eigen::VectorXf v = Eigen::VectorXf::Constant(5, static_cast<float>(i));
+    auto prio = static_cast<int>(rng() % 3);
+    require_ok(kv.push("k", v, prio));
+    auto t = kv.pull("k", outs[i], static_cast<int>(rng() % 3));
+    REQUIRE(t);
+    tickets.push_back(*t);
+  }
+  require_ok(kv.wait_all());
+  for (int i = 0; i < 200; ++i) {
+    INFO("pull " << i);
+    CHECK((outs[i].array() == static_cast<float>(i)).all());
+  }
+}
+
+TEST_CASE("kvstore: 8 workers x 1000 pushes lose no update", "[integration]") {
+  auto type = GENERATE(as<std::string>{}, "local_async", "local_sync");
+  auto kv = make_store(type, local_options(8));
+  optimizer_config acc;
+  acc.name = "accumulate";
+  require_ok(kv.set_optimizer(acc));
+  auto hs = handles(kv);
+  auto err = run_workers(hs, [](kvstore& h) -> std::string {
+    Eigen::VectorXf zero = Eigen::VectorXf::Zero(3);
+    if (auto e = h.init("sum", zero))
+      return render(e);
+    Eigen::VectorXf one = Eigen::VectorXf::Constant(3, h.rank() + 1.0f);
+    for (int i = 0; i < 1000; ++i)
+      if (auto e = h.push("sum", one, i % 2))
+        return render(e);
+    if (auto e = h.barrier())
+      return render(e);
+    return {};
+  });
+  REQUIRE(err.empty());
+  Eigen::VectorXf out(3);
+  auto t = kv.pull("sum", out);
+  REQUIRE(t);
+  require_ok(kv.wait(*t));
+  // sum over ranks of (rank + 1) * 1000 = 36 * 1000.
+  CHECK((out.array() == 36000.0f).all());
+}
+
+TEST_CASE("kvstore: a sync round's pull sees exactly that round's sum",
+          "[integration]") {
+  auto kv = make_store("local_sync", local_options(4, 3));
+  auto hs = handles(kv);
+  auto err = run_workers(hs, [](kvstore& h) -> std::string {
+    Eigen::VectorXf zero = Eigen::VectorXf::Zero(4);
+    if (auto e = h.init("w", zero))
+      return render(e);
+    Eigen::VectorXf out(4);
+    for (int r = 0; r < 50; ++r) {
+      Eigen::VectorXf v
+        = Eigen::VectorXf::Constant(4, (h.rank() + 1.0f) * (r + 1.0f));
+      if (auto e = h.push("w", v))
+        return render(e);
+      auto t = h.pull("w", out);
+      if (!t)
+        return render(t.error());
+      if (auto e = h.wait(*t))
+        return render(e);
+      // No optimizer: the value is the round's merged push,
+      // sum over 4 ranks of (rank + 1) * (r + 1) = 10 * (r + 1).
+      if (!(out.array() == 10.0f * (r + 1.0f)).all())
+        return "rank " + std::to_string(h.rank()) + " round "
+               + std::to_string(r) + " saw " + std::to_string(out[0]);
+    }
+    return {};
+  });
+  CHECK(err.empty());
+  INFO(err);
+}
+
+TEST_CASE("kvstore: a tensor above the slicing bound round-trips exactly",
+          "[integration]") {
+  auto opts = local_options(2, 4);
+  opts.bigarray_bound = 1000;
+  auto kv = make_store("local_async", opts);
+  Eigen::VectorXf big = Eigen::VectorXf::LinSpaced(10007, -3.0f, 11.0f);
+  require_ok(kv.init("big", big, {1, 10007}));
+  auto shape = kv.shape("big");
+  REQUIRE(shape);
+  CHECK(*shape == std::vector<uint64_t>{1, 10007});
+  auto other = kv.worker(1);
+  REQUIRE(other);
+  Eigen::VectorXf a(10007);
+  Eigen::VectorXf b(10007);
+  auto t = other->pull("big", {a, b});
+  REQUIRE(t);
+  require_ok(other->wait(*t));
+  CHECK(a == big);
+  CHECK(b == big);
+  // Push the sum of two device gradients; the stored value is their sum.
+  Eigen::VectorXf g1 = Eigen::VectorXf::Constant(10007, 0.25f);
+  Eigen::VectorXf g2 = Eigen::VectorXf::LinSpaced(10007, 0.0f, 1.0f);
+  require_ok(other->push("big", {g1, g2}, 5));
+  t = other->pull("big", a);
+  REQUIRE(t);
+  require_ok(other->wait(*t));
+  CHECK(a == (g1 + g2));
+}
+
+TEST_CASE("kvstore: save and load restore training bit for bit",
+          "[integration]") {
+  auto opts = local_options(1, 3);
+  opts.bigarray_bound = 64;
+  optimizer_config adam;
+  adam.name = "adam";
+  adam.learning_rate = 0.01f;
+  adam.weight_decay = 0.001f;
+  std::mt19937 rng{7};
+  std::normal_distribution<float> dist;
+  auto random_vec = [&](Eigen::Index n) {
+    Eigen::VectorXf v(n);
+    for (Eigen::Index i = 0; i < n; ++i)
+      v[i] = dist(rng);
+    return v;
+  };
+  Eigen::VectorXf w0 = random_vec(300);
+  Eigen::VectorXf b0 = random_vec(7);
+  std::vector<Eigen::VectorXf> grads;
+  for (int i = 0; i < 4; ++i)
+    grads.push_back(random_vec(300));
+  auto path = temp_path("adam.ckpt");
+  Eigen::VectorXf expected(300);
+  {
+    auto kv = make_store("local_async", opts);
+    require_ok(kv.set_optimizer(adam));
+    require_ok(kv.init("w", w0));
+    require_ok(kv.init("b", b0));
+    for (int i = 0; i < 3; ++i)
+      require_ok(kv.push("w", grads[i]));
+    require_ok(kv.save_optimizer_states(path));
+    require_ok(kv.push("w", grads[3]));
+    auto t = kv.pull("w", expected);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+  }
+  SECTION("a fresh store continues exactly where the saved one was") {
+    auto kv = make_store("local_async", opts);
+    require_ok(kv.init("w", Eigen::VectorXf::Zero(300)));
+    require_ok(kv.init("b", Eigen::VectorXf::Zero(7)));
+    require_ok(kv.load_optimizer_states(path));
+    require_ok(kv.push("w", grads[3]));
+    Eigen::VectorXf got(300);
+    auto t = kv.pull("w", got);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    CHECK(std::memcmp(got.data(), expected.data(), 300 * sizeof(float)) == 0);
+    Eigen::VectorXf bias(7);
+    t = kv.pull("b", bias);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    CHECK(bias == b0);
+  }
+  SECTION("a corrupted file is refused with checkpoint_corrupt") {
+    std::fstream f{path, std::ios::in | std::ios::out | std::ios::binary};
+    f.seekp(100);
+    f.put('\x5a');
+    f.close();
+    auto kv = make_store("local_async", opts);
+    require_ok(kv.init("w", Eigen::VectorXf::Zero(300)));
+    require_ok(kv.init("b", Eigen::VectorXf::Zero(7)));
+    auto err = kv.load_optimizer_states(path);
+    require_code(err, errc::checkpoint_corrupt);
+    CHECK(render(err).find(path) != std::string::npos);
+  }
+  SECTION("a store with other shapes is refused") {
+    auto kv = make_store("local_async", opts);
+    require_ok(kv.init("w", Eigen::VectorXf::Zero(301)));
+    require_ok(kv.init("b", Eigen::VectorXf::Zero(7)));
+    require_code(kv.load_optimizer_states(path), errc::checkpoint_mismatch);
+  }
+  SECTION("a missing file is refused with checkpoint_io") {
+    auto kv = make_store("local_async", opts);
+    require_code(kv.load_optimizer_states(path + ".missing"),
+                 errc::checkpoint_io);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("kvstore: misuse gives clear errors", "[integration]") {
+  SECTION("unknown store type and bad options") {
+    auto kv = kvstore::create("dist_magic");
+    REQUIRE_FALSE(kv);
+    CHECK(code_of(kv.error()) == errc::bad_config);
+    CHECK(render(kv.error()).find("dist_magic") != std::string::npos);
+    auto opts = local_options(0);
+    CHECK(code_of(kvstore::create("local", opts).error()) == errc::bad_config);
+  }
+  auto kv = make_store("local", local_options(2));
+  require_ok(kv.init("k", Eigen::VectorXf::Zero(4)));
+  SECTION("pull into a wrong-sized output") {
+    Eigen::VectorXf out(3);
+    auto t = kv.pull("k", out);
+    REQUIRE_FALSE(t);
+    CHECK(code_of(t.error()) == errc::shape_mismatch);
+    CHECK(render(t.error()).find("'k'") != std::string::npos);
+  }
+  SECTION("push of a wrong size or to an unknown key") {
+    require_code(kv.push("k", Eigen::VectorXf::Zero(5)), errc::shape_mismatch);
+    require_code(kv.push("nokey", Eigen::VectorXf::Zero(5)), errc::unknown_key);
+  }
+  SECTION("init with a shape that does not fit") {
+    require_code(kv.init("m", Eigen::VectorXf::Zero(5), {2, 2}),
+                 errc::shape_mismatch);
+  }
+  SECTION("init twice") {
+    require_code(kv.init("k", Eigen::VectorXf::Zero(4)),
+                 errc::already_initialized);
+  }
+  SECTION("bad optimizer") {
+    optimizer_config bad;
+    bad.name = "sgd";
+    bad.momentum = 1.5f;
+    require_code(kv.set_optimizer(bad), errc::bad_optimizer);
+  }
+  SECTION("worker rank out of range") {
+    auto h = kv.worker(2);
+    REQUIRE_FALSE(h);
+    CHECK(code_of(h.error()) == errc::bad_config);
+  }
+  SECTION("every call after close") {
+    require_ok(kv.close());
+    CHECK(kv.closed());
+    require_ok(kv.close());
+    Eigen::VectorXf out(4);
+    require_code(kv.push("k", out), errc::closed);
+    auto t = kv.pull("k", out);
+    REQUIRE_FALSE(t);
+    CHECK(code_of(t.error()) == errc::closed);
+    require_code(kv.wait_all(), errc::closed);
+    require_code(kv.barrier(), errc::closed);
+    require_code(kv.init("x", out), errc::closed);
+    require_code(kv.save_optimizer_states(temp_path("closed")), errc::closed);
+  }
+}
+
+TEST_CASE("kvstore: rank and num_workers describe the store", "[integration]") {
+  auto kv = make_store("local_sync", local_options(3));
+  CHECK(kv.type() == "local_sync");
+  CHECK(kv.rank() == 0);
+  CHECK(kv.num_workers() == 3);
+  auto h = kv.worker(2);
+  REQUIRE(h);
+  CHECK(h->rank() == 2);
+  CHECK(h->num_workers() == 3);
+}
