@@ -11,6 +11,7 @@
 #include "caf/duration.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/scoped_actor.hpp"
+#include "caf/sec.hpp"
 #include "caf/send.hpp"
 
 #include "actors/coordinator.hpp"
@@ -57,6 +58,16 @@ struct local_runtime {
   }
 };
 
+// CAF reports a missing reply as sec::request_timeout; say what timed out.
+caf::error translate(caf::error err, caf::duration dur) {
+  if (err == caf::sec::request_timeout)
+    return make_error(errc::timeout,
+                      "no reply within " + to_string(dur)
+                        + " (a worker, shard or the coordinator is stuck or "
+                          "dead, or a sync round lacks a worker)");
+  return err;
+}
+
 caf::error closed_error(const char* op) {
   return make_error(errc::closed,
                     std::string{op} + ": the store handle was closed");
@@ -102,7 +113,7 @@ struct kvstore::impl {
     (*self)
       ->request(worker, dur, std::forward<Ts>(xs)...)
       .receive(on_value, [&](caf::error& err) { result = std::move(err); });
-    return result;
+    return translate(std::move(result), dur);
   }
 
   // Sends a request and keeps its finisher under a new ticket number. The
@@ -113,10 +124,10 @@ struct kvstore::impl {
   uint64_t start(OnValue on_value, Ts&&... xs) {
     auto id = next_ticket++;
     auto h = (*self)->request(worker, timeout(), std::forward<Ts>(xs)...);
-    pending.emplace(id, [h, on_value]() mutable {
+    pending.emplace(id, [h, on_value, dur = timeout()]() mutable {
       caf::error result;
       h.receive(on_value, [&](caf::error& err) { result = std::move(err); });
-      return result;
+      return translate(std::move(result), dur);
     });
     return id;
   }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/core/layout.hpp"
 
+#include <cstdint>
+
 #include <algorithm>
 #include <string>
 
@@ -80,8 +82,13 @@ std::vector<slice_range> make_layout(std::string_view key, uint64_t size,
 
 uint64_t shape_size(const std::vector<uint64_t>& shape) noexcept {
   uint64_t result = 1;
-  for (auto dim : shape)
+  for (auto dim : shape) {
+    // Saturate instead of wrapping, so an absurd shape never matches a
+    // real buffer's length.
+    if (dim != 0 && result > UINT64_MAX / dim)
+      return UINT64_MAX;
     result *= dim;
+  }
   return result;
 }
 

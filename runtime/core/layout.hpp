@@ -44,7 +44,8 @@ std::vector<slice_range>
 make_layout(std::string_view key, uint64_t size, uint32_t num_shards,
             uint64_t bigarray_bound = default_bigarray_bound);
 
-/// Product of the dimensions of `shape` (1 for an empty shape).
+/// Product of the dimensions of `shape` (1 for an empty shape); saturates
+/// at UINT64_MAX instead of wrapping around.
 uint64_t shape_size(const std::vector<uint64_t>& shape) noexcept;
 
 /// Renders a shape as "[256,784]".

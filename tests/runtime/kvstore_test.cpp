@@ -326,6 +326,23 @@ TEST_CASE("kvstore: misuse gives clear errors", "[integration]") {
   }
 }
 
+TEST_CASE("kvstore: a sync pull that can never complete times out clearly",
+          "[integration]") {
+  auto opts = local_options(2);
+  opts.timeout = std::chrono::milliseconds{300};
+  auto kv = make_store("local_sync", opts);
+  require_ok(kv.init("k", Eigen::VectorXf::Zero(2)));
+  // Rank 1 never pushes, so round 0 never completes and the pull of rank 0
+  // cannot be answered: the call must fail with a timeout, not hang.
+  require_ok(kv.push("k", Eigen::VectorXf::Ones(2)));
+  Eigen::VectorXf out(2);
+  auto t = kv.pull("k", out);
+  REQUIRE(t);
+  auto err = kv.wait(*t);
+  require_code(err, errc::timeout);
+  CHECK(render(err).find("no reply within") != std::string::npos);
+}
+
 TEST_CASE("kvstore: rank and num_workers describe the store", "[integration]") {
   auto kv = make_store("local_sync", local_options(3));
   CHECK(kv.type() == "local_sync");
