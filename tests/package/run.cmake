@@ -30,3 +30,12 @@ if(NOT out MATCHES "w = 0.8 0.8 0.8 0.8")
   message(FATAL_ERROR "unexpected output: ${out}")
 endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
+
+# The README shows this very example: keep them identical.
+file(READ "${SOURCE_DIR}/tests/package/main.cpp" example)
+file(READ "${SOURCE_DIR}/README.md" readme)
+string(FIND "${readme}" "${example}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "README.md's embedding example differs from "
+                      "tests/package/main.cpp")
+endif()

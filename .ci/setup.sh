@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every build and run dependency of actorps from Debian's apt.
+# Idempotent: does nothing when everything is installed already.
+set -euo pipefail
+
+packages=(
+  cmake make g++                # build
+  libcaf-dev                    # CAF 0.17.6: the actor framework
+  libeigen3-dev                 # tensors
+  libboost-program-options-dev  # the apps' command lines
+  catch2                        # tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
+      | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}"
+fi
