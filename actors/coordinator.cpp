@@ -37,12 +37,34 @@ struct coordinator_state {
   coordinator_config cfg;
   std::unordered_map<std::string, key_entry> keys;
   std::vector<std::string> names_by_id;
+  std::vector<bool> live;
   std::vector<bool> at_barrier;
   std::vector<caf::typed_response_promise<caf::ok_atom>> barrier_waiters;
   optimizer_config optimizer;
 
   caf::duration timeout() const {
     return caf::duration{cfg.timeout};
+  }
+
+  // Releases the barrier once every live worker is in it.
+  void check_barrier() {
+    if (barrier_waiters.empty())
+      return;
+    for (size_t r = 0; r < live.size(); ++r)
+      if (live[r] && !at_barrier[r])
+        return;
+    for (auto& w : barrier_waiters)
+      w.deliver(caf::ok_atom::value);
+    barrier_waiters.clear();
+    at_barrier.assign(cfg.num_workers, false);
+  }
+
+  std::vector<uint32_t> live_ranks() const {
+    std::vector<uint32_t> result;
+    for (uint32_t r = 0; r < live.size(); ++r)
+      if (live[r])
+        result.push_back(r);
+    return result;
   }
 };
 
@@ -75,6 +97,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                                   coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
   self->state.at_barrier.assign(self->state.cfg.num_workers, false);
+  self->state.live.assign(self->state.cfg.num_workers, true);
   return {
     [self](declare_atom, const std::string& key,
            const std::vector<uint64_t>& shape,
@@ -111,7 +134,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                             + core::shape_string(e.info.shape) + " but rank "
                             + std::to_string(rank) + " declared "
                             + core::shape_string(shape));
-      if (e.declared[rank])
+      if (e.declared[rank] && (rank != 0 || e.initialized))
         return make_error(errc::already_initialized,
                           "init: key " + quoted(key)
                             + " was already initialized by rank "
@@ -123,15 +146,24 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       e.waiters.push_back(rp);
       return rp;
     },
-    [self](init_done_atom, uint32_t key_id) -> caf::result<caf::ok_atom> {
+    [self](init_done_atom, uint32_t key_id,
+           bool ok) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
       if (key_id >= st.names_by_id.size())
         return make_error(errc::unknown_key,
                           "init_done: no key has id " + std::to_string(key_id));
       auto& e = st.keys[st.names_by_id[key_id]];
-      e.initialized = true;
-      for (auto& w : e.waiters)
-        w.deliver(e.info);
+      if (ok) {
+        e.initialized = true;
+        for (auto& w : e.waiters)
+          w.deliver(e.info);
+      } else {
+        e.declared[0] = false;
+        for (auto& w : e.waiters)
+          w.deliver(make_error(errc::not_initialized,
+                               "init: rank 0 failed to initialize key "
+                                 + quoted(e.info.name)));
+      }
       e.waiters.clear();
       return caf::ok_atom::value;
     },
@@ -154,20 +186,30 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return make_error(errc::bad_config, "barrier: rank "
                                               + std::to_string(rank)
                                               + " out of range");
-      if (st.at_barrier[rank])
-        return make_error(errc::bad_config,
-                          "barrier: rank " + std::to_string(rank)
-                            + " entered the same barrier twice");
+      if (!st.live[rank])
+        return make_error(errc::dead_node, "barrier: rank "
+                                             + std::to_string(rank)
+                                             + " left the job");
       st.at_barrier[rank] = true;
       auto rp = self->make_response_promise<caf::ok_atom>();
       st.barrier_waiters.push_back(rp);
-      if (std::all_of(st.at_barrier.begin(), st.at_barrier.end(),
-                      [](bool b) { return b; })) {
-        for (auto& w : st.barrier_waiters)
-          w.deliver(caf::ok_atom::value);
-        st.barrier_waiters.clear();
-        st.at_barrier.assign(st.cfg.num_workers, false);
-      }
+      st.check_barrier();
+      return rp;
+    },
+    [self](leave_atom, uint32_t rank) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (rank >= st.cfg.num_workers)
+        return make_error(errc::bad_config, "leave: rank "
+                                              + std::to_string(rank)
+                                              + " out of range");
+      if (!st.live[rank])
+        return caf::ok_atom::value;
+      st.live[rank] = false;
+      st.check_barrier();
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      broadcast<caf::ok_atom>(
+        self, rp, [] { return caf::ok_atom::value; },
+        [](size_t, caf::ok_atom) {}, workers_atom::value, st.live_ranks());
       return rp;
     },
     [self](set_opt_atom,
@@ -192,10 +234,23 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         [self, merged] {
           auto& st = self->state;
           merged->optimizer = st.optimizer;
-          for (auto& rec : merged->slices) {
-            auto& info = st.keys[st.names_by_id.at(rec.key_id)].info;
+          // Shards report ids only; skip records this coordinator never
+          // registered (a shard that outlived an earlier coordinator).
+          auto known = [&](const slice_record& rec) {
+            if (rec.key_id >= st.names_by_id.size())
+              return false;
+            auto& info = st.keys[st.names_by_id[rec.key_id]].info;
+            return rec.part < info.slices.size();
+          };
+          auto& recs = merged->slices;
+          recs.erase(
+            std::remove_if(recs.begin(), recs.end(),
+                           [&](const slice_record& r) { return !known(r); }),
+            recs.end());
+          for (auto& rec : recs) {
+            auto& info = st.keys[st.names_by_id[rec.key_id]].info;
             rec.key = info.name;
-            rec.offset = info.slices.at(rec.part).offset;
+            rec.offset = info.slices[rec.part].offset;
           }
           std::sort(merged->slices.begin(), merged->slices.end(),
                     [](const slice_record& a, const slice_record& b) {
@@ -235,6 +290,14 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                               + " was sliced differently when saved (was "
                                 "the number of shards or the slicing bound "
                                 "changed?)");
+        auto want = core::state_size(snap.optimizer, rec.value.data.size());
+        if (rec.state.data.size() != want)
+          return make_error(errc::checkpoint_mismatch,
+                            "load_state: key " + quoted(rec.key) + " part "
+                              + std::to_string(rec.part) + " needs "
+                              + std::to_string(want) + " state floats for '"
+                              + snap.optimizer.name + "' but has "
+                              + std::to_string(rec.state.data.size()));
         auto copy = rec;
         copy.key_id = info.id;
         per_shard[info.slices[rec.part].shard].slices.push_back(

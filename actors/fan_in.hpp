@@ -35,6 +35,11 @@ public:
     st_->rp.deliver(std::move(err));
   }
 
+  /// True once a failure was delivered.
+  bool failed() const {
+    return st_->failed;
+  }
+
   /// The promise, to deliver the final value.
   Promise& promise() const {
     return st_->rp;

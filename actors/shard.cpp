@@ -71,6 +71,9 @@ struct slice_state {
 struct shard_state {
   static inline const char* name = "actorps.shard";
 
+  /// Operations a worker may run ahead of the next expected one per slice.
+  static constexpr uint64_t max_seq_gap = 1 << 16;
+
   shard_config cfg;
   optimizer_config opt;
   std::unordered_map<slice_id, slice_state> slices;
@@ -87,6 +90,15 @@ struct shard_state {
                           + " expects " + std::to_string(cfg.num_workers)
                           + " workers) on " + slice_name(id));
     return caf::none;
+  }
+
+  caf::error duplicate(const char* op, slice_id id, uint32_t worker,
+                       uint64_t seq) const {
+    return make_error(errc::bad_config, std::string{op} + ": sequence number "
+                                          + std::to_string(seq) + " of worker "
+                                          + std::to_string(worker) + " on "
+                                          + slice_name(id)
+                                          + " is already waiting");
   }
 
   slice_state* find(slice_id id) {
@@ -144,6 +156,13 @@ struct shard_state {
 
   void do_push(slice_state& s, const slice_push& msg, ok_promise& rp) {
     ++stats.pushes;
+    // Checked in order, so the refused push still uses its sequence number.
+    if (!live[msg.worker]) {
+      rp.deliver(
+        make_error(errc::dead_node, "push: worker " + std::to_string(msg.worker)
+                                      + " left the job or was declared dead"));
+      return;
+    }
     const auto& g = msg.grad.data;
     if (g.size() != s.value.size()) {
       rp.deliver(make_error(errc::shape_mismatch,
@@ -212,6 +231,14 @@ struct shard_state {
     if (s == nullptr)
       return not_initialized(op, id);
     auto expected_seq = s->next_seq[worker];
+    // A gap this large means lost messages or a restarted shard: waiting
+    // for the missing operations would only pile up stashed copies.
+    if (seq > expected_seq + max_seq_gap)
+      return make_error(
+        errc::bad_config,
+        std::string{op} + ": sequence number " + std::to_string(seq)
+          + " of worker " + std::to_string(worker) + " on " + slice_name(id)
+          + " is too far ahead (next is " + std::to_string(expected_seq) + ")");
     if (seq < expected_seq)
       return make_error(
         errc::bad_config,
@@ -269,7 +296,11 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         op.is_push = true;
         op.push = msg;
         op.push_promise = rp;
-        s->stash.emplace(std::make_pair(msg.worker, msg.seq), std::move(op));
+        // The promise owns the request now: answer through it.
+        if (!s->stash
+               .emplace(std::make_pair(msg.worker, msg.seq), std::move(op))
+               .second)
+          rp.deliver(st.duplicate("push", msg.slice, msg.worker, msg.seq));
       }
       return rp;
     },
@@ -287,7 +318,11 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         stashed_op op;
         op.push.slice = msg.slice;
         op.pull_rp = rp;
-        s->stash.emplace(std::make_pair(msg.worker, msg.seq), std::move(op));
+        // The promise owns the request now: answer through it.
+        if (!s->stash
+               .emplace(std::make_pair(msg.worker, msg.seq), std::move(op))
+               .second)
+          rp.deliver(st.duplicate("pull", msg.slice, msg.worker, msg.seq));
       }
       return rp;
     },
@@ -381,6 +416,13 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
                               + std::to_string(st.cfg.num_workers)
                               + " workers)");
         next[w] = true;
+      }
+      for (auto& kvp : st.slices) {
+        auto& sl = kvp.second;
+        // A worker that comes back joins the current round, not a past one.
+        for (uint32_t w = 0; w < st.cfg.num_workers; ++w)
+          if (next[w] && !st.live[w])
+            sl.pushes_of[w] = std::max(sl.pushes_of[w], sl.rounds_done);
       }
       st.live = std::move(next);
       for (auto& kvp : st.slices)

@@ -24,7 +24,8 @@
 /// - `(push_atom, slice_push)` -> `ok_atom`, sent once the push is applied
 ///   (async) or added to its round (sync). Errors: `not_initialized`,
 ///   `shape_mismatch` (length differs from the slice), `bad_config` (worker
-///   out of range, sequence number reused).
+///   out of range, sequence number reused or more than 65536 ahead),
+///   `dead_node` (the worker is not live: it left or was declared dead).
 /// - `(pull_atom, slice_pull)` -> `floats`, a copy of the slice. In sync mode
 ///   the reply waits until every round to which the same worker contributed
 ///   before this pull has been applied. Errors: as for push.

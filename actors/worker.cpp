@@ -55,11 +55,19 @@ std::string quoted(const std::string& key) {
   return "'" + key + "'";
 }
 
-void set_route(route& r, key_info info) {
+// Marks the route of `key` ready and runs the operations queued behind its
+// lookup, in issue order, before any later one.
+void ready_route(self_ptr self, const std::string& key, key_info info) {
+  auto& r = self->state.routes[key];
   if (!r.ready)
     r.seq.assign(info.slices.size(), 0);
   r.info = std::move(info);
   r.ready = true;
+  auto queued = std::move(r.queued);
+  r.queued.clear();
+  r.failed.clear();
+  for (auto& g : queued)
+    g(self->state.routes[key]);
 }
 
 // Runs `f` with the key's route, fetching it from the coordinator first if
@@ -84,24 +92,19 @@ void with_route(self_ptr self, const std::string& key,
   self
     ->request(self->state.cfg.coordinator, self->state.timeout(),
               lookup_atom::value, key)
-    .then(
-      [self, key](key_info& info) {
-        auto& r = self->state.routes[key];
-        set_route(r, std::move(info));
-        auto queued = std::move(r.queued);
-        r.failed.clear();
-        for (auto& g : queued)
-          g(self->state.routes[key]);
-      },
-      [self, key](caf::error& err) {
-        auto i = self->state.routes.find(key);
-        if (i == self->state.routes.end())
-          return;
-        auto failed = std::move(i->second.failed);
-        self->state.routes.erase(i);
-        for (auto& g : failed)
-          g(err);
-      });
+    .then([self,
+           key](key_info& info) { ready_route(self, key, std::move(info)); },
+          [self, key](caf::error& err) {
+            auto i = self->state.routes.find(key);
+            // An init may have made the route ready meanwhile: keep it (and its
+            // sequence numbers); its queue already ran.
+            if (i == self->state.routes.end() || i->second.ready)
+              return;
+            auto failed = std::move(i->second.failed);
+            self->state.routes.erase(i);
+            for (auto& g : failed)
+              g(err);
+          });
 }
 
 template <class... Ts>
@@ -196,21 +199,30 @@ void send_pull(self_ptr self, route& r, int32_t priority,
   }
 }
 
-// Rank 0 writes the value to every shard, then tells the coordinator.
+// Rank 0 writes the value to every shard, then tells the coordinator. If a
+// shard fails, the coordinator hears of it too, so the waiting ranks fail
+// instead of waiting and rank 0 may try again.
 void write_init(self_ptr self, key_info info, floats value,
                 caf::typed_response_promise<caf::ok_atom> rp) {
   auto& shards = self->state.cfg.shards;
   detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
-  auto done = [self, fan, info]() mutable {
-    self
-      ->request(self->state.cfg.coordinator, self->state.timeout(),
-                init_done_atom::value, info.id)
-      .then(
-        [self, fan, info](caf::ok_atom) mutable {
-          set_route(self->state.routes[info.name], info);
-          fan.promise().deliver(caf::ok_atom::value);
-        },
-        [fan](caf::error& err) { fan.fail(std::move(err)); });
+  auto report = [self, id = info.id](bool ok) {
+    return self->request(self->state.cfg.coordinator, self->state.timeout(),
+                         init_done_atom::value, id, ok);
+  };
+  auto done = [self, fan, info, report]() mutable {
+    report(true).then(
+      [self, fan, info](caf::ok_atom) mutable {
+        ready_route(self, info.name, info);
+        fan.promise().deliver(caf::ok_atom::value);
+      },
+      [fan](caf::error& err) { fan.fail(std::move(err)); });
+  };
+  auto on_error = [fan, report](caf::error& err) {
+    if (fan.failed())
+      return;
+    fan.fail(std::move(err));
+    report(false).then([](caf::ok_atom) {}, [](caf::error&) {});
   };
   for (auto& s : info.slices) {
     slice_init msg{make_slice_id(info.id, s.part), {}};
@@ -229,7 +241,7 @@ void write_init(self_ptr self, key_info info, floats value,
           if (fan.arrive())
             done();
         },
-        [fan](caf::error& err) { fan.fail(std::move(err)); });
+        on_error);
   }
 }
 
@@ -257,7 +269,8 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
               write_init(self, std::move(info), std::move(value), rp);
               return;
             }
-            set_route(self->state.routes[info.name], std::move(info));
+            auto name = info.name;
+            ready_route(self, name, std::move(info));
             rp.deliver(caf::ok_atom::value);
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
@@ -299,6 +312,10 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
         .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
               [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
+    },
+    [self](leave_atom) {
+      return self->delegate(self->state.cfg.coordinator, leave_atom::value,
+                            self->state.cfg.rank);
     },
     [self](set_opt_atom, const optimizer_config& opt) {
       return self->delegate(self->state.cfg.coordinator, set_opt_atom::value,

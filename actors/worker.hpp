@@ -33,7 +33,9 @@
 ///   its slices; sees every earlier push of this worker. Errors: as push.
 /// - `(lookup_atom, key)` -> `key_info`. Errors: `unknown_key`,
 ///   `not_initialized`.
-/// - `(barrier_atom)` -> `ok_atom` once every worker reached the barrier.
+/// - `(barrier_atom)` -> `ok_atom` once every live worker reached the barrier.
+/// - `(leave_atom)` -> `ok_atom`: this worker leaves the job; barriers and
+///   sync rounds stop waiting for it (see the coordinator).
 /// - `(set_opt_atom, optimizer_config)`, `(save_atom)`, `(load_atom,
 ///   state_snapshot)`: forwarded to the coordinator (see its protocol).
 ///
@@ -61,6 +63,7 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<pull_atom, std::string, int32_t>::with<floats>,
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,
+  caf::replies_to<leave_atom>::with<caf::ok_atom>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>>;

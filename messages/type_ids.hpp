@@ -43,5 +43,6 @@ CAF_ADD_ATOM(actorps, actorps, lookup_atom, "lookup")
 CAF_ADD_ATOM(actorps, actorps, init_done_atom, "init_done")
 CAF_ADD_ATOM(actorps, actorps, workers_atom, "workers")
 CAF_ADD_ATOM(actorps, actorps, shutdown_atom, "shutdown")
+CAF_ADD_ATOM(actorps, actorps, leave_atom, "leave_job")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "caf/actor_system.hpp"
+#include "caf/after.hpp"
+#include "caf/blocking_actor.hpp"
 #include "caf/duration.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/scoped_actor.hpp"
@@ -58,13 +60,21 @@ struct local_runtime {
   }
 };
 
-// CAF reports a missing reply as sec::request_timeout; say what timed out.
-caf::error translate(caf::error err, caf::duration dur) {
+caf::error timeout_error(std::chrono::milliseconds dur) {
+  return make_error(errc::timeout,
+                    "no reply within " + std::to_string(dur.count())
+                      + " ms (a worker, shard or the coordinator is stuck "
+                        "or dead, or a sync round lacks a worker)");
+}
+
+// Turns CAF's system errors into actorps errors a user can act on. `inner`
+// is the timeout the actors use for their own requests.
+caf::error translate(caf::error err, std::chrono::milliseconds inner) {
+  if (err == caf::sec::request_receiver_down)
+    return make_error(errc::dead_node,
+                      "the worker actor or a shard it needs is down");
   if (err == caf::sec::request_timeout)
-    return make_error(errc::timeout,
-                      "no reply within " + to_string(dur)
-                        + " (a worker, shard or the coordinator is stuck or "
-                          "dead, or a sync round lacks a worker)");
+    return timeout_error(inner);
   return err;
 }
 
@@ -102,18 +112,39 @@ struct kvstore::impl {
     self.reset();
   }
 
-  caf::duration timeout() const {
-    return caf::duration{rt->opts.timeout};
+  // The facade waits a little longer than the actors' own request timeouts,
+  // so that their more precise errors arrive before the facade gives up.
+  static std::chrono::milliseconds outer(std::chrono::milliseconds inner) {
+    return inner + std::max(inner / 10, std::chrono::milliseconds{1000});
+  }
+
+  std::chrono::milliseconds timeout() const {
+    return outer(rt->opts.timeout);
+  }
+
+  // Receives the reply with id `mid` within `dur`. Requests are sent with an
+  // infinite timeout on purpose: in CAF 0.17 a blocking actor still receives
+  // the timeout message of an answered request later, and nothing would ever
+  // take it out of the mailbox.
+  template <class OnValue>
+  caf::error
+  await(caf::message_id mid, std::chrono::milliseconds dur, OnValue& on_value) {
+    caf::error result;
+    bool timed_out = false;
+    caf::blocking_actor::accept_one_cond rc;
+    (*self)->varargs_receive(
+      rc, mid, on_value, [&](caf::error& err) { result = std::move(err); },
+      caf::after(dur) >> [&] { timed_out = true; });
+    if (timed_out)
+      return timeout_error(dur);
+    return translate(std::move(result), rt->opts.timeout);
   }
 
   // Blocking request to the worker actor; `on_value` gets the reply.
   template <class OnValue, class... Ts>
-  caf::error call(caf::duration dur, OnValue on_value, Ts&&... xs) {
-    caf::error result;
-    (*self)
-      ->request(worker, dur, std::forward<Ts>(xs)...)
-      .receive(on_value, [&](caf::error& err) { result = std::move(err); });
-    return translate(std::move(result), dur);
+  caf::error call(std::chrono::milliseconds dur, OnValue on_value, Ts&&... xs) {
+    auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
+    return await(h.id(), dur, on_value);
   }
 
   // Sends a request and keeps its finisher under a new ticket number. The
@@ -123,11 +154,9 @@ struct kvstore::impl {
   template <class OnValue, class... Ts>
   uint64_t start(OnValue on_value, Ts&&... xs) {
     auto id = next_ticket++;
-    auto h = (*self)->request(worker, timeout(), std::forward<Ts>(xs)...);
-    pending.emplace(id, [h, on_value, dur = timeout()]() mutable {
-      caf::error result;
-      h.receive(on_value, [&](caf::error& err) { result = std::move(err); });
-      return translate(std::move(result), dur);
+    auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
+    pending.emplace(id, [this, mid = h.id(), on_value]() mutable {
+      return await(mid, timeout(), on_value);
     });
     return id;
   }
@@ -342,7 +371,7 @@ caf::error kvstore::barrier() {
   if (auto err = wait_all())
     return err;
   return d.call(
-    caf::duration{d.rt->opts.barrier_timeout}, [](caf::ok_atom) {},
+    impl::outer(d.rt->opts.barrier_timeout), [](caf::ok_atom) {},
     barrier_atom::value);
 }
 
@@ -411,6 +440,12 @@ caf::error kvstore::close() {
     if (!err)
       err = std::move(berr);
   }
+  // Leave the job, so barriers and sync rounds of the other workers stop
+  // waiting for this one.
+  auto lerr = d.call(
+    d.timeout(), [](caf::ok_atom) {}, leave_atom::value);
+  if (!err)
+    err = std::move(lerr);
   d.closed = true;
   d.pending.clear();
   return err;

@@ -108,6 +108,14 @@ TEST_CASE_METHOD(shard_fixture, "shard: push and pull errors", "[shard]") {
     require_error(push(slice_a, 5, 0, {1}), errc::bad_config);
     require_error(pull(slice_a, 2, 0), errc::bad_config);
   }
+  SECTION("a sequence number far ahead or twice in the stash is refused") {
+    REQUIRE(init(slice_a, {1}));
+    require_error(push(slice_a, 0, 1 << 20, {2}), errc::bad_config);
+    send_push(slice_a, 0, 3, {2});
+    run();
+    CHECK(no_reply());
+    require_error(push(slice_a, 0, 3, {2}), errc::bad_config);
+  }
   SECTION("a reused sequence number is refused") {
     REQUIRE(init(slice_a, {1}));
     REQUIRE(push(slice_a, 0, 0, {2}));
@@ -242,6 +250,21 @@ TEST_CASE_METHOD(sync_fixture,
     CHECK(value->data == std::vector<float>{11, 22});
     REQUIRE(push(slice_a, 1, 1, {1, 1}));
     CHECK(pull(slice_a, 1, 2) == std::vector<float>{101, 101});
+  }
+  SECTION("a dead worker's later pushes are refused") {
+    self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    REQUIRE(reply<floats>());
+    require_error(push(slice_a, 1, 0, {1, 1}), errc::dead_node);
+    SECTION("and when it comes back it joins the current round") {
+      self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 1});
+      run();
+      REQUIRE(reply<caf::ok_atom>());
+      REQUIRE(push(slice_a, 0, 2, {1, 1}));
+      REQUIRE(push(slice_a, 1, 1, {2, 2}));
+      CHECK(pull(slice_a, 1, 2) == std::vector<float>{3, 3});
+    }
   }
   SECTION("a dead worker is dropped from the round") {
     self->send(shard, workers_atom::value, std::vector<uint32_t>{0});

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "actors/worker.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "actors/coordinator.hpp"
@@ -158,12 +159,70 @@ TEST_CASE_METHOD(cluster_fixture, "worker: barrier releases everyone at once",
     run();
     CHECK(no_reply());
   }
-  SECTION("entering twice is an error") {
+  SECTION("entering again before the release just waits again") {
     self->send(coord, barrier_atom::value, uint32_t{0});
     self->send(coord, barrier_atom::value, uint32_t{0});
     run();
-    require_error(reply<caf::ok_atom>(), errc::bad_config);
+    CHECK(no_reply());
+    self->send(coord, barrier_atom::value, uint32_t{1});
+    run();
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(reply<caf::ok_atom>());
   }
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a worker that leaves no longer holds anyone",
+                 "[worker]") {
+  self->send(workers[0], barrier_atom::value);
+  run();
+  CHECK(no_reply());
+  self->send(workers[1], leave_atom::value);
+  run();
+  // The barrier is released and the leave is acknowledged.
+  REQUIRE(reply<caf::ok_atom>());
+  REQUIRE(reply<caf::ok_atom>());
+  SECTION("a left worker cannot enter a barrier") {
+    self->send(coord, barrier_atom::value, uint32_t{1});
+    run();
+    require_error(reply<caf::ok_atom>(), errc::dead_node);
+  }
+  SECTION("a left worker's pushes are refused by the shards") {
+    REQUIRE(init(0, "k", {1}));
+    require_error(push(1, "k", {2}), errc::dead_node);
+  }
+  SECTION("leaving twice is harmless") {
+    self->send(workers[1], leave_atom::value);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+  }
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a failed init fails the waiting ranks", "[worker]") {
+  // The first key gets id 0; occupy its slice on both shards beforehand so
+  // that rank 0's write fails.
+  for (auto& s : shards)
+    self->send(s, init_atom::value, slice_init{make_slice_id(0, 0), {{1}}});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  REQUIRE(reply<caf::ok_atom>());
+  send_init(1, "k", {1}, {5});
+  CHECK(no_reply());
+  send_init(0, "k", {1}, {5});
+  auto first = reply<caf::ok_atom>();
+  auto second = reply<caf::ok_atom>();
+  REQUIRE_FALSE(first);
+  REQUIRE_FALSE(second);
+  std::vector<errc> codes{code_of(first.error()), code_of(second.error())};
+  std::sort(codes.begin(), codes.end());
+  CHECK(codes
+        == std::vector<errc>{errc::not_initialized, errc::already_initialized});
+  // Rank 0 may declare the key again: it is not poisoned.
+  self->send(coord, declare_atom::value, std::string{"k"},
+             std::vector<uint64_t>{1}, uint32_t{0});
+  run();
+  REQUIRE(reply<key_info>());
 }
 
 TEST_CASE_METHOD(cluster_fixture, "worker: set_optimizer reaches every shard",
@@ -236,7 +295,7 @@ TEST_CASE_METHOD(cluster_fixture, "coordinator: declare and lookup errors",
              std::vector<uint64_t>{0}, uint32_t{0});
   run();
   require_error(reply<key_info>(), errc::shape_mismatch);
-  self->send(coord, init_done_atom::value, uint32_t{5});
+  self->send(coord, init_done_atom::value, uint32_t{5}, true);
   run();
   require_error(reply<caf::ok_atom>(), errc::unknown_key);
 }

@@ -326,6 +326,25 @@ TEST_CASE("kvstore: misuse gives clear errors", "[integration]") {
   }
 }
 
+TEST_CASE("kvstore: a worker that closes early does not stall sync rounds",
+          "[integration]") {
+  auto kv = make_store("local_sync", local_options(2));
+  auto other = kv.worker(1);
+  REQUIRE(other);
+  require_ok(kv.init("k", Eigen::VectorXf::Zero(2)));
+  require_ok(other->close());
+  // Rank 0 is now the only live worker: each round is its push alone.
+  Eigen::VectorXf out(2);
+  for (int r = 1; r <= 5; ++r) {
+    require_ok(kv.push("k", Eigen::VectorXf::Constant(2, float(r))));
+    auto t = kv.pull("k", out);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    CHECK((out.array() == float(r)).all());
+  }
+  require_ok(kv.barrier());
+}
+
 TEST_CASE("kvstore: a sync pull that can never complete times out clearly",
           "[integration]") {
   auto opts = local_options(2);
