@@ -6,10 +6,14 @@
 #include <unordered_map>
 #include <utility>
 
+#include "caf/actor_cast.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/duration.hpp"
 #include "caf/event_based_actor.hpp"
+#include "caf/send.hpp"
 #include "caf/stateful_actor.hpp"
+#include "caf/system_messages.hpp"
+#include "caf/timestamp.hpp"
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
 
@@ -41,6 +45,35 @@ struct coordinator_state {
   std::vector<bool> at_barrier;
   std::vector<caf::typed_response_promise<caf::ok_atom>> barrier_waiters;
   optimizer_config optimizer;
+
+  // -- distributed mode -------------------------------------------------------
+
+  struct node_entry {
+    uint8_t role = 0;
+    uint32_t rank = 0;
+    caf::actor agent;
+    std::vector<caf::actor_addr> shards;
+    bool dead = false;
+    bool left = false;
+    caf::timestamp last_seen;
+  };
+
+  std::map<uint32_t, node_entry> nodes;
+  uint32_t workers_joined = 0;
+  uint32_t servers_joined = 0;
+  // Shards and relays per server rank, until every server registered.
+  std::vector<std::vector<caf::actor>> server_shards;
+  std::vector<std::vector<caf::actor>> server_relays;
+  routing_table table;
+  bool routing_ready = false;
+  std::vector<caf::typed_response_promise<routing_table>> routing_waiters;
+  std::vector<bool> shard_dead;
+  bool done = false;
+  bool finished = false;
+
+  bool distributed() const {
+    return cfg.num_servers > 0;
+  }
 
   caf::duration timeout() const {
     return caf::duration{cfg.timeout};
@@ -77,13 +110,31 @@ std::string quoted(const std::string& key) {
 }
 
 // Sends `msg...` to every shard and delivers `finish()` once all answered.
+// With `live_only`, dead shards are skipped; otherwise a dead shard fails the
+// whole operation at once.
 template <class Reply, class Promise, class Finish, class OnReply, class... Ts>
 void broadcast(self_ptr self, Promise rp, Finish finish, OnReply on_reply,
-               Ts... xs) {
-  auto& shards = self->state.cfg.shards;
-  detail::fan_in<Promise> fan{std::move(rp), shards.size()};
-  for (size_t i = 0; i < shards.size(); ++i)
-    self->request(shards[i], self->state.timeout(), xs...)
+               bool live_only, Ts... xs) {
+  auto& st = self->state;
+  auto& shards = st.cfg.shards;
+  std::vector<size_t> targets;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (i < st.shard_dead.size() && st.shard_dead[i]) {
+      if (live_only)
+        continue;
+      rp.deliver(
+        make_error(errc::dead_node, "shard " + std::to_string(i) + " is dead"));
+      return;
+    }
+    targets.push_back(i);
+  }
+  if (targets.empty()) {
+    rp.deliver(finish());
+    return;
+  }
+  detail::fan_in<Promise> fan{std::move(rp), targets.size()};
+  for (auto i : targets)
+    self->request(shards[i], st.timeout(), xs...)
       .then(
         [=](Reply& reply) mutable {
           on_reply(i, reply);
@@ -93,11 +144,121 @@ void broadcast(self_ptr self, Promise rp, Finish finish, OnReply on_reply,
         [=](caf::error& err) { fan.fail(std::move(err)); });
 }
 
+// Tells every live shard which workers are live (fire and forget).
+void announce_workers(self_ptr self) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.cfg.shards.size(); ++i)
+    if (i >= st.shard_dead.size() || !st.shard_dead[i])
+      self
+        ->request(st.cfg.shards[i], st.timeout(), workers_atom::value,
+                  st.live_ranks())
+        .then([](caf::ok_atom) {}, [](caf::error&) {});
+}
+
+// Tells `on_done` once, after the servers went down (or the grace period
+// ended), so that their shutdown message was not lost with this process.
+void finish(self_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  if (st.cfg.on_done)
+    caf::anon_send(st.cfg.on_done, shutdown_atom::value);
+}
+
+// Ends a distributed job once no worker is left.
+void check_done(self_ptr self) {
+  auto& st = self->state;
+  if (!st.distributed() || st.done)
+    return;
+  if (std::any_of(st.live.begin(), st.live.end(), [](bool b) { return b; }))
+    return;
+  st.done = true;
+  bool waiting = false;
+  for (auto& [id, node] : st.nodes)
+    if (node.role == role::server && !node.dead) {
+      caf::anon_send(node.agent, shutdown_atom::value);
+      waiting = true;
+    }
+  if (!waiting)
+    finish(self);
+  else
+    self->delayed_send(self, std::chrono::seconds{5}, shutdown_atom::value);
+}
+
+// A worker rank left or died: release whoever waits for it.
+void drop_worker(self_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  if (rank >= st.live.size() || !st.live[rank])
+    return;
+  st.live[rank] = false;
+  st.check_barrier();
+  announce_workers(self);
+  check_done(self);
+}
+
+// Marks the node owning `addr` dead and tells the survivors.
+void on_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (auto& [id, node] : st.nodes) {
+    bool hit = node.agent && node.agent.address() == dm.source;
+    for (size_t i = 0; !hit && i < node.shards.size(); ++i)
+      hit = node.shards[i] == dm.source;
+    if (!hit || node.dead)
+      continue;
+    node.dead = true;
+    auto node_id = id;
+    auto role_of = node.role;
+    if (node.role == role::server) {
+      // Mark this server's shards dead in the global order.
+      size_t first = 0;
+      for (uint32_t r = 0; r < node.rank && r < st.server_shards.size(); ++r)
+        first += st.server_shards[r].size();
+      for (size_t i = 0; i < node.shards.size(); ++i)
+        if (first + i < st.shard_dead.size())
+          st.shard_dead[first + i] = true;
+    }
+    for (auto& [other_id, other] : st.nodes)
+      if (!other.dead && other.agent)
+        caf::anon_send(other.agent, node_down_atom::value, node_id, role_of);
+    if (role_of == role::worker && !node.left)
+      drop_worker(self, node.rank);
+    if (st.done
+        && std::none_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {
+             return kvp.second.role == role::server && !kvp.second.dead;
+           }))
+      finish(self);
+    return;
+  }
+}
+
+// Builds the routing table once every server registered its shards.
+void complete_routing(self_ptr self) {
+  auto& st = self->state;
+  for (auto& shards : st.server_shards)
+    if (shards.empty())
+      return;
+  for (size_t r = 0; r < st.server_shards.size(); ++r) {
+    for (auto& s : st.server_shards[r]) {
+      st.table.shards.push_back(s);
+      st.cfg.shards.push_back(caf::actor_cast<shard_actor>(s));
+    }
+    for (auto& x : st.server_relays[r])
+      st.table.relays.push_back(x);
+  }
+  st.shard_dead.assign(st.cfg.shards.size(), false);
+  st.routing_ready = true;
+  for (auto& w : st.routing_waiters)
+    w.deliver(st.table);
+  st.routing_waiters.clear();
+}
+
 coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                                   coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
   self->state.at_barrier.assign(self->state.cfg.num_workers, false);
   self->state.live.assign(self->state.cfg.num_workers, true);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   return {
     [self](declare_atom, const std::string& key,
            const std::vector<uint64_t>& shape,
@@ -204,12 +365,16 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                               + " out of range");
       if (!st.live[rank])
         return caf::ok_atom::value;
+      if (auto i = st.nodes.find(worker_node_id(rank)); i != st.nodes.end())
+        i->second.left = true;
       st.live[rank] = false;
       st.check_barrier();
       auto rp = self->make_response_promise<caf::ok_atom>();
       broadcast<caf::ok_atom>(
         self, rp, [] { return caf::ok_atom::value; },
-        [](size_t, caf::ok_atom) {}, workers_atom::value, st.live_ranks());
+        [](size_t, caf::ok_atom) {}, true, workers_atom::value,
+        st.live_ranks());
+      check_done(self);
       return rp;
     },
     [self](set_opt_atom,
@@ -223,7 +388,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
           self->state.optimizer = opt;
           return caf::ok_atom::value;
         },
-        [](size_t, caf::ok_atom) {}, set_opt_atom::value, opt);
+        [](size_t, caf::ok_atom) {}, false, set_opt_atom::value, opt);
       return rp;
     },
     [self](save_atom) -> caf::result<state_snapshot> {
@@ -262,7 +427,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
           for (auto& rec : part.slices)
             merged->slices.push_back(std::move(rec));
         },
-        save_atom::value);
+        false, save_atom::value);
       return rp;
     },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
@@ -320,6 +485,126 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
             },
             [=](caf::error& err) { fan.fail(std::move(err)); });
       return rp;
+    },
+    [self](command_atom, int32_t head,
+           const std::string& body) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      broadcast<caf::ok_atom>(
+        self, rp, [] { return caf::ok_atom::value; },
+        [](size_t, caf::ok_atom) {}, false, command_atom::value, head, body);
+      return rp;
+    },
+    [self](join_atom, uint8_t role_id, const std::string& token,
+           const caf::actor& agent) -> caf::result<job_info> {
+      auto& st = self->state;
+      if (!st.distributed())
+        return make_error(errc::bad_config,
+                          "join: this coordinator runs a local store");
+      if (token != st.cfg.token)
+        return make_error(errc::unauthorized,
+                          "join: wrong job token (the coordinator refused "
+                          "this node)");
+      job_info info;
+      info.num_workers = st.cfg.num_workers;
+      info.num_servers = st.cfg.num_servers;
+      info.sync = st.cfg.sync;
+      info.bigarray_bound = st.cfg.bigarray_bound;
+      info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
+      if (role_id == role::worker) {
+        if (st.workers_joined == st.cfg.num_workers)
+          return make_error(errc::bad_config,
+                            "join: the job already has its "
+                              + std::to_string(st.cfg.num_workers)
+                              + " workers");
+        info.rank = st.workers_joined++;
+        info.node_id = worker_node_id(info.rank);
+      } else if (role_id == role::server) {
+        if (st.servers_joined == st.cfg.num_servers)
+          return make_error(errc::bad_config,
+                            "join: the job already has its "
+                              + std::to_string(st.cfg.num_servers)
+                              + " servers");
+        info.rank = st.servers_joined++;
+        info.node_id = server_node_id(info.rank);
+      } else {
+        return make_error(errc::bad_config,
+                          "join: unknown role " + std::to_string(role_id));
+      }
+      auto& node = st.nodes[info.node_id];
+      node.role = role_id;
+      node.rank = info.rank;
+      node.agent = agent;
+      node.last_seen = caf::make_timestamp();
+      if (agent)
+        self->monitor(agent);
+      return info;
+    },
+    [self](shards_atom, uint32_t node_id, const std::vector<caf::actor>& shards,
+           const std::vector<caf::actor>& relays) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      auto i = st.nodes.find(node_id);
+      if (i == st.nodes.end() || i->second.role != role::server)
+        return make_error(errc::bad_config, "shards: node "
+                                              + std::to_string(node_id)
+                                              + " did not join as a server");
+      auto rank = i->second.rank;
+      if (shards.empty() || relays.size() != shards.size())
+        return make_error(errc::bad_config,
+                          "shards: server " + std::to_string(rank) + " sent "
+                            + std::to_string(shards.size()) + " shards and "
+                            + std::to_string(relays.size()) + " relays");
+      if (st.server_shards.empty()) {
+        st.server_shards.resize(st.cfg.num_servers);
+        st.server_relays.resize(st.cfg.num_servers);
+      }
+      if (!st.server_shards[rank].empty())
+        return make_error(errc::bad_config,
+                          "shards: server " + std::to_string(rank)
+                            + " registered its shards before");
+      st.server_shards[rank] = shards;
+      st.server_relays[rank] = relays;
+      for (auto& x : shards) {
+        i->second.shards.push_back(x.address());
+        self->monitor(x);
+      }
+      complete_routing(self);
+      return caf::ok_atom::value;
+    },
+    [self](routing_atom) -> caf::result<routing_table> {
+      auto& st = self->state;
+      if (!st.distributed()) {
+        routing_table local;
+        for (auto& x : st.cfg.shards)
+          local.shards.push_back(caf::actor_cast<caf::actor>(x));
+        return local;
+      }
+      if (st.routing_ready)
+        return st.table;
+      auto rp = self->make_response_promise<routing_table>();
+      st.routing_waiters.push_back(rp);
+      return rp;
+    },
+    [self](shutdown_atom) { finish(self); },
+    [self](heartbeat_atom, uint32_t node_id) {
+      auto i = self->state.nodes.find(node_id);
+      if (i != self->state.nodes.end())
+        i->second.last_seen = caf::make_timestamp();
+    },
+    [self](dead_atom, int32_t node_or_group, int32_t timeout_s) -> uint32_t {
+      auto& st = self->state;
+      auto now = caf::make_timestamp();
+      auto limit = std::chrono::seconds{std::max(timeout_s, 0)};
+      uint32_t count = 0;
+      for (auto& [id, node] : st.nodes) {
+        bool match = node_or_group >= 8
+                       ? id == static_cast<uint32_t>(node_or_group)
+                       : (node.role & node_or_group) != 0;
+        if (!match || node.left)
+          continue;
+        if (node.dead || now - node.last_seen > limit)
+          ++count;
+      }
+      return count;
     },
   };
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "caf/actor.hpp"
+
 #include "caf/fwd.hpp"
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
@@ -46,6 +48,30 @@
 /// - `(load_atom, state_snapshot)` -> `ok_atom` once every shard loaded its
 ///   slices. Errors: `unknown_key` (key not initialized in this store),
 ///   `checkpoint_mismatch` (different slicing or sizes), `bad_optimizer`.
+/// - `(command_atom, head, body)` -> `ok_atom` once every shard applied it
+///   (send_command_to_servers).
+///
+/// Distributed jobs (num_servers > 0) add membership and supervision:
+/// - `(join_atom, role, token, agent)` -> `job_info`: a server or worker node
+///   joins with its job token and its node agent; ranks count up from 0 per
+///   role in order of joining. Errors: `unauthorized` (wrong token),
+///   `bad_config` (role full, unknown role, or a local coordinator).
+/// - `(shards_atom, node_id, shards, relays)` -> `ok_atom`: a server's shards
+///   and their priority relays. Once every server registered, the routing
+///   table is complete. Errors: `bad_config`.
+/// - `(routing_atom)` -> `routing_table`, as soon as it is complete.
+/// - `(heartbeat_atom, node_id)`: a node is alive (no reply).
+/// - `(dead_atom, node_or_group, timeout_s)` -> `uint32_t`: MXNet's
+///   num_dead_node. A node counts as dead once its agent or one of its
+///   shards went down (CAF's down_msg, which also follows a connection
+///   timeout), or when no heartbeat came for `timeout_s` seconds.
+///   `node_or_group` is a node id (>= 8) or an or-ed set of `role` groups.
+/// The coordinator monitors every agent and shard. A dead worker is dropped
+/// from barriers and sync rounds, as if it had left; every surviving agent
+/// hears `(node_down_atom, node_id, role)`. Once every worker left or died,
+/// every server agent gets `(shutdown_atom)`, and `on_done` gets it once the
+/// servers went down (at most 5 s later). `(shutdown_atom)` sent to the
+/// coordinator itself ends that wait.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -59,6 +85,16 @@ struct coordinator_config {
   /// Timeout of each request the coordinator sends to a shard.
   std::chrono::milliseconds timeout{60000};
   std::vector<shard_actor> shards;
+  /// Distributed mode: servers expected to join (0: local, `shards` given).
+  uint32_t num_servers = 0;
+  /// Token a node must present to join (empty: none required).
+  std::string token;
+  /// Whether the job runs synchronous rounds (told to joining nodes).
+  bool sync = false;
+  /// Heartbeat interval told to joining nodes.
+  std::chrono::milliseconds heartbeat{1000};
+  /// Receives `(shutdown_atom)` once every worker left or died (dist mode).
+  caf::actor on_done;
 };
 
 /// Interface of the coordinator actor.
@@ -71,7 +107,14 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<leave_atom, uint32_t>::with<caf::ok_atom>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
-  caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>>;
+  caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
+  caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
+  caf::replies_to<join_atom, uint8_t, std::string, caf::actor>::with<job_info>,
+  caf::replies_to<shards_atom, uint32_t, std::vector<caf::actor>,
+                  std::vector<caf::actor>>::with<caf::ok_atom>,
+  caf::replies_to<routing_atom>::with<routing_table>,
+  caf::reacts_to<heartbeat_atom, uint32_t>, caf::reacts_to<shutdown_atom>,
+  caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>>;
 
 /// Spawns a coordinator. The caller owns it: link to or monitor the handle.
 coordinator_actor spawn_coordinator(caf::actor_system& sys,

@@ -9,6 +9,8 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/event_based_actor.hpp"
+#include "caf/message_priority.hpp"
+#include "caf/send.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
@@ -114,6 +116,16 @@ struct shard_state {
   }
 
   // -- updates ----------------------------------------------------------------
+
+  // Replaces the update rule; every slice's state and step start afresh.
+  void set_optimizer(const optimizer_config& x) {
+    opt = x;
+    for (auto& kvp : slices) {
+      auto& s = kvp.second;
+      s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+      s.step = 0;
+    }
+  }
 
   void apply(slice_state& s, const float* merged) {
     core::apply_update(opt, s.value.data(), merged, s.opt_state.data(),
@@ -331,12 +343,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       auto& st = self->state;
       if (auto err = to_error(core::validate(opt)))
         return err;
-      st.opt = opt;
-      for (auto& kvp : st.slices) {
-        auto& s = kvp.second;
-        s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
-        s.step = 0;
-      }
+      st.set_optimizer(opt);
       return caf::ok_atom::value;
     },
     [self](save_atom) -> state_snapshot {
@@ -390,12 +397,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
                               + "' but the checkpoint has "
                               + std::to_string(rec.state.data.size()));
       }
-      st.opt = snap.optimizer;
-      for (auto& kvp : st.slices) {
-        auto& s = kvp.second;
-        s.opt_state.assign(core::state_size(st.opt, s.value.size()), 0.0f);
-        s.step = 0;
-      }
+      st.set_optimizer(snap.optimizer);
       for (auto& rec : snap.slices) {
         auto& s = st.slices[make_slice_id(rec.key_id, rec.part)];
         s.value = rec.value.data;
@@ -430,13 +432,86 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       return caf::ok_atom::value;
     },
     [self](stats_atom) -> shard_stats { return self->state.stats; },
+    [self](command_atom, int32_t head,
+           const std::string& body) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (head == 0) {
+        optimizer_config opt;
+        if (auto err = to_error(core::parse_optimizer(body, opt)))
+          return err;
+        st.set_optimizer(opt);
+        return caf::ok_atom::value;
+      }
+      if (!st.cfg.on_command)
+        return make_error(errc::bad_config,
+                          "command: shard " + std::to_string(st.cfg.index)
+                            + " has no handler for command head "
+                            + std::to_string(head));
+      if (auto err = st.cfg.on_command(head, body))
+        return err;
+      return caf::ok_atom::value;
+    },
+  };
+}
+
+// Re-sends `(atom, msg)` to `shard` with high priority; passes the reply back.
+template <class Reply, class Atom, class Msg>
+caf::result<Reply> relay_high(shard_actor::pointer self,
+                              const shard_actor& shard,
+                              const caf::actor& observer, Atom atom, Msg msg) {
+  auto rp = self->make_response_promise<Reply>();
+  auto id = msg.slice;
+  // caf::infinite keeps the high priority in CAF 0.17 (a std::chrono timeout
+  // silently drops it); the requester bounds the wait with its own timeout.
+  self
+    ->request<caf::message_priority::high>(shard, caf::infinite, atom,
+                                           std::move(msg))
+    .then([rp](Reply& x) mutable { rp.deliver(std::move(x)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  if (observer)
+    caf::anon_send(observer, forwarded_atom::value, id);
+  return rp;
+}
+
+shard_actor::behavior_type relay_impl(shard_actor::pointer self,
+                                      shard_actor shard, caf::actor observer) {
+  self->link_to(shard);
+  return {
+    [=](init_atom a, slice_init& msg) {
+      return self->delegate(shard, a, std::move(msg));
+    },
+    [=](push_atom a, slice_push& msg) {
+      return relay_high<caf::ok_atom>(self, shard, observer, a, std::move(msg));
+    },
+    [=](pull_atom a, slice_pull& msg) {
+      return relay_high<floats>(self, shard, observer, a, std::move(msg));
+    },
+    [=](set_opt_atom a, const optimizer_config& opt) {
+      return self->delegate(shard, a, opt);
+    },
+    [=](save_atom a) { return self->delegate(shard, a); },
+    [=](load_atom a, state_snapshot& snap) {
+      return self->delegate(shard, a, std::move(snap));
+    },
+    [=](workers_atom a, const std::vector<uint32_t>& live) {
+      return self->delegate(shard, a, live);
+    },
+    [=](stats_atom a) { return self->delegate(shard, a); },
+    [=](command_atom a, int32_t head, const std::string& body) {
+      return self->delegate(shard, a, head, body);
+    },
   };
 }
 
 } // namespace
 
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg) {
-  return sys.spawn(shard_impl, cfg);
+  return sys.spawn(shard_impl, std::move(cfg));
+}
+
+shard_actor spawn_priority_relay(caf::actor_system& sys, shard_actor shard,
+                                 caf::actor observer) {
+  return sys.spawn(relay_impl, std::move(shard), std::move(observer));
 }
 
 } // namespace actorps

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "caf/fwd.hpp"
@@ -41,6 +43,10 @@
 ///   workers (ids < num_workers); sync rounds complete when every live worker
 ///   contributed, so a dead worker never blocks a round.
 /// - `(stats_atom)` -> `shard_stats`.
+/// - `(command_atom, head, body)` -> `ok_atom` (MXNet's
+///   send_command_to_servers). Head 0 sets the optimizer from text (see
+///   core::parse_optimizer); other heads go to `shard_config::on_command`.
+///   Errors: `bad_optimizer`, `bad_config` (no handler for the head).
 ///
 /// Ordering: operations of one worker on one slice carry consecutive sequence
 /// numbers and are applied in that order, whatever order the mailbox delivers
@@ -61,6 +67,9 @@ struct shard_config {
   uint32_t num_workers = 1;
   /// Synchronous (BSP) rounds instead of applying each push on arrival.
   bool sync = false;
+  /// Handles send_command_to_servers heads other than 0 (embedders' hook);
+  /// runs inside the shard, so it must not block.
+  std::function<caf::error(int32_t head, const std::string& body)> on_command;
 };
 
 /// Interface of a shard actor.
@@ -72,9 +81,23 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
   caf::replies_to<workers_atom, std::vector<uint32_t>>::with<caf::ok_atom>,
-  caf::replies_to<stats_atom>::with<shard_stats>>;
+  caf::replies_to<stats_atom>::with<shard_stats>,
+  caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);
+
+/// Spawns the priority relay of a shard in the shard's own process.
+///
+/// CAF 0.17 drops message priority over the network (and never matches the
+/// reply of a high-priority remote request), so remote workers send their
+/// priority > 0 pushes and pulls to the relay with normal priority; the relay
+/// re-sends them to its shard with CAF's high priority, where they overtake
+/// the shard's normal backlog, and passes the reply back. Every other message
+/// is forwarded as it is. The relay is linked to its shard: one dies with the
+/// other. `observer`, if set, receives `(forwarded_atom, slice_id)` after each
+/// re-sent push or pull (tests use it to know the relay has acted).
+shard_actor spawn_priority_relay(caf::actor_system& sys, shard_actor shard,
+                                 caf::actor observer = {});
 
 } // namespace actorps

@@ -13,6 +13,7 @@
 #include "caf/event_based_actor.hpp"
 #include "caf/message_priority.hpp"
 #include "caf/stateful_actor.hpp"
+#include "caf/system_messages.hpp"
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
 
@@ -41,6 +42,13 @@ struct worker_state {
 
   worker_config cfg;
   std::unordered_map<std::string, route> routes;
+  // Per shard: dead or not, and the failure handlers of requests in flight,
+  // so that a shard going down fails them at once (CAF 0.17 fails requests
+  // to a dead remote peer only when they time out).
+  std::vector<bool> dead;
+  std::vector<std::unordered_map<uint64_t, std::function<void(caf::error&)>>>
+    in_flight;
+  uint64_t next_request = 0;
 
   caf::duration timeout() const {
     return caf::duration{cfg.timeout};
@@ -107,13 +115,69 @@ void with_route(self_ptr self, const std::string& key,
           });
 }
 
-template <class... Ts>
-auto request_with(self_ptr self, int32_t priority, const shard_actor& dest,
-                  Ts&&... xs) {
-  if (priority > 0)
-    return self->request<caf::message_priority::high>(
-      dest, self->state.timeout(), std::forward<Ts>(xs)...);
-  return self->request(dest, self->state.timeout(), std::forward<Ts>(xs)...);
+caf::error dead_shard(uint32_t index) {
+  return make_error(errc::dead_node, "shard " + std::to_string(index)
+                                       + " is down (its server died or "
+                                         "its connection was lost)");
+}
+
+// Sends one request to shard `index` and tracks it until it completes.
+// Priority > 0 goes through the shard's relay when the shard is remote (CAF
+// drops priorities over the network), else with CAF's high priority.
+template <class Reply, class OnOk, class... Ts>
+void to_shard(self_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
+              std::function<void(caf::error&)> on_err, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.dead[index]) {
+    auto err = dead_shard(index);
+    on_err(err);
+    return;
+  }
+  auto id = st.next_request++;
+  st.in_flight[index].emplace(id, std::move(on_err));
+  auto ok = [self, index, id, on_ok](Reply& x) mutable {
+    if (self->state.in_flight[index].erase(id) > 0)
+      on_ok(x);
+  };
+  auto fail = [self, index, id](caf::error& err) {
+    auto& pending = self->state.in_flight[index];
+    auto i = pending.find(id);
+    if (i == pending.end())
+      return;
+    auto f = std::move(i->second);
+    pending.erase(i);
+    f(err);
+  };
+  if (priority > 0 && !st.cfg.relays.empty())
+    self->request(st.cfg.relays[index], st.timeout(), std::forward<Ts>(xs)...)
+      .then(ok, fail);
+  else if (priority > 0)
+    self
+      ->request<caf::message_priority::high>(st.cfg.shards[index], st.timeout(),
+                                             std::forward<Ts>(xs)...)
+      .then(ok, fail);
+  else
+    self->request(st.cfg.shards[index], st.timeout(), std::forward<Ts>(xs)...)
+      .then(ok, fail);
+}
+
+// A shard (or its relay) went down: fail everything in flight to it.
+void on_down(self_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (uint32_t i = 0; i < st.cfg.shards.size(); ++i) {
+    bool hit = st.cfg.shards[i].address() == dm.source
+               || (i < st.cfg.relays.size()
+                   && st.cfg.relays[i].address() == dm.source);
+    if (!hit || st.dead[i])
+      continue;
+    st.dead[i] = true;
+    auto pending = std::move(st.in_flight[i]);
+    st.in_flight[i].clear();
+    for (auto& kvp : pending) {
+      auto err = dead_shard(i);
+      kvp.second(err);
+    }
+  }
 }
 
 void send_push(self_ptr self, route& r, int32_t priority, floats grad,
@@ -125,29 +189,24 @@ void send_push(self_ptr self, route& r, int32_t priority, floats grad,
     return;
   }
   auto rank = self->state.cfg.rank;
-  auto& shards = self->state.cfg.shards;
   detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
   auto on_ok = [fan](caf::ok_atom) {
     if (fan.arrive())
       fan.promise().deliver(caf::ok_atom::value);
   };
   auto on_err = [fan](caf::error& err) { fan.fail(std::move(err)); };
-  if (info.slices.size() == 1) {
-    // Whole key on one shard: hand the buffer on without copying it.
-    slice_push msg{make_slice_id(info.id, 0), rank, r.seq[0]++,
-                   std::move(grad)};
-    request_with(self, priority, shards[info.slices[0].shard], push_atom::value,
-                 std::move(msg))
-      .then(on_ok, on_err);
-    return;
-  }
   for (auto& s : info.slices) {
     slice_push msg{make_slice_id(info.id, s.part), rank, r.seq[s.part]++, {}};
-    auto first = grad.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
-    msg.grad.data.assign(first, first + static_cast<std::ptrdiff_t>(s.length));
-    request_with(self, priority, shards[s.shard], push_atom::value,
-                 std::move(msg))
-      .then(on_ok, on_err);
+    if (info.slices.size() == 1) {
+      // Whole key on one shard: hand the buffer on without copying it.
+      msg.grad = std::move(grad);
+    } else {
+      auto first = grad.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
+      msg.grad.data.assign(first,
+                           first + static_cast<std::ptrdiff_t>(s.length));
+    }
+    to_shard<caf::ok_atom>(self, s.shard, priority, on_ok, on_err,
+                           push_atom::value, std::move(msg));
   }
 }
 
@@ -155,47 +214,33 @@ void send_pull(self_ptr self, route& r, int32_t priority,
                caf::typed_response_promise<floats> rp) {
   const auto& info = r.info;
   auto rank = self->state.cfg.rank;
-  auto& shards = self->state.cfg.shards;
-  if (info.slices.size() == 1) {
-    auto expected = info.size;
-    request_with(self, priority, shards[info.slices[0].shard], pull_atom::value,
-                 slice_pull{make_slice_id(info.id, 0), rank, r.seq[0]++})
-      .then(
-        [rp, expected](floats& x) mutable {
-          if (x.data.size() != expected)
-            rp.deliver(
-              make_error(errc::shape_mismatch,
-                         "pull: shard returned " + std::to_string(x.data.size())
-                           + " floats, expected " + std::to_string(expected)));
-          else
-            rp.deliver(std::move(x));
-        },
-        [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-    return;
-  }
+  auto whole = info.slices.size() == 1;
   auto out = std::make_shared<floats>();
-  out->data.resize(info.size);
+  if (!whole)
+    out->data.resize(info.size);
   detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
   for (auto& s : info.slices) {
-    request_with(self, priority, shards[s.shard], pull_atom::value,
-                 slice_pull{make_slice_id(info.id, s.part), rank,
-                            r.seq[s.part]++})
-      .then(
-        [fan, out, s](floats& x) {
-          if (x.data.size() != s.length) {
-            fan.fail(make_error(errc::shape_mismatch,
-                                "pull: shard returned "
-                                  + std::to_string(x.data.size())
-                                  + " floats for part " + std::to_string(s.part)
-                                  + ", expected " + std::to_string(s.length)));
-            return;
-          }
-          std::memcpy(out->data.data() + s.offset, x.data.data(),
-                      s.length * sizeof(float));
-          if (fan.arrive())
-            fan.promise().deliver(std::move(*out));
-        },
-        [fan](caf::error& err) { fan.fail(std::move(err)); });
+    auto on_ok = [fan, out, s, whole](floats& x) {
+      if (x.data.size() != s.length) {
+        fan.fail(make_error(errc::shape_mismatch,
+                            "pull: shard returned "
+                              + std::to_string(x.data.size())
+                              + " floats for part " + std::to_string(s.part)
+                              + ", expected " + std::to_string(s.length)));
+        return;
+      }
+      if (whole)
+        *out = std::move(x);
+      else
+        std::memcpy(out->data.data() + s.offset, x.data.data(),
+                    s.length * sizeof(float));
+      if (fan.arrive())
+        fan.promise().deliver(std::move(*out));
+    };
+    to_shard<floats>(
+      self, s.shard, priority, on_ok,
+      [fan](caf::error& err) { fan.fail(std::move(err)); }, pull_atom::value,
+      slice_pull{make_slice_id(info.id, s.part), rank, r.seq[s.part]++});
   }
 }
 
@@ -204,7 +249,6 @@ void send_pull(self_ptr self, route& r, int32_t priority,
 // instead of waiting and rank 0 may try again.
 void write_init(self_ptr self, key_info info, floats value,
                 caf::typed_response_promise<caf::ok_atom> rp) {
-  auto& shards = self->state.cfg.shards;
   detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
   auto report = [self, id = info.id](bool ok) {
     return self->request(self->state.cfg.coordinator, self->state.timeout(),
@@ -233,20 +277,26 @@ void write_init(self_ptr self, key_info info, floats value,
       msg.value.data.assign(first,
                             first + static_cast<std::ptrdiff_t>(s.length));
     }
-    self
-      ->request(shards[s.shard], self->state.timeout(), init_atom::value,
-                std::move(msg))
-      .then(
-        [fan, done](caf::ok_atom) mutable {
-          if (fan.arrive())
-            done();
-        },
-        on_error);
+    to_shard<caf::ok_atom>(
+      self, s.shard, 0,
+      [fan, done](caf::ok_atom) mutable {
+        if (fan.arrive())
+          done();
+      },
+      on_error, init_atom::value, std::move(msg));
   }
 }
 
 worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
-  self->state.cfg = std::move(cfg);
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.dead.assign(st.cfg.shards.size(), false);
+  st.in_flight.resize(st.cfg.shards.size());
+  for (auto& x : st.cfg.shards)
+    self->monitor(x);
+  for (auto& x : st.cfg.relays)
+    self->monitor(x);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   return {
     [self](init_atom, const std::string& key,
            const std::vector<uint64_t>& shape,
@@ -312,6 +362,14 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
         .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
               [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
+    },
+    [self](dead_atom, int32_t node_or_group, int32_t timeout_s) {
+      return self->delegate(self->state.cfg.coordinator, dead_atom::value,
+                            node_or_group, timeout_s);
+    },
+    [self](command_atom, int32_t head, const std::string& body) {
+      return self->delegate(self->state.cfg.coordinator, command_atom::value,
+                            head, body);
     },
     [self](leave_atom) {
       return self->delegate(self->state.cfg.coordinator, leave_atom::value,

@@ -39,9 +39,17 @@
 /// - `(set_opt_atom, optimizer_config)`, `(save_atom)`, `(load_atom,
 ///   state_snapshot)`: forwarded to the coordinator (see its protocol).
 ///
-/// Priority: a push or pull with priority > 0 travels to the shards with
-/// CAF's high message priority, overtaking their normal backlog. Operations
+/// - `(dead_atom, node_or_group, timeout_s)`, `(command_atom, head, body)`:
+///   forwarded to the coordinator.
+///
+/// Priority: a push or pull with priority > 0 overtakes the shards' normal
+/// backlog: local shards get it with CAF's high message priority, remote ones
+/// through their relay (CAF drops priorities over the network). Operations
 /// of this worker on one key still take effect in issue order.
+///
+/// Supervision: the worker monitors every shard and relay. When one goes
+/// down, every request in flight to it fails at once with `dead_node`, and so
+/// does every later request that needs it.
 namespace actorps {
 
 /// Static configuration of one worker.
@@ -49,6 +57,9 @@ struct worker_config {
   uint32_t rank = 0;
   coordinator_actor coordinator;
   std::vector<shard_actor> shards;
+  /// Distributed mode: the priority relay of each shard (see
+  /// spawn_priority_relay); empty when the shards are local.
+  std::vector<shard_actor> relays;
   /// Timeout of each request to a shard or the coordinator.
   std::chrono::milliseconds timeout{60000};
   /// Timeout of a barrier (other workers may legitimately be slow).
@@ -64,6 +75,8 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,
   caf::replies_to<leave_atom>::with<caf::ok_atom>,
+  caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>,
+  caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>>;

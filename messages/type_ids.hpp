@@ -7,6 +7,7 @@
 
 #include "caf/type_id.hpp"
 
+#include "messages/control.hpp"
 #include "messages/types.hpp"
 
 // The project's only type-ID block: ids are numbered with __COUNTER__, so a
@@ -24,6 +25,8 @@ CAF_ADD_TYPE_ID(actorps, (actorps::state_snapshot))
 CAF_ADD_TYPE_ID(actorps, (actorps::shard_stats))
 CAF_ADD_TYPE_ID(actorps, (actorps::slice_range))
 CAF_ADD_TYPE_ID(actorps, (actorps::key_info))
+CAF_ADD_TYPE_ID(actorps, (actorps::job_info))
+CAF_ADD_TYPE_ID(actorps, (actorps::routing_table))
 CAF_ADD_TYPE_ID(actorps, (std::vector<float>) )
 CAF_ADD_TYPE_ID(actorps, (std::vector<uint32_t>) )
 CAF_ADD_TYPE_ID(actorps, (std::vector<uint64_t>) )
@@ -44,5 +47,13 @@ CAF_ADD_ATOM(actorps, actorps, init_done_atom, "init_done")
 CAF_ADD_ATOM(actorps, actorps, workers_atom, "workers")
 CAF_ADD_ATOM(actorps, actorps, shutdown_atom, "shutdown")
 CAF_ADD_ATOM(actorps, actorps, leave_atom, "leave_job")
+CAF_ADD_ATOM(actorps, actorps, join_atom, "join_job")
+CAF_ADD_ATOM(actorps, actorps, shards_atom, "shards")
+CAF_ADD_ATOM(actorps, actorps, routing_atom, "routing")
+CAF_ADD_ATOM(actorps, actorps, heartbeat_atom, "heartbeat")
+CAF_ADD_ATOM(actorps, actorps, dead_atom, "dead_nodes")
+CAF_ADD_ATOM(actorps, actorps, command_atom, "command")
+CAF_ADD_ATOM(actorps, actorps, node_down_atom, "node_down")
+CAF_ADD_ATOM(actorps, actorps, forwarded_atom, "forwarded")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

@@ -7,64 +7,143 @@
 #include <unordered_map>
 #include <utility>
 
+#include "caf/actor_cast.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/after.hpp"
 #include "caf/blocking_actor.hpp"
 #include "caf/duration.hpp"
 #include "caf/exit_reason.hpp"
+#include "caf/io/middleman.hpp"
 #include "caf/scoped_actor.hpp"
 #include "caf/sec.hpp"
 #include "caf/send.hpp"
 
 #include "actors/coordinator.hpp"
+#include "actors/node.hpp"
 #include "actors/shard.hpp"
 #include "actors/worker.hpp"
 #include "messages/errors.hpp"
+#include "runtime/blocking.hpp"
 #include "runtime/core/checkpoint.hpp"
 #include "runtime/core/layout.hpp"
+#include "runtime/network.hpp"
 #include "runtime/system.hpp"
 
 namespace actorps {
 
 namespace {
 
-// Everything a local store runs: shared by all handles of that store.
-struct local_runtime {
+// Everything a store runs in this process: shared by all its handles.
+struct store_runtime {
   system_config cfg;
   caf::actor_system sys;
-  coordinator_actor coordinator;
-  std::vector<shard_actor> shards;
-  std::vector<worker_actor> workers;
   store_options opts;
-  bool sync = false;
+  uint32_t num_workers = 0;
+  std::map<uint32_t, worker_actor> workers;
+  // Long-lived actors of this process, sent an exit in this order.
+  std::vector<caf::actor> owned;
 
-  local_runtime(const store_options& o, bool is_sync)
-    : cfg(system_options{o.threads, false}), sys(cfg), opts(o), sync(is_sync) {
-    for (uint32_t i = 0; i < o.num_shards; ++i)
-      shards.push_back(spawn_shard(sys, shard_config{i, o.num_workers, sync}));
-    coordinator = spawn_coordinator(sys, coordinator_config{o.num_workers,
-                                                            o.bigarray_bound,
-                                                            o.timeout, shards});
-    for (uint32_t r = 0; r < o.num_workers; ++r)
-      workers.push_back(
-        spawn_worker(sys, worker_config{r, coordinator, shards, o.timeout,
-                                        o.barrier_timeout}));
+  store_runtime(const system_options& so, const store_options& o)
+    : cfg(so), sys(cfg), opts(o) {
   }
 
-  ~local_runtime() {
-    for (auto& w : workers)
-      caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-    for (auto& s : shards)
-      caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  ~store_runtime() {
+    for (auto& a : owned)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+
+  template <class Handle>
+  Handle own(Handle h) {
+    owned.push_back(caf::actor_cast<caf::actor>(h));
+    return h;
   }
 };
 
-caf::error timeout_error(std::chrono::milliseconds dur) {
-  return make_error(errc::timeout,
-                    "no reply within " + std::to_string(dur.count())
-                      + " ms (a worker, shard or the coordinator is stuck "
-                        "or dead, or a sync round lacks a worker)");
+std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
+  system_options so;
+  so.threads = o.threads;
+  auto rt = std::make_shared<store_runtime>(so, o);
+  rt->num_workers = o.num_workers;
+  std::vector<shard_actor> shards;
+  for (uint32_t i = 0; i < o.num_shards; ++i) {
+    shard_config sc;
+    sc.index = i;
+    sc.num_workers = o.num_workers;
+    sc.sync = sync;
+    shards.push_back(spawn_shard(rt->sys, sc));
+  }
+  coordinator_config cc;
+  cc.num_workers = o.num_workers;
+  cc.bigarray_bound = o.bigarray_bound;
+  cc.timeout = o.timeout;
+  cc.shards = shards;
+  auto coordinator = spawn_coordinator(rt->sys, cc);
+  for (uint32_t r = 0; r < o.num_workers; ++r) {
+    worker_config wc;
+    wc.rank = r;
+    wc.coordinator = coordinator;
+    wc.shards = shards;
+    wc.timeout = o.timeout;
+    wc.barrier_timeout = o.barrier_timeout;
+    rt->workers.emplace(r, rt->own(spawn_worker(rt->sys, wc)));
+  }
+  rt->own(coordinator);
+  for (auto& x : shards)
+    rt->own(x);
+  return rt;
+}
+
+caf::expected<std::shared_ptr<store_runtime>>
+make_dist(const std::string& type, const store_options& o, bool sync) {
+  auto where = parse_endpoint(o.coordinator);
+  if (!where)
+    return make_error(errc::bad_config,
+                      "create: option coordinator: " + render(where.error()));
+  system_options so;
+  so.threads = o.threads;
+  so.network = true;
+  so.heartbeat = o.heartbeat;
+  so.connection_timeout = o.connection_timeout;
+  auto rt = std::make_shared<store_runtime>(so, o);
+  auto coord = rt->sys.middleman().remote_actor<coordinator_actor>(where->host,
+                                                                   where->port);
+  if (!coord)
+    return make_error(errc::dead_node, "create: cannot reach the coordinator "
+                                       "at "
+                                         + o.coordinator + " ("
+                                         + render(coord.error()) + ")");
+  auto agent = rt->own(spawn_node_agent(rt->sys, *coord, caf::actor{}));
+  caf::scoped_actor self{rt->sys, true};
+  job_info job;
+  if (auto err = detail::ask(
+        self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
+        join_atom::value, role::worker, o.token))
+    return err;
+  if (job.sync != sync)
+    return make_error(errc::bad_config,
+                      "create: the job at " + o.coordinator + " runs "
+                        + (job.sync ? "dist_sync" : "dist_async") + ", not "
+                        + type);
+  routing_table table;
+  if (auto err = detail::ask(
+        self.ptr(), *coord, o.timeout,
+        [&](routing_table& x) { table = std::move(x); }, routing_atom::value))
+    return err;
+  worker_config wc;
+  wc.rank = job.rank;
+  wc.coordinator = *coord;
+  for (auto& x : table.shards)
+    wc.shards.push_back(caf::actor_cast<shard_actor>(x));
+  for (auto& x : table.relays)
+    wc.relays.push_back(caf::actor_cast<shard_actor>(x));
+  wc.timeout = o.timeout;
+  wc.barrier_timeout = o.barrier_timeout;
+  rt->num_workers = job.num_workers;
+  rt->opts.bigarray_bound = job.bigarray_bound;
+  auto worker = spawn_worker(rt->sys, wc);
+  rt->owned.insert(rt->owned.begin(), caf::actor_cast<caf::actor>(worker));
+  rt->workers.emplace(job.rank, worker);
+  return rt;
 }
 
 // Turns CAF's system errors into actorps errors a user can act on. `inner`
@@ -74,7 +153,10 @@ caf::error translate(caf::error err, std::chrono::milliseconds inner) {
     return make_error(errc::dead_node,
                       "the worker actor or a shard it needs is down");
   if (err == caf::sec::request_timeout)
-    return timeout_error(inner);
+    return make_error(errc::timeout,
+                      "no reply within " + std::to_string(inner.count())
+                        + " ms (a worker, shard or the coordinator is stuck "
+                          "or dead, or a sync round lacks a worker)");
   return err;
 }
 
@@ -88,7 +170,7 @@ caf::error closed_error(const char* op) {
 struct kvstore::impl {
   // Declared first so it is destroyed last: the scoped actor below belongs to
   // its actor system.
-  std::shared_ptr<local_runtime> rt;
+  std::shared_ptr<store_runtime> rt;
   std::string type;
   uint32_t rank = 0;
   worker_actor worker;
@@ -102,9 +184,9 @@ struct kvstore::impl {
   bool closed = false;
   bool barrier_before_exit = false;
 
-  impl(std::shared_ptr<local_runtime> runtime, std::string t, uint32_t r)
+  impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
     : rt(std::move(runtime)), type(std::move(t)), rank(r) {
-    worker = rt->workers[r];
+    worker = rt->workers.at(r);
     self = std::make_unique<caf::scoped_actor>(rt->sys, true);
   }
 
@@ -122,22 +204,12 @@ struct kvstore::impl {
     return outer(rt->opts.timeout);
   }
 
-  // Receives the reply with id `mid` within `dur`. Requests are sent with an
-  // infinite timeout on purpose: in CAF 0.17 a blocking actor still receives
-  // the timeout message of an answered request later, and nothing would ever
-  // take it out of the mailbox.
+  // Receives the reply with id `mid` within `dur` (see detail::await_reply).
   template <class OnValue>
   caf::error
   await(caf::message_id mid, std::chrono::milliseconds dur, OnValue& on_value) {
-    caf::error result;
-    bool timed_out = false;
-    caf::blocking_actor::accept_one_cond rc;
-    (*self)->varargs_receive(
-      rc, mid, on_value, [&](caf::error& err) { result = std::move(err); },
-      caf::after(dur) >> [&] { timed_out = true; });
-    if (timed_out)
-      return timeout_error(dur);
-    return translate(std::move(result), rt->opts.timeout);
+    return translate(detail::await_reply(self->ptr(), mid, dur, on_value),
+                     rt->opts.timeout);
   }
 
   // Blocking request to the worker actor; `on_value` gets the reply.
@@ -214,15 +286,21 @@ kvstore::~kvstore() {
 caf::expected<kvstore> kvstore::create(const std::string& type,
                                        const store_options& opts) {
   bool sync = false;
-  if (type == "local" || type == "local_async")
-    sync = false;
-  else if (type == "local_sync")
+  bool dist = false;
+  if (type == "local" || type == "local_async") {
+  } else if (type == "local_sync") {
     sync = true;
-  else
+  } else if (type == "dist_async") {
+    dist = true;
+  } else if (type == "dist_sync" || type == "dist") {
+    dist = sync = true;
+  } else {
     return make_error(errc::bad_config,
                       "create: unknown store type '" + type
-                        + "' (expected local, local_async or local_sync)");
-  if (opts.num_workers == 0 || opts.num_shards == 0)
+                        + "' (expected local, local_async, local_sync, "
+                          "dist_sync or dist_async)");
+  }
+  if (!dist && (opts.num_workers == 0 || opts.num_shards == 0))
     return make_error(errc::bad_config,
                       "create: need at least one worker and one shard, got "
                         + std::to_string(opts.num_workers) + " workers and "
@@ -231,8 +309,15 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     return make_error(errc::bad_config, "create: bigarray_bound must be > 0");
   if (opts.timeout.count() <= 0 || opts.barrier_timeout.count() <= 0)
     return make_error(errc::bad_config, "create: timeouts must be > 0");
-  auto rt = std::make_shared<local_runtime>(opts, sync);
-  return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
+  if (!dist) {
+    auto rt = make_local(opts, sync);
+    return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
+  }
+  auto rt = make_dist(type, opts, sync);
+  if (!rt)
+    return std::move(rt.error());
+  auto rank = (*rt)->workers.begin()->first;
+  return kvstore{std::make_unique<impl>(std::move(*rt), type, rank)};
 }
 
 caf::expected<kvstore> kvstore::worker(uint32_t rank) const {
@@ -255,7 +340,7 @@ uint32_t kvstore::rank() const {
 }
 
 uint32_t kvstore::num_workers() const {
-  return impl_->rt->opts.num_workers;
+  return impl_->rt->num_workers;
 }
 
 caf::error kvstore::init(const std::string& key,
@@ -414,6 +499,31 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
     return make_error(st.code, st.message + " in " + path);
   return d.call(
     d.timeout(), [](caf::ok_atom) {}, load_atom::value, std::move(snap));
+}
+
+caf::expected<uint32_t> kvstore::num_dead_node(int node_id,
+                                               std::chrono::seconds timeout) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("num_dead_node");
+  uint32_t count = 0;
+  auto err = d.call(
+    d.timeout(), [&](uint32_t x) { count = x; }, dead_atom::value,
+    static_cast<int32_t>(node_id), static_cast<int32_t>(timeout.count()));
+  if (err)
+    return err;
+  return count;
+}
+
+caf::error kvstore::send_command_to_servers(int head, const std::string& body) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("send_command_to_servers");
+  if (auto err = wait_all())
+    return err;
+  return d.call(
+    d.timeout(), [](caf::ok_atom) {}, command_atom::value,
+    static_cast<int32_t>(head), body);
 }
 
 caf::expected<std::vector<uint64_t>> kvstore::shape(const std::string& key) {

@@ -33,6 +33,14 @@ struct store_options {
   std::size_t max_pending = 1024;
   /// Scheduler threads of the local actor system; 0 keeps CAF's default.
   std::size_t threads = 0;
+  /// Distributed stores: the coordinator's "host:port".
+  std::string coordinator;
+  /// Distributed stores: the job token.
+  std::string token;
+  /// Distributed stores: CAF's heartbeat interval on each connection.
+  std::chrono::milliseconds heartbeat{1000};
+  /// Distributed stores: a connection silent this long counts as dead.
+  std::chrono::milliseconds connection_timeout{10000};
 };
 
 /// A pending pull, to pass to `kvstore::wait`.
@@ -56,6 +64,9 @@ private:
 /// Types: "local" (= "local_async": each push is applied on arrival) and
 /// "local_sync" (BSP: each round sums the pushes of all workers, then
 /// updates once) run coordinator, shards and workers in one process.
+/// "dist_sync" and "dist_async" connect this process, as one worker, to the
+/// coordinator at `store_options::coordinator` (see apps/); the mode must
+/// match the job's.
 ///
 /// Contract: `push` and `pull` return at once; a pull's output may be read
 /// only after `wait` on its ticket (or `wait_all`). Pushes and pulls of one
@@ -67,8 +78,11 @@ private:
 /// `errc::closed`.
 class kvstore {
 public:
-  /// Creates a store of the given type and returns the handle of rank 0.
-  /// Errors: `bad_config` (unknown type, zero workers or shards).
+  /// Creates a store of the given type and returns the handle of rank 0
+  /// (local) or of the rank the coordinator assigned (dist). Errors:
+  /// `bad_config` (unknown type, zero workers or shards, bad coordinator
+  /// address, mode mismatch), `dead_node` (coordinator unreachable),
+  /// `unauthorized` (wrong token), `timeout`.
   static caf::expected<kvstore> create(const std::string& type,
                                        const store_options& opts = {});
 
@@ -137,6 +151,19 @@ public:
   /// Loads a file written by `save_optimizer_states`. Every key of the file
   /// must be initialized here with the same shape and slicing.
   caf::error load_optimizer_states(const std::string& path);
+
+  /// MXNet's num_dead_node: how many nodes of `node_id` (a node id >= 8, or
+  /// an or-ed group: 1 coordinator, 2 servers, 4 workers) are dead: their
+  /// process went down, or no heartbeat came for `timeout`. Always 0 for a
+  /// local store.
+  caf::expected<uint32_t>
+  num_dead_node(int node_id,
+                std::chrono::seconds timeout = std::chrono::seconds{60});
+
+  /// Sends a command to every shard and waits until all applied it. Head 0
+  /// sets the optimizer from text ("name=sgd,learning_rate=0.1"); other heads
+  /// need a handler installed by the embedding program (shard_config).
+  caf::error send_command_to_servers(int head, const std::string& body);
 
   /// The shape of an initialized key. Errors: `unknown_key`,
   /// `not_initialized`.

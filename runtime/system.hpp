@@ -1,18 +1,27 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 
 #include "caf/actor_system_config.hpp"
 
 namespace actorps {
 
-/// Scheduler settings of an actorps actor system.
+/// Scheduler and network settings of an actorps actor system.
 struct system_options {
   /// Scheduler threads; 0 keeps CAF's default (max(cores, 4)).
   std::size_t threads = 0;
   /// Use CAF's deterministic test scheduler (message-level tests).
   bool testing = false;
+  /// Load CAF's network layer (io::middleman) for distributed jobs.
+  bool network = false;
+  /// Network: how often CAF sends a heartbeat on each connection (0: off).
+  std::chrono::milliseconds heartbeat{1000};
+  /// Network: a connection silent for this long is closed, so a hung peer
+  /// shows up as down (0: off). Must exceed the transfer time of the largest
+  /// message, or healthy connections get closed.
+  std::chrono::milliseconds connection_timeout{10000};
 };
 
 /// Actor-system configuration with every actorps message type and the

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "messages/errc.hpp"
 #include "messages/types.hpp"
@@ -38,6 +39,16 @@ namespace actorps::core {
 /// or "accumulate"), though NaN is rejected everywhere; every other parameter
 /// is checked for every optimizer, so a bad unused value is still an error.
 status validate(const optimizer_config& cfg);
+
+/// Parses "name=adam,learning_rate=0.001,weight_decay=0.0001" (the fields of
+/// optimizer_config; `ascent` takes 0/1/true/false) into `out`, starting from
+/// the defaults, then validates the result. Errors are `bad_optimizer`
+/// naming the offending item. Used by the apps' --optimizer flag and by
+/// command 0 of send_command_to_servers.
+status parse_optimizer(const std::string& text, optimizer_config& out);
+
+/// Renders `cfg` in the syntax `parse_optimizer` reads.
+std::string to_string(const optimizer_config& cfg);
 
 /// Number of state floats an optimizer keeps for `n` weights (0, n or 2n).
 /// Precondition: `validate(cfg).ok()`.

@@ -15,6 +15,7 @@
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
 
+#include "actors/shard.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/system.hpp"
@@ -70,6 +71,15 @@ struct deterministic_fixture {
     return none;
   }
 };
+
+/// A shard configuration without command handler.
+inline shard_config shard_cfg(uint32_t index, uint32_t workers, bool sync) {
+  shard_config cfg;
+  cfg.index = index;
+  cfg.num_workers = workers;
+  cfg.sync = sync;
+  return cfg;
+}
 
 /// Checks that `x` failed with `code`; returns the rendered error.
 template <class T>

@@ -18,7 +18,7 @@ constexpr slice_id slice_b = make_slice_id(7, 1);
 struct shard_fixture : test::deterministic_fixture {
   shard_actor shard;
 
-  explicit shard_fixture(shard_config cfg = {0, 2, false}) {
+  explicit shard_fixture(shard_config cfg = test::shard_cfg(0, 2, false)) {
     shard = guard(spawn_shard(sys, cfg));
   }
 
@@ -66,7 +66,7 @@ struct shard_fixture : test::deterministic_fixture {
 };
 
 struct sync_fixture : shard_fixture {
-  sync_fixture() : shard_fixture(shard_config{0, 2, true}) {
+  sync_fixture() : shard_fixture(test::shard_cfg(0, 2, true)) {
   }
 };
 

@@ -14,6 +14,14 @@ using actorps::test::require_error;
 
 namespace {
 
+coordinator_config make_coordinator_config(std::vector<shard_actor> shards) {
+  coordinator_config cc;
+  cc.num_workers = 2;
+  cc.bigarray_bound = 64;
+  cc.shards = std::move(shards);
+  return cc;
+}
+
 // Two shards, a coordinator and two workers on the deterministic scheduler,
 // with a small slicing bound so that a key of 100 floats is sliced.
 struct cluster_fixture : test::deterministic_fixture {
@@ -23,14 +31,16 @@ struct cluster_fixture : test::deterministic_fixture {
 
   cluster_fixture() {
     for (uint32_t i = 0; i < 2; ++i)
-      shards.push_back(guard(spawn_shard(sys, shard_config{i, 2, false})));
-    coord = guard(spawn_coordinator(
-      sys,
-      coordinator_config{2, 64, std::chrono::milliseconds{60000}, shards}));
+      shards.push_back(guard(spawn_shard(sys, test::shard_cfg(i, 2, false))));
+    coord = guard(spawn_coordinator(sys, make_coordinator_config(shards)));
     for (uint32_t r = 0; r < 2; ++r)
-      workers.push_back(guard(spawn_worker(
-        sys, worker_config{r, coord, shards, std::chrono::milliseconds{60000},
-                           std::chrono::milliseconds{60000}})));
+      workers.push_back(guard(
+        spawn_worker(sys, worker_config{r,
+                                        coord,
+                                        shards,
+                                        {},
+                                        std::chrono::milliseconds{60000},
+                                        std::chrono::milliseconds{60000}})));
   }
 
   void send_init(uint32_t rank, const std::string& key,

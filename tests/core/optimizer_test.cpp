@@ -460,3 +460,44 @@ TEST_CASE("optimizer: validate rejects bad configurations", "[core]") {
     }
   }
 }
+
+TEST_CASE("optimizer: parse_optimizer reads what to_string writes", "[core]") {
+  optimizer_config cfg;
+  SECTION("a full round trip") {
+    optimizer_config a;
+    a.name = "adam";
+    a.learning_rate = 0.001f;
+    a.weight_decay = 0.25f;
+    a.clip_gradient = 5.0f;
+    a.ascent = true;
+    REQUIRE(core::parse_optimizer(core::to_string(a), cfg).ok());
+    CHECK(cfg.name == "adam");
+    CHECK(cfg.learning_rate == 0.001f);
+    CHECK(cfg.weight_decay == 0.25f);
+    CHECK(cfg.clip_gradient == 5.0f);
+    CHECK(cfg.ascent);
+  }
+  SECTION("short names, blanks and defaults") {
+    REQUIRE(
+      core::parse_optimizer(" name = sgd , lr=0.5, momentum=0.9 ", cfg).ok());
+    CHECK(cfg.name == "sgd");
+    CHECK(cfg.learning_rate == 0.5f);
+    CHECK(cfg.momentum == 0.9f);
+    CHECK(cfg.beta1 == optimizer_config{}.beta1);
+  }
+  SECTION("errors name the item and leave the output alone") {
+    cfg.name = "untouched";
+    auto st = core::parse_optimizer("name=sgd,speed=3", cfg);
+    CHECK(st.code == errc::bad_optimizer);
+    CHECK(st.message.find("speed") != std::string::npos);
+    st = core::parse_optimizer("name=sgd,lr=fast", cfg);
+    CHECK(st.message.find("fast") != std::string::npos);
+    st = core::parse_optimizer("name=sgd,lr", cfg);
+    CHECK(st.code == errc::bad_optimizer);
+    st = core::parse_optimizer("name=sgd,lr=-1", cfg);
+    CHECK(st.message.find("learning_rate") != std::string::npos);
+    st = core::parse_optimizer("name=sgd,ascent=maybe", cfg);
+    CHECK(st.code == errc::bad_optimizer);
+    CHECK(cfg.name == "untouched");
+  }
+}

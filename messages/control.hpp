@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/meta/type_name.hpp"
+
+/// Control-plane messages of a distributed job: membership and routing.
+/// Kept apart from messages/types.hpp so that the data-plane structs (and the
+/// client facade that includes them) do not pull in actor handles.
+namespace actorps {
+
+/// Roles of the nodes of a job; also the group ids of `num_dead_node`, which
+/// may be or-ed together (as in MXNet / ps-lite).
+namespace role {
+constexpr uint8_t coordinator = 1;
+constexpr uint8_t server = 2;
+constexpr uint8_t worker = 4;
+} // namespace role
+
+/// Node id of server `rank` (ps-lite numbering: 8, 10, 12, ...).
+constexpr uint32_t server_node_id(uint32_t rank) noexcept {
+  return 8 + 2 * rank;
+}
+
+/// Node id of worker `rank` (ps-lite numbering: 9, 11, 13, ...).
+constexpr uint32_t worker_node_id(uint32_t rank) noexcept {
+  return 9 + 2 * rank;
+}
+
+/// What the coordinator tells a node that joined the job.
+struct job_info {
+  uint32_t node_id = 0;
+  uint32_t rank = 0;
+  uint32_t num_workers = 0;
+  uint32_t num_servers = 0;
+  bool sync = false;
+  uint64_t bigarray_bound = 0;
+  /// How often the node must send a heartbeat to the coordinator.
+  uint32_t heartbeat_ms = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_info& x) {
+  return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
+           x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms);
+}
+
+/// Every shard of the job in global order, plus one priority relay per shard
+/// (see actors/shard.hpp). Handles travel untyped and are cast back.
+struct routing_table {
+  std::vector<caf::actor> shards;
+  std::vector<caf::actor> relays;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
+  return f(caf::meta::type_name("routing_table"), x.shards, x.relays);
+}
+
+} // namespace actorps

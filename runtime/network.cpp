@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/network.hpp"
+
+#include <cstdlib>
+#include <vector>
+
+#include "caf/actor_cast.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
+
+#include "actors/coordinator.hpp"
+#include "actors/node.hpp"
+#include "actors/shard.hpp"
+#include "messages/errors.hpp"
+#include "runtime/blocking.hpp"
+
+namespace actorps {
+
+caf::expected<endpoint> parse_endpoint(const std::string& text) {
+  auto colon = text.rfind(':');
+  auto bad = [&] {
+    return make_error(errc::bad_config,
+                      "expected host:port, got '" + text + "'");
+  };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return bad();
+  auto digits = text.substr(colon + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos
+      || digits.size() > 5)
+    return bad();
+  auto port = std::strtoul(digits.c_str(), nullptr, 10);
+  if (port == 0 || port > 65535)
+    return bad();
+  return endpoint{text.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+caf::error run_coordinator(const coordinator_options& opts,
+                           std::function<void(uint16_t)> on_listening) {
+  if (opts.num_workers == 0 || opts.num_servers == 0)
+    return make_error(errc::bad_config,
+                      "coordinator: a job needs at least one worker and one "
+                      "server");
+  auto sopts = opts.system;
+  sopts.network = true;
+  system_config cfg{sopts};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  coordinator_config cc;
+  cc.num_workers = opts.num_workers;
+  cc.num_servers = opts.num_servers;
+  cc.token = opts.token;
+  cc.sync = opts.sync;
+  cc.bigarray_bound = opts.bigarray_bound;
+  cc.timeout = opts.timeout;
+  cc.heartbeat = sopts.heartbeat.count() > 0 ? sopts.heartbeat
+                                             : std::chrono::milliseconds{1000};
+  cc.on_done = caf::actor_cast<caf::actor>(self);
+  auto coord = spawn_coordinator(sys, cc);
+  auto host = opts.host.empty() ? nullptr : opts.host.c_str();
+  auto port = sys.middleman().publish(coord, opts.port, host, true);
+  if (!port) {
+    caf::anon_send_exit(coord, caf::exit_reason::kill);
+    return make_error(errc::bad_config,
+                      "coordinator: cannot listen on "
+                        + (opts.host.empty() ? std::string{"*"} : opts.host)
+                        + ":" + std::to_string(opts.port) + " ("
+                        + render(port.error()) + ")");
+  }
+  on_listening(*port);
+  self->receive([](shutdown_atom) {});
+  static_cast<void>(sys.middleman().unpublish(coord, *port));
+  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  return caf::none;
+}
+
+caf::error run_server(const server_options& opts,
+                      std::function<void(uint32_t)> on_joined) {
+  if (opts.shards == 0)
+    return make_error(errc::bad_config, "server: needs at least one shard");
+  auto sopts = opts.system;
+  sopts.network = true;
+  system_config cfg{sopts};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto where = opts.coordinator.host + ":"
+               + std::to_string(opts.coordinator.port);
+  auto coord = sys.middleman().remote_actor<coordinator_actor>(
+    opts.coordinator.host, opts.coordinator.port);
+  if (!coord)
+    return make_error(errc::dead_node, "cannot reach the coordinator at "
+                                         + where + " (" + render(coord.error())
+                                         + ")");
+  auto agent = spawn_node_agent(sys, *coord, caf::actor_cast<caf::actor>(self));
+  std::vector<caf::actor> owned{caf::actor_cast<caf::actor>(agent)};
+  auto stop = [&] {
+    for (auto& a : owned)
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  };
+  job_info job;
+  auto err = detail::ask(
+    self.ptr(), agent, opts.timeout, [&](job_info& x) { job = x; },
+    join_atom::value, role::server, opts.token);
+  if (err) {
+    stop();
+    return err;
+  }
+  on_joined(job.rank);
+  std::vector<caf::actor> shards;
+  std::vector<caf::actor> relays;
+  for (uint32_t i = 0; i < opts.shards; ++i) {
+    shard_config sc;
+    sc.index = job.rank * opts.shards + i;
+    sc.num_workers = job.num_workers;
+    sc.sync = job.sync;
+    auto shard = spawn_shard(sys, sc);
+    auto relay = spawn_priority_relay(sys, shard);
+    shards.push_back(caf::actor_cast<caf::actor>(shard));
+    relays.push_back(caf::actor_cast<caf::actor>(relay));
+    owned.push_back(shards.back());
+    owned.push_back(relays.back());
+  }
+  err = detail::ask(
+    self.ptr(), *coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
+    job.node_id, shards, relays);
+  if (err) {
+    stop();
+    return err;
+  }
+  caf::error result;
+  bool running = true;
+  self->receive_while(running)(
+    [&](shutdown_atom) { running = false; },
+    [&](node_down_atom, uint32_t, uint8_t role_id) {
+      if (role_id == role::coordinator) {
+        result = make_error(errc::dead_node,
+                            "server: lost the coordinator at " + where);
+        running = false;
+      }
+    });
+  stop();
+  return result;
+}
+
+} // namespace actorps

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "caf/error.hpp"
+#include "caf/expected.hpp"
+
+#include "runtime/system.hpp"
+
+/// The coordinator and server processes of a distributed job. Each call runs
+/// a whole process role and returns when the job is over; the apps wrap them
+/// with a command line.
+namespace actorps {
+
+/// A "host:port" pair.
+struct endpoint {
+  std::string host;
+  uint16_t port = 0;
+};
+
+/// Parses "host:port" (port 1..65535); `bad_config` naming the text if not.
+caf::expected<endpoint> parse_endpoint(const std::string& text);
+
+/// Options of the coordinator process.
+struct coordinator_options {
+  /// Address to listen on; "" listens on every interface.
+  std::string host = "127.0.0.1";
+  /// Port to listen on; 0 picks a free one.
+  uint16_t port = 0;
+  /// Token every node must present.
+  std::string token;
+  bool sync = true;
+  uint32_t num_workers = 1;
+  uint32_t num_servers = 1;
+  uint64_t bigarray_bound = uint64_t{1} << 20;
+  /// Timeout of the coordinator's requests to shards.
+  std::chrono::milliseconds timeout{60000};
+  system_options system;
+};
+
+/// Runs the coordinator: publishes it, calls `on_listening` with the port it
+/// listens on, and returns once every worker left or died (then every server
+/// has been told to shut down). Errors: `bad_config` (cannot listen).
+caf::error run_coordinator(const coordinator_options& opts,
+                           std::function<void(uint16_t)> on_listening);
+
+/// Options of a server process.
+struct server_options {
+  endpoint coordinator;
+  std::string token;
+  /// Shard actors this server hosts.
+  uint32_t shards = 1;
+  /// Timeout of the join and registration requests.
+  std::chrono::milliseconds timeout{30000};
+  system_options system;
+};
+
+/// Runs a server: joins the job, hosts its shards, and returns when the
+/// coordinator ends the job. `on_joined` gets the server's rank.
+/// Errors: `dead_node` (coordinator unreachable or gone), `unauthorized`,
+/// `bad_config`, `timeout`.
+caf::error run_server(const server_options& opts,
+                      std::function<void(uint32_t rank)> on_joined);
+
+} // namespace actorps
