@@ -495,7 +495,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return rp;
     },
     [self](join_atom, uint8_t role_id, const std::string& token,
-           const caf::actor& agent) -> caf::result<job_info> {
+           const caf::actor& agent, uint8_t mode) -> caf::result<job_info> {
       auto& st = self->state;
       if (!st.distributed())
         return make_error(errc::bad_config,
@@ -504,6 +504,13 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return make_error(errc::unauthorized,
                           "join: wrong job token (the coordinator refused "
                           "this node)");
+      auto job_mode = st.cfg.sync ? join_mode::sync : join_mode::async;
+      if (mode != join_mode::any && mode != job_mode)
+        return make_error(errc::bad_config,
+                          std::string{"join: this job runs "}
+                            + (st.cfg.sync ? "dist_sync" : "dist_async")
+                            + ", the node asked for "
+                            + (st.cfg.sync ? "dist_async" : "dist_sync"));
       job_info info;
       info.num_workers = st.cfg.num_workers;
       info.num_servers = st.cfg.num_servers;

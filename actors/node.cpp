@@ -46,13 +46,13 @@ node_impl(self_ptr self, coordinator_actor coordinator, caf::actor owner) {
     }
   });
   return {
-    [self](join_atom, uint8_t role_id,
-           const std::string& token) -> caf::result<job_info> {
+    [self](join_atom, uint8_t role_id, const std::string& token,
+           uint8_t mode) -> caf::result<job_info> {
       auto rp = self->make_response_promise<job_info>();
       auto me = caf::actor_cast<caf::actor>(self);
       self
         ->request(self->state.coordinator, caf::infinite, join_atom::value,
-                  role_id, token, me)
+                  role_id, token, me, mode)
         .then(
           [self, rp](job_info& info) mutable {
             auto first = !self->state.joined;

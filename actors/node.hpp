@@ -21,8 +21,8 @@
 /// owner (the process's main loop).
 ///
 /// Messages:
-/// - `(join_atom, role, token)` -> `job_info`: joins the job. Errors: those of
-///   the coordinator's join (`unauthorized`, `bad_config`).
+/// - `(join_atom, role, token, mode)` -> `job_info`: joins the job. Errors:
+///   those of the coordinator's join (`unauthorized`, `bad_config`).
 /// - `(heartbeat_atom)`: internal tick; sends one heartbeat and schedules the
 ///   next.
 /// - `(node_down_atom, node_id, role)`: another node died; forwarded to the
@@ -35,7 +35,7 @@ namespace actorps {
 
 /// Interface of a node agent.
 using node_actor = caf::typed_actor<
-  caf::replies_to<join_atom, uint8_t, std::string>::with<job_info>,
+  caf::replies_to<join_atom, uint8_t, std::string, uint8_t>::with<job_info>,
   caf::reacts_to<heartbeat_atom>,
   caf::reacts_to<node_down_atom, uint32_t, uint8_t>,
   caf::reacts_to<shutdown_atom>>;

@@ -20,6 +20,13 @@ constexpr uint8_t server = 2;
 constexpr uint8_t worker = 4;
 } // namespace role
 
+/// The mode a joining node expects of the job.
+namespace join_mode {
+constexpr uint8_t any = 0;
+constexpr uint8_t sync = 1;
+constexpr uint8_t async = 2;
+} // namespace join_mode
+
 /// Node id of server `rank` (ps-lite numbering: 8, 10, 12, ...).
 constexpr uint32_t server_node_id(uint32_t rank) noexcept {
   return 8 + 2 * rank;

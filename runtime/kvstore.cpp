@@ -40,6 +40,7 @@ struct store_runtime {
   store_options opts;
   uint32_t num_workers = 0;
   std::map<uint32_t, worker_actor> workers;
+  bool sync = false;
   // Long-lived actors of this process, sent an exit in this order.
   std::vector<caf::actor> owned;
 
@@ -64,6 +65,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   so.threads = o.threads;
   auto rt = std::make_shared<store_runtime>(so, o);
   rt->num_workers = o.num_workers;
+  rt->sync = sync;
   std::vector<shard_actor> shards;
   for (uint32_t i = 0; i < o.num_shards; ++i) {
     shard_config sc;
@@ -93,12 +95,11 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   return rt;
 }
 
-caf::expected<std::shared_ptr<store_runtime>>
-make_dist(const std::string& type, const store_options& o, bool sync) {
+caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
+                                                        bool sync) {
   auto where = parse_endpoint(o.coordinator);
   if (!where)
-    return make_error(errc::bad_config,
-                      "create: option coordinator: " + render(where.error()));
+    return std::move(where.error());
   system_options so;
   so.threads = o.threads;
   so.network = true;
@@ -117,13 +118,9 @@ make_dist(const std::string& type, const store_options& o, bool sync) {
   job_info job;
   if (auto err = detail::ask(
         self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
-        join_atom::value, role::worker, o.token))
+        join_atom::value, role::worker, o.token,
+        sync ? join_mode::sync : join_mode::async))
     return err;
-  if (job.sync != sync)
-    return make_error(errc::bad_config,
-                      "create: the job at " + o.coordinator + " runs "
-                        + (job.sync ? "dist_sync" : "dist_async") + ", not "
-                        + type);
   routing_table table;
   if (auto err = detail::ask(
         self.ptr(), *coord, o.timeout,
@@ -139,6 +136,7 @@ make_dist(const std::string& type, const store_options& o, bool sync) {
   wc.timeout = o.timeout;
   wc.barrier_timeout = o.barrier_timeout;
   rt->num_workers = job.num_workers;
+  rt->sync = job.sync;
   rt->opts.bigarray_bound = job.bigarray_bound;
   auto worker = spawn_worker(rt->sys, wc);
   rt->owned.insert(rt->owned.begin(), caf::actor_cast<caf::actor>(worker));
@@ -313,7 +311,7 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     auto rt = make_local(opts, sync);
     return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
   }
-  auto rt = make_dist(type, opts, sync);
+  auto rt = make_dist(opts, sync);
   if (!rt)
     return std::move(rt.error());
   auto rank = (*rt)->workers.begin()->first;
@@ -333,6 +331,10 @@ caf::expected<kvstore> kvstore::worker(uint32_t rank) const {
 
 const std::string& kvstore::type() const {
   return impl_->type;
+}
+
+bool kvstore::synchronous() const {
+  return impl_->rt->sync;
 }
 
 uint32_t kvstore::rank() const {

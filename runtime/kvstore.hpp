@@ -96,6 +96,9 @@ public:
   /// The type given to `create`.
   const std::string& type() const;
 
+  /// True for synchronous (BSP) stores: local_sync, dist_sync.
+  bool synchronous() const;
+
   /// This handle's worker rank, 0..num_workers()-1.
   uint32_t rank() const;
 

@@ -23,7 +23,8 @@ caf::expected<endpoint> parse_endpoint(const std::string& text) {
   auto colon = text.rfind(':');
   auto bad = [&] {
     return make_error(errc::bad_config,
-                      "expected host:port, got '" + text + "'");
+                      "coordinator address: expected host:port, got '" + text
+                        + "'");
   };
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
     return bad();
@@ -102,7 +103,7 @@ caf::error run_server(const server_options& opts,
   job_info job;
   auto err = detail::ask(
     self.ptr(), agent, opts.timeout, [&](job_info& x) { job = x; },
-    join_atom::value, role::server, opts.token);
+    join_atom::value, role::server, opts.token, join_mode::any);
   if (err) {
     stop();
     return err;

@@ -365,6 +365,8 @@ TEST_CASE("kvstore: a sync pull that can never complete times out clearly",
 TEST_CASE("kvstore: rank and num_workers describe the store", "[integration]") {
   auto kv = make_store("local_sync", local_options(3));
   CHECK(kv.type() == "local_sync");
+  CHECK(kv.synchronous());
+  CHECK_FALSE(make_store("local", local_options(1)).synchronous());
   CHECK(kv.rank() == 0);
   CHECK(kv.num_workers() == 3);
   auto h = kv.worker(2);

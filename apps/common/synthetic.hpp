@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "runtime/kvstore.hpp"
+
+namespace actorps::apps {
+
+/// The synthetic job: every worker pushes (rank + 1) into every element of
+/// every key once per round, with the accumulate rule, so after r rounds
+/// every element holds exactly r * W * (W + 1) / 2.
+struct synthetic_options {
+  uint32_t keys = 4;
+  uint64_t size = 100000;
+  uint32_t rounds = 50;
+  /// Sync stores: check the exact value after every round too.
+  bool check_rounds = true;
+  /// Do not check values (some workers may die on purpose).
+  bool tolerate_deaths = false;
+  /// Print "rank R round r" after each round.
+  bool progress = false;
+};
+
+/// Runs the job on one worker handle; returns an empty string on success or
+/// what went wrong. Collective: every worker of the store must run it.
+std::string run_synthetic(kvstore& kv, const synthetic_options& opts,
+                          std::ostream& out);
+
+} // namespace actorps::apps
