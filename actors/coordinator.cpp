@@ -64,6 +64,7 @@ struct coordinator_state {
   // Shards and relays per server rank, until every server registered.
   std::vector<std::vector<caf::actor>> server_shards;
   std::vector<std::vector<caf::actor>> server_relays;
+  std::vector<std::string> server_endpoints;
   routing_table table;
   bool routing_ready = false;
   std::vector<caf::typed_response_promise<routing_table>> routing_waiters;
@@ -155,8 +156,8 @@ void announce_workers(self_ptr self) {
         .then([](caf::ok_atom) {}, [](caf::error&) {});
 }
 
-// Tells `on_done` once, after the servers went down (or the grace period
-// ended), so that their shutdown message was not lost with this process.
+// Tells `on_done` once, after every node went down (or the grace period
+// ended): no reply or shutdown message is lost with this process.
 void finish(self_ptr self) {
   auto& st = self->state;
   if (st.finished)
@@ -175,11 +176,11 @@ void check_done(self_ptr self) {
     return;
   st.done = true;
   bool waiting = false;
-  for (auto& [id, node] : st.nodes)
-    if (node.role == role::server && !node.dead) {
+  for (auto& [id, node] : st.nodes) {
+    if (node.role == role::server && !node.dead)
       caf::anon_send(node.agent, shutdown_atom::value);
-      waiting = true;
-    }
+    waiting = waiting || !node.dead;
+  }
   if (!waiting)
     finish(self);
   else
@@ -223,10 +224,9 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
         caf::anon_send(other.agent, node_down_atom::value, node_id, role_of);
     if (role_of == role::worker && !node.left)
       drop_worker(self, node.rank);
-    if (st.done
-        && std::none_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {
-             return kvp.second.role == role::server && !kvp.second.dead;
-           }))
+    if (st.done && std::all_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {
+          return kvp.second.dead;
+        }))
       finish(self);
     return;
   }
@@ -245,6 +245,7 @@ void complete_routing(self_ptr self) {
     }
     for (auto& x : st.server_relays[r])
       st.table.relays.push_back(x);
+    st.table.servers.push_back(st.server_endpoints[r]);
   }
   st.shard_dead.assign(st.cfg.shards.size(), false);
   st.routing_ready = true;
@@ -369,12 +370,18 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         i->second.left = true;
       st.live[rank] = false;
       st.check_barrier();
+      // The last worker: nobody needs to hear of it, and the servers are
+      // about to shut down, so a broadcast to them could go unanswered.
+      if (std::none_of(st.live.begin(), st.live.end(),
+                       [](bool b) { return b; })) {
+        check_done(self);
+        return caf::ok_atom::value;
+      }
       auto rp = self->make_response_promise<caf::ok_atom>();
       broadcast<caf::ok_atom>(
         self, rp, [] { return caf::ok_atom::value; },
         [](size_t, caf::ok_atom) {}, true, workers_atom::value,
         st.live_ranks());
-      check_done(self);
       return rp;
     },
     [self](set_opt_atom,
@@ -547,7 +554,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return info;
     },
     [self](shards_atom, uint32_t node_id, const std::vector<caf::actor>& shards,
-           const std::vector<caf::actor>& relays) -> caf::result<caf::ok_atom> {
+           const std::vector<caf::actor>& relays,
+           const std::string& endpoint) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
       auto i = st.nodes.find(node_id);
       if (i == st.nodes.end() || i->second.role != role::server)
@@ -563,6 +571,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       if (st.server_shards.empty()) {
         st.server_shards.resize(st.cfg.num_servers);
         st.server_relays.resize(st.cfg.num_servers);
+        st.server_endpoints.resize(st.cfg.num_servers);
       }
       if (!st.server_shards[rank].empty())
         return make_error(errc::bad_config,
@@ -570,6 +579,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                             + " registered its shards before");
       st.server_shards[rank] = shards;
       st.server_relays[rank] = relays;
+      st.server_endpoints[rank] = endpoint;
       for (auto& x : shards) {
         i->second.shards.push_back(x.address());
         self->monitor(x);

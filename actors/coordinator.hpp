@@ -58,9 +58,10 @@
 ///   (join_mode): a mismatch is refused before any rank is given out.
 ///   Errors: `unauthorized` (wrong token), `bad_config` (role full, unknown
 ///   role, mode mismatch, or a local coordinator).
-/// - `(shards_atom, node_id, shards, relays)` -> `ok_atom`: a server's shards
-///   and their priority relays. Once every server registered, the routing
-///   table is complete. Errors: `bad_config`.
+/// - `(shards_atom, node_id, shards, relays, endpoint)` -> `ok_atom`: a
+///   server's shards, their priority relays, and the "host:port" on which the
+///   server accepts direct connections from workers. Once every server
+///   registered, the routing table is complete. Errors: `bad_config`.
 /// - `(routing_atom)` -> `routing_table`, as soon as it is complete.
 /// - `(heartbeat_atom, node_id)`: a node is alive (no reply).
 /// - `(dead_atom, node_or_group, timeout_s)` -> `uint32_t`: MXNet's
@@ -71,8 +72,8 @@
 /// The coordinator monitors every agent and shard. A dead worker is dropped
 /// from barriers and sync rounds, as if it had left; every surviving agent
 /// hears `(node_down_atom, node_id, role)`. Once every worker left or died,
-/// every server agent gets `(shutdown_atom)`, and `on_done` gets it once the
-/// servers went down (at most 5 s later). `(shutdown_atom)` sent to the
+/// every server agent gets `(shutdown_atom)`, and `on_done` gets it once
+/// every node went down (at most 5 s later). `(shutdown_atom)` sent to the
 /// coordinator itself ends that wait.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
@@ -114,7 +115,7 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<join_atom, uint8_t, std::string, caf::actor,
                   uint8_t>::with<job_info>,
   caf::replies_to<shards_atom, uint32_t, std::vector<caf::actor>,
-                  std::vector<caf::actor>>::with<caf::ok_atom>,
+                  std::vector<caf::actor>, std::string>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,
   caf::reacts_to<heartbeat_atom, uint32_t>, caf::reacts_to<shutdown_atom>,
   caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>>;

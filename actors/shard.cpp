@@ -510,7 +510,10 @@ shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg) {
 }
 
 shard_actor spawn_priority_relay(caf::actor_system& sys, shard_actor shard,
-                                 caf::actor observer) {
+                                 caf::actor observer, bool detached) {
+  if (detached)
+    return sys.spawn<caf::detached>(relay_impl, std::move(shard),
+                                    std::move(observer));
   return sys.spawn(relay_impl, std::move(shard), std::move(observer));
 }
 

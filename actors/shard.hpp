@@ -97,7 +97,10 @@ shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);
 /// is forwarded as it is. The relay is linked to its shard: one dies with the
 /// other. `observer`, if set, receives `(forwarded_atom, slice_id)` after each
 /// re-sent push or pull (tests use it to know the relay has acted).
+/// With `detached`, the relay gets a thread of its own instead of running on
+/// the scheduler.
 shard_actor spawn_priority_relay(caf::actor_system& sys, shard_actor shard,
-                                 caf::actor observer = {});
+                                 caf::actor observer = {},
+                                 bool detached = false);
 
 } // namespace actorps

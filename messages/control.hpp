@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "caf/actor.hpp"
@@ -60,11 +61,16 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
 struct routing_table {
   std::vector<caf::actor> shards;
   std::vector<caf::actor> relays;
+  /// "host:port" of each server, in server rank order. Workers connect to
+  /// each directly: without that, CAF routes their traffic through the
+  /// coordinator's node, and a server's death never reaches them.
+  std::vector<std::string> servers;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
-  return f(caf::meta::type_name("routing_table"), x.shards, x.relays);
+  return f(caf::meta::type_name("routing_table"), x.shards, x.relays,
+           x.servers);
 }
 
 } // namespace actorps

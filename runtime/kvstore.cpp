@@ -126,6 +126,18 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
         self.ptr(), *coord, o.timeout,
         [&](routing_table& x) { table = std::move(x); }, routing_atom::value))
     return err;
+  // Direct connections to every server (see routing_table::servers).
+  for (auto& server : table.servers) {
+    auto at = parse_endpoint(server);
+    if (!at)
+      return std::move(at.error());
+    auto direct = rt->sys.middleman().remote_actor<shard_actor>(at->host,
+                                                                at->port);
+    if (!direct)
+      return make_error(errc::dead_node, "create: cannot reach the server at "
+                                           + server + " ("
+                                           + render(direct.error()) + ")");
+  }
   worker_config wc;
   wc.rank = job.rank;
   wc.coordinator = *coord;

@@ -123,9 +123,19 @@ caf::error run_server(const server_options& opts,
     owned.push_back(shards.back());
     owned.push_back(relays.back());
   }
+  // Workers connect here directly, so that data does not detour through the
+  // coordinator's node and a dying server is noticed at once.
+  auto port = sys.middleman().publish(caf::actor_cast<shard_actor>(shards[0]),
+                                      opts.port, opts.host.c_str(), true);
+  if (!port) {
+    stop();
+    return make_error(errc::bad_config, "server: cannot listen on " + opts.host
+                                          + ":" + std::to_string(opts.port)
+                                          + " (" + render(port.error()) + ")");
+  }
   err = detail::ask(
     self.ptr(), *coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
-    job.node_id, shards, relays);
+    job.node_id, shards, relays, opts.host + ":" + std::to_string(*port));
   if (err) {
     stop();
     return err;

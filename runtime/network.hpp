@@ -51,6 +51,10 @@ caf::error run_coordinator(const coordinator_options& opts,
 /// Options of a server process.
 struct server_options {
   endpoint coordinator;
+  /// Address on which workers reach this server directly (it listens there).
+  std::string host = "127.0.0.1";
+  /// Port for the workers' direct connections; 0 picks a free one.
+  uint16_t port = 0;
   std::string token;
   /// Shard actors this server hosts.
   uint32_t shards = 1;

@@ -30,6 +30,27 @@ std::string run_synthetic(kvstore& kv, const synthetic_options& opts,
   }
   if (auto err = kv.barrier())
     return fail("barrier", err);
+  // The barrier must hold everyone until the last worker arrives: each
+  // worker adds 1 before the next barrier, so after it every worker must
+  // read exactly W.
+  if (auto err = kv.init("arrivals", Eigen::VectorXf::Zero(1)))
+    return fail("init arrivals", err);
+  if (auto err = kv.push("arrivals", Eigen::VectorXf::Ones(1)))
+    return fail("push arrivals", err);
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  Eigen::VectorXf arrivals(1);
+  auto ticket = kv.pull("arrivals", arrivals);
+  if (!ticket)
+    return fail("pull arrivals", ticket.error());
+  if (auto err = kv.wait(*ticket))
+    return fail("pull arrivals", err);
+  if (!opts.tolerate_deaths && arrivals[0] != static_cast<float>(workers))
+    return "rank " + std::to_string(rank) + ": passed the barrier after "
+           + std::to_string(arrivals[0]) + " of " + std::to_string(workers)
+           + " workers had arrived";
+  out << "rank " << rank << ": barrier held all " << arrivals[0] << " workers"
+      << std::endl;
   bool sync = kv.synchronous();
   Eigen::VectorXf grad = Eigen::VectorXf::Constant(opts.size, rank + 1.0f);
   std::vector<Eigen::VectorXf> outs(opts.keys, Eigen::VectorXf(opts.size));

@@ -18,12 +18,17 @@ int main(int argc, char** argv) {
   long heartbeat_ms = 1000;
   long connection_timeout_ms = 10000;
   long timeout_ms = 30000;
+  unsigned port = 0;
   opts.shards = std::max(1u, std::thread::hardware_concurrency());
   po::options_description desc{"Options"};
   actorps::apps::add_common_options(desc, config_file);
   desc.add_options()("coordinator", po::value(&coordinator),
                      "the coordinator's host:port (required)")(
     "token", po::value(&opts.token)->default_value(""), "the job token")(
+    "host", po::value(&opts.host)->default_value(opts.host),
+    "address on which workers reach this server (it listens there)")(
+    "port", po::value(&port)->default_value(port),
+    "port for the workers' direct connections; 0 picks a free one")(
     "shards", po::value(&opts.shards)->default_value(opts.shards),
     "shard actors to host (default: one per core)")(
     "heartbeat-ms", po::value(&heartbeat_ms)->default_value(heartbeat_ms),
@@ -54,6 +59,9 @@ int main(int argc, char** argv) {
                                "--shards, --heartbeat-ms and "
                                "--timeout-ms must be > 0",
                                2);
+  if (port > 65535)
+    return actorps::apps::fail(app, "--port must be 0..65535", 2);
+  opts.port = static_cast<uint16_t>(port);
   opts.coordinator = *where;
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   opts.system.heartbeat = std::chrono::milliseconds{heartbeat_ms};

@@ -1,0 +1,251 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Distributed jobs of real processes on 127.0.0.1 (ports picked at run time).
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "tests/integration/process.hpp"
+
+using namespace std::chrono_literals;
+using actorps::test::process;
+
+namespace {
+
+constexpr auto startup = 30s;
+constexpr auto job_time = 120s;
+
+std::string token() {
+  return "tok-" + std::to_string(::getpid());
+}
+
+// A coordinator plus the servers and workers a test adds.
+struct dist_job {
+  std::unique_ptr<process> coordinator;
+  std::string address;
+  std::vector<std::unique_ptr<process>> servers;
+  std::vector<std::unique_ptr<process>> workers;
+  std::string mode;
+
+  dist_job(std::string job_mode, int num_workers, int num_servers,
+           std::vector<std::string> extra = {})
+    : mode(std::move(job_mode)) {
+    std::vector<std::string> argv{ACTORPS_COORDINATOR_BIN,
+                                  "--host",
+                                  "127.0.0.1",
+                                  "--port",
+                                  "0",
+                                  "--token",
+                                  token(),
+                                  "--mode",
+                                  mode,
+                                  "--workers",
+                                  std::to_string(num_workers),
+                                  "--servers",
+                                  std::to_string(num_servers)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    coordinator = std::make_unique<process>(argv);
+    REQUIRE(coordinator->wait_for(")", startup));
+    INFO(coordinator->output());
+    auto& out = coordinator->output();
+    auto at = out.find("127.0.0.1:");
+    REQUIRE(at != std::string::npos);
+    auto end = out.find(' ', at);
+    address = out.substr(at, end - at);
+  }
+
+  process& add_server(int shards = 2) {
+    servers.push_back(std::make_unique<process>(std::vector<std::string>{
+      ACTORPS_SERVER_BIN, "--coordinator", address, "--token", token(),
+      "--shards", std::to_string(shards)}));
+    return *servers.back();
+  }
+
+  process& add_worker(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{ACTORPS_WORKER_BIN,
+                                  "--coordinator",
+                                  address,
+                                  "--token",
+                                  token(),
+                                  "--mode",
+                                  mode};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    workers.push_back(std::make_unique<process>(argv));
+    return *workers.back();
+  }
+};
+
+// Waits for `p` to exit and checks its code, showing its output on failure.
+#define CHECK_EXIT(p, code, timeout)                                           \
+  do {                                                                         \
+    auto rc_ = (p).wait_exit(timeout);                                         \
+    INFO((p).output());                                                        \
+    REQUIRE(rc_);                                                              \
+    CHECK(*rc_ == (code));                                                     \
+  } while (false)
+
+} // namespace
+
+TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
+          "[integration]") {
+  auto mode = GENERATE(as<std::string>{}, "dist_sync", "dist_async");
+  // A small slicing bound, so the 5000-float keys are cut over all 4 shards.
+  dist_job job{mode, 3, 2, {"--bigarray-bound", "1000"}};
+  job.add_server();
+  job.add_server();
+  for (int i = 0; i < 3; ++i)
+    job.add_worker({"--keys", "3", "--size", "5000", "--rounds", "20"});
+  std::set<std::string> ranks;
+  for (auto& w : job.workers) {
+    CHECK_EXIT(*w, 0, job_time);
+    auto& out = w->output();
+    INFO(out);
+    CHECK(out.find("all values exact") != std::string::npos);
+    // Every worker read W arrivals right after the barrier.
+    CHECK(out.find("barrier held all 3 workers") != std::string::npos);
+    CHECK(out.find("num_dead_node: workers=0 servers=0") != std::string::npos);
+    auto at = out.find("rank ");
+    REQUIRE(at != std::string::npos);
+    ranks.insert(out.substr(at, out.find(' ', at + 5) - at));
+  }
+  CHECK(ranks == std::set<std::string>{"rank 0", "rank 1", "rank 2"});
+  for (auto& s : job.servers)
+    CHECK_EXIT(*s, 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  CHECK(job.coordinator->output().find("job done") != std::string::npos);
+}
+
+TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
+          "[integration]") {
+  dist_job job{"dist_sync", 3, 1, {"--heartbeat-ms", "200"}};
+  job.add_server();
+  std::vector<std::string> args{"--keys",
+                                "2",
+                                "--size",
+                                "1000",
+                                "--rounds",
+                                "300",
+                                "--tolerate-deaths",
+                                "--timeout-ms",
+                                "15000"};
+  job.add_worker(args);
+  job.add_worker(args);
+  auto victim_args = args;
+  victim_args.push_back("--progress");
+  auto& victim = job.add_worker(victim_args);
+  REQUIRE(victim.wait_for("round 5\n", job_time));
+  victim.kill9();
+  auto killed = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK_EXIT(*job.workers[i], 0, job_time);
+    auto& out = job.workers[i]->output();
+    INFO(out);
+    CHECK(out.find("all rounds done") != std::string::npos);
+    CHECK(out.find("num_dead_node: workers=1 servers=0") != std::string::npos);
+  }
+  // The survivors did not wait for the dead worker to time out anywhere.
+  CHECK(std::chrono::steady_clock::now() - killed < 60s);
+  CHECK_EXIT(*job.servers[0], 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+}
+
+TEST_CASE("dist: a killed server fails the workers' calls with a clear error",
+          "[integration]") {
+  dist_job job{"dist_sync", 2, 2};
+  job.add_server(1);
+  auto& doomed = job.add_server(1);
+  std::vector<std::string> args{
+    "--keys",  "4",          "--size",       "1000", "--rounds",
+    "1000000", "--progress", "--timeout-ms", "20000"};
+  job.add_worker(args);
+  job.add_worker(args);
+  REQUIRE(job.workers[0]->wait_for("round 3\n", job_time));
+  doomed.kill9();
+  auto killed = std::chrono::steady_clock::now();
+  for (auto& w : job.workers) {
+    CHECK_EXIT(*w, 3, 60s);
+    INFO(w->output());
+    CHECK(w->output().find("dead_node") != std::string::npos);
+  }
+  // Well before the 20 s request timeout: the workers saw the server go down.
+  CHECK(std::chrono::steady_clock::now() - killed < 15s);
+}
+
+TEST_CASE("dist: a wrong token is refused and the job goes on",
+          "[integration]") {
+  dist_job job{"dist_async", 1, 1};
+  process intruder{{ACTORPS_WORKER_BIN, "--coordinator", job.address, "--token",
+                    "not-the-token", "--mode", "dist_async"}};
+  CHECK_EXIT(intruder, 1, startup);
+  CHECK(intruder.output().find("unauthorized") != std::string::npos);
+  process wrong_mode{{ACTORPS_WORKER_BIN, "--coordinator", job.address,
+                      "--token", token(), "--mode", "dist_sync"}};
+  CHECK_EXIT(wrong_mode, 1, startup);
+  CHECK(wrong_mode.output().find("dist_async") != std::string::npos);
+  job.add_server();
+  auto& w = job.add_worker({"--rounds", "5", "--size", "100"});
+  CHECK_EXIT(w, 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+}
+
+TEST_CASE("dist: an unreachable coordinator fails fast with a clear message",
+          "[integration]") {
+  auto address = "127.0.0.1:" + std::to_string(actorps::test::unused_port());
+  auto started = std::chrono::steady_clock::now();
+  process worker{{ACTORPS_WORKER_BIN, "--coordinator", address}};
+  process server{{ACTORPS_SERVER_BIN, "--coordinator", address}};
+  CHECK_EXIT(worker, 1, 10s);
+  CHECK_EXIT(server, 1, 10s);
+  CHECK(std::chrono::steady_clock::now() - started < 10s);
+  CHECK(worker.output().find("cannot reach the coordinator at " + address)
+        != std::string::npos);
+  CHECK(server.output().find("cannot reach the coordinator at " + address)
+        != std::string::npos);
+}
+
+TEST_CASE("dist: the apps explain bad flags and read config files",
+          "[integration]") {
+  SECTION("--help") {
+    for (auto bin :
+         {ACTORPS_COORDINATOR_BIN, ACTORPS_SERVER_BIN, ACTORPS_WORKER_BIN}) {
+      process p{{bin, "--help"}};
+      CHECK_EXIT(p, 0, startup);
+      CHECK(p.output().find("usage:") != std::string::npos);
+      CHECK(p.output().find("--config") != std::string::npos);
+    }
+  }
+  SECTION("bad flags and values exit 2 with one line") {
+    process a{{ACTORPS_SERVER_BIN, "--bogus"}};
+    CHECK_EXIT(a, 2, startup);
+    CHECK(a.output().find("bogus") != std::string::npos);
+    process b{{ACTORPS_COORDINATOR_BIN, "--mode", "fast"}};
+    CHECK_EXIT(b, 2, startup);
+    process c{{ACTORPS_WORKER_BIN, "--coordinator", "no-port-here"}};
+    CHECK_EXIT(c, 2, startup);
+    CHECK(c.output().find("host:port") != std::string::npos);
+    process d{{ACTORPS_WORKER_BIN}};
+    CHECK_EXIT(d, 2, startup);
+    process e{{ACTORPS_WORKER_BIN, "--config", "/nonexistent/actorps.ini"}};
+    CHECK_EXIT(e, 2, startup);
+    CHECK(e.output().find("/nonexistent/actorps.ini") != std::string::npos);
+  }
+  SECTION("a config file sets the same options as the flags") {
+    auto path = "/tmp/actorps-coordinator-" + std::to_string(::getpid())
+                + ".ini";
+    {
+      std::ofstream f{path};
+      f << "host = 127.0.0.1\nport = 0\nworkers = 7\nservers = 5\n"
+           "mode = dist_async\n";
+    }
+    process p{{ACTORPS_COORDINATOR_BIN, "--config", path}};
+    CHECK(p.wait_for("5 servers)", startup));
+    CHECK(p.output().find("dist_async, 7 workers") != std::string::npos);
+    p.kill9();
+    ::unlink(path.c_str());
+  }
+}
