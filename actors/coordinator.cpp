@@ -222,6 +222,8 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
     for (auto& [other_id, other] : st.nodes)
       if (!other.dead && other.agent)
         caf::anon_send(other.agent, node_down_atom::value, node_id, role_of);
+    if (st.cfg.on_done && !st.finished)
+      caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of);
     if (role_of == role::worker && !node.left)
       drop_worker(self, node.rank);
     if (st.done && std::all_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {

@@ -96,7 +96,8 @@ struct coordinator_config {
   bool sync = false;
   /// Heartbeat interval told to joining nodes.
   std::chrono::milliseconds heartbeat{1000};
-  /// Receives `(shutdown_atom)` once every worker left or died (dist mode).
+  /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
+  /// and `(node_down_atom, node_id, role)` for every node that goes down.
   caf::actor on_done;
 };
 

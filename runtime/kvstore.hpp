@@ -172,7 +172,9 @@ public:
   /// `not_initialized`.
   caf::expected<std::vector<uint64_t>> shape(const std::string& key);
 
-  /// Makes `close` enter a barrier first, so no worker leaves early.
+  /// Makes `close` enter a barrier first, so no worker leaves early. Turn it
+  /// off before closing after a failure: in sync mode the others may be
+  /// waiting for this worker's pushes, not at the barrier.
   void set_barrier_before_exit(bool value);
 
   /// Waits for every operation, then closes the handle (idempotent).

@@ -38,6 +38,14 @@ caf::expected<endpoint> parse_endpoint(const std::string& text) {
   return endpoint{text.substr(0, colon), static_cast<uint16_t>(port)};
 }
 
+std::string describe_node(uint32_t node_id, uint8_t role_id) {
+  if (role_id == role::coordinator)
+    return "the coordinator";
+  auto rank = (node_id - 8) / 2;
+  return std::string{role_id == role::server ? "server " : "worker "}
+         + std::to_string(rank) + " (node " + std::to_string(node_id) + ")";
+}
+
 caf::error run_coordinator(const coordinator_options& opts,
                            std::function<void(uint16_t)> on_listening) {
   if (opts.num_workers == 0 || opts.num_servers == 0)
@@ -71,7 +79,13 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + render(port.error()) + ")");
   }
   on_listening(*port);
-  self->receive([](shutdown_atom) {});
+  bool running = true;
+  self->receive_while(
+    running)([&](shutdown_atom) { running = false; },
+             [&](node_down_atom, uint32_t node_id, uint8_t role_id) {
+               if (opts.on_event)
+                 opts.on_event(describe_node(node_id, role_id) + " is down");
+             });
   static_cast<void>(sys.middleman().unpublish(coord, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   return caf::none;
@@ -144,11 +158,13 @@ caf::error run_server(const server_options& opts,
   bool running = true;
   self->receive_while(running)(
     [&](shutdown_atom) { running = false; },
-    [&](node_down_atom, uint32_t, uint8_t role_id) {
+    [&](node_down_atom, uint32_t node_id, uint8_t role_id) {
       if (role_id == role::coordinator) {
         result = make_error(errc::dead_node,
                             "server: lost the coordinator at " + where);
         running = false;
+      } else if (opts.on_event) {
+        opts.on_event(describe_node(node_id, role_id) + " is down");
       }
     });
   stop();

@@ -40,6 +40,9 @@ struct coordinator_options {
   /// Timeout of the coordinator's requests to shards.
   std::chrono::milliseconds timeout{60000};
   system_options system;
+  /// Gets a line for each node that goes down (called on the caller's
+  /// thread, inside run_coordinator).
+  std::function<void(const std::string&)> on_event;
 };
 
 /// Runs the coordinator: publishes it, calls `on_listening` with the port it
@@ -61,7 +64,12 @@ struct server_options {
   /// Timeout of the join and registration requests.
   std::chrono::milliseconds timeout{30000};
   system_options system;
+  /// Gets a line for each other node that goes down.
+  std::function<void(const std::string&)> on_event;
 };
+
+/// Describes a node for humans: "worker 2 (node 13)".
+std::string describe_node(uint32_t node_id, uint8_t role);
 
 /// Runs a server: joins the job, hosts its shards, and returns when the
 /// coordinator ends the job. `on_joined` gets the server's rank.

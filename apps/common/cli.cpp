@@ -39,6 +39,22 @@ parse(int argc, char** argv, const po::options_description& d,
   return std::nullopt;
 }
 
+void add_log_option(po::options_description& desc, std::string& level) {
+  desc.add_options()("log-level", po::value(&level)->default_value("info"),
+                     "error (errors only), info, or debug (also membership "
+                     "and node-down events)");
+}
+
+std::optional<log_level> parse_log_level(const std::string& text) {
+  if (text == "error")
+    return log_level::error;
+  if (text == "info")
+    return log_level::info;
+  if (text == "debug")
+    return log_level::debug;
+  return std::nullopt;
+}
+
 int fail(const std::string& app, const std::string& message, int code) {
   std::cerr << app << ": " << message << std::endl;
   return code;

@@ -21,6 +21,16 @@ std::optional<int> parse(int argc, char** argv,
                          boost::program_options::variables_map& vm,
                          const std::string& app, const std::string& usage);
 
+/// How much an app prints on stdout.
+enum class log_level { error = 0, info = 1, debug = 2 };
+
+/// Adds --log-level (error, info, debug) to `desc`.
+void add_log_option(boost::program_options::options_description& desc,
+                    std::string& level);
+
+/// Parses a --log-level value; nothing for an unknown one.
+std::optional<log_level> parse_log_level(const std::string& text);
+
 /// Prints "app: message" on stderr and returns `code`.
 int fail(const std::string& app, const std::string& message, int code = 1);
 

@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   long connection_timeout_ms = 10000;
   long timeout_ms = 60000;
   po::options_description desc{"Options"};
+  std::string level_text;
   actorps::apps::add_common_options(desc, config_file);
+  actorps::apps::add_log_option(desc, level_text);
   desc.add_options()("host", po::value(&opts.host)->default_value(opts.host),
                      "address to listen on (\"\" for every interface)")(
     "port", po::value(&port)->default_value(port),
@@ -64,6 +66,17 @@ int main(int argc, char** argv) {
                                "--heartbeat-ms and --timeout-ms must be "
                                "> 0, --connection-timeout-ms >= 0",
                                2);
+  auto level = actorps::apps::parse_log_level(level_text);
+  if (!level)
+    return actorps::apps::fail(app,
+                               "--log-level must be error, info or "
+                               "debug, got '"
+                                 + level_text + "'",
+                               2);
+  if (*level >= actorps::apps::log_level::debug)
+    opts.on_event = [&](const std::string& line) {
+      std::cout << app << ": " << line << std::endl;
+    };
   opts.port = static_cast<uint16_t>(port);
   opts.sync = mode == "dist_sync";
   opts.timeout = std::chrono::milliseconds{timeout_ms};
@@ -78,6 +91,7 @@ int main(int argc, char** argv) {
   });
   if (err)
     return actorps::apps::fail(app, actorps::render(err));
-  std::cout << app << ": job done" << std::endl;
+  if (*level >= actorps::apps::log_level::info)
+    std::cout << app << ": job done" << std::endl;
   return 0;
 }

@@ -21,7 +21,9 @@ int main(int argc, char** argv) {
   unsigned port = 0;
   opts.shards = std::max(1u, std::thread::hardware_concurrency());
   po::options_description desc{"Options"};
+  std::string level_text;
   actorps::apps::add_common_options(desc, config_file);
+  actorps::apps::add_log_option(desc, level_text);
   desc.add_options()("coordinator", po::value(&coordinator),
                      "the coordinator's host:port (required)")(
     "token", po::value(&opts.token)->default_value(""), "the job token")(
@@ -61,6 +63,17 @@ int main(int argc, char** argv) {
                                2);
   if (port > 65535)
     return actorps::apps::fail(app, "--port must be 0..65535", 2);
+  auto level = actorps::apps::parse_log_level(level_text);
+  if (!level)
+    return actorps::apps::fail(app,
+                               "--log-level must be error, info or "
+                               "debug, got '"
+                                 + level_text + "'",
+                               2);
+  if (*level >= actorps::apps::log_level::debug)
+    opts.on_event = [&](const std::string& line) {
+      std::cout << app << ": " << line << std::endl;
+    };
   opts.port = static_cast<uint16_t>(port);
   opts.coordinator = *where;
   opts.timeout = std::chrono::milliseconds{timeout_ms};
@@ -68,11 +81,13 @@ int main(int argc, char** argv) {
   opts.system.connection_timeout
     = std::chrono::milliseconds{connection_timeout_ms};
   auto err = actorps::run_server(opts, [&](uint32_t rank) {
-    std::cout << app << ": server rank " << rank << " hosts " << opts.shards
-              << " shards" << std::endl;
+    if (*level >= actorps::apps::log_level::info)
+      std::cout << app << ": server rank " << rank << " hosts " << opts.shards
+                << " shards" << std::endl;
   });
   if (err)
     return actorps::apps::fail(app, actorps::render(err));
-  std::cout << app << ": job done" << std::endl;
+  if (*level >= actorps::apps::log_level::info)
+    std::cout << app << ": job done" << std::endl;
   return 0;
 }

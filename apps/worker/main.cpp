@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // actorps-worker: one worker process of a distributed job.
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "apps/common/cli.hpp"
@@ -22,7 +23,9 @@ int main(int argc, char** argv) {
   long connection_timeout_ms = 10000;
   long timeout_ms = 60000;
   po::options_description desc{"Options"};
+  std::string level_text;
   actorps::apps::add_common_options(desc, config_file);
+  actorps::apps::add_log_option(desc, level_text);
   desc.add_options()("coordinator", po::value(&store.coordinator),
                      "the coordinator's host:port (required)")(
     "token", po::value(&store.token)->default_value(""),
@@ -72,6 +75,14 @@ int main(int argc, char** argv) {
                                "--keys, --size, --rounds, --heartbeat-ms "
                                "and --timeout-ms must be > 0",
                                2);
+  auto level = actorps::apps::parse_log_level(level_text);
+  if (!level)
+    return actorps::apps::fail(app,
+                               "--log-level must be error, info or "
+                               "debug, got '"
+                                 + level_text + "'",
+                               2);
+  auto info = *level >= actorps::apps::log_level::info;
   store.timeout = std::chrono::milliseconds{timeout_ms};
   store.heartbeat = std::chrono::milliseconds{heartbeat_ms};
   store.connection_timeout = std::chrono::milliseconds{connection_timeout_ms};
@@ -79,20 +90,29 @@ int main(int argc, char** argv) {
   if (!kv)
     return actorps::apps::fail(app, actorps::render(kv.error()));
   kv->set_barrier_before_exit(!job.tolerate_deaths);
-  std::cout << app << ": rank " << kv->rank() << " of " << kv->num_workers()
-            << " (" << mode << ")" << std::endl;
-  auto problem = actorps::apps::run_synthetic(*kv, job, std::cout);
-  if (!problem.empty())
+  if (info)
+    std::cout << app << ": rank " << kv->rank() << " of " << kv->num_workers()
+              << " (" << mode << ")" << std::endl;
+  std::ostringstream quiet;
+  auto problem = actorps::apps::run_synthetic(*kv, job,
+                                              info ? std::cout : quiet);
+  if (!problem.empty()) {
+    // Leave at once: waiting for the others at the exit barrier would hold
+    // them in sync rounds that need this worker's pushes.
+    kv->set_barrier_before_exit(false);
+    static_cast<void>(kv->close());
     return actorps::apps::fail(app, problem, 3);
+  }
   auto dead_workers = kv->num_dead_node(4);
   auto dead_servers = kv->num_dead_node(2);
-  std::cout << app << ": rank " << kv->rank() << ": all "
-            << (job.tolerate_deaths ? "rounds done" : "values exact")
-            << "; num_dead_node: workers="
-            << (dead_workers ? std::to_string(*dead_workers) : "?")
-            << " servers="
-            << (dead_servers ? std::to_string(*dead_servers) : "?")
-            << std::endl;
+  if (info)
+    std::cout << app << ": rank " << kv->rank() << ": all "
+              << (job.tolerate_deaths ? "rounds done" : "values exact")
+              << "; num_dead_node: workers="
+              << (dead_workers ? std::to_string(*dead_workers) : "?")
+              << " servers="
+              << (dead_servers ? std::to_string(*dead_servers) : "?")
+              << std::endl;
   if (auto err = kv->close())
     return actorps::apps::fail(app, "close: " + actorps::render(err), 3);
   return 0;

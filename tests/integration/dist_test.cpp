@@ -122,7 +122,7 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
 
 TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
           "[integration]") {
-  dist_job job{"dist_sync", 3, 1, {"--heartbeat-ms", "200"}};
+  dist_job job{"dist_sync", 3, 1, {"--log-level", "debug"}};
   job.add_server();
   std::vector<std::string> args{"--keys",
                                 "2",
@@ -152,6 +152,41 @@ TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
   CHECK(std::chrono::steady_clock::now() - killed < 60s);
   CHECK_EXIT(*job.servers[0], 0, job_time);
   CHECK_EXIT(*job.coordinator, 0, job_time);
+  // With --log-level debug the coordinator says who went down.
+  CHECK(job.coordinator->output().find("is down") != std::string::npos);
+}
+
+TEST_CASE("dist: a hung worker is cut off after the connection timeout",
+          "[integration]") {
+  // SIGSTOP keeps the worker's connections open, so only the heartbeat and
+  // connection timeout can tell that it hangs.
+  const std::vector<std::string> net{"--heartbeat-ms", "100",
+                                     "--connection-timeout-ms", "3000"};
+  auto with_net = [&](std::vector<std::string> xs) {
+    xs.insert(xs.end(), net.begin(), net.end());
+    return xs;
+  };
+  dist_job job{"dist_sync", 3, 1, net};
+  job.servers.push_back(std::make_unique<process>(std::vector<std::string>{
+    ACTORPS_SERVER_BIN, "--coordinator", job.address, "--token", token(),
+    "--shards", "2", "--heartbeat-ms", "100", "--connection-timeout-ms",
+    "3000"}));
+  auto args = with_net({"--keys", "2", "--size", "1000", "--rounds", "300",
+                        "--tolerate-deaths", "--timeout-ms", "30000"});
+  job.add_worker(args);
+  job.add_worker(args);
+  args.push_back("--progress");
+  auto& victim = job.add_worker(args);
+  REQUIRE(victim.wait_for("round 5\n", job_time));
+  victim.stop();
+  auto stopped = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK_EXIT(*job.workers[i], 0, job_time);
+    CHECK(job.workers[i]->output().find("num_dead_node: workers=1")
+          != std::string::npos);
+  }
+  // Cut off after about the connection timeout, not a request timeout.
+  CHECK(std::chrono::steady_clock::now() - stopped < 20s);
 }
 
 TEST_CASE("dist: a killed server fails the workers' calls with a clear error",

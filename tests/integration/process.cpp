@@ -101,6 +101,11 @@ void process::kill9() {
     ::kill(pid_, SIGKILL);
 }
 
+void process::stop() {
+  if (!status_ && pid_ > 0)
+    ::kill(pid_, SIGSTOP);
+}
+
 uint16_t unused_port() {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(s >= 0);

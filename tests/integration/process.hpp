@@ -35,6 +35,9 @@ public:
   /// Sends SIGKILL.
   void kill9();
 
+  /// Sends SIGSTOP: the process hangs without closing its connections.
+  void stop();
+
   /// Everything read so far.
   const std::string& output() const {
     return output_;
