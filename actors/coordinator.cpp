@@ -366,25 +366,12 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return make_error(errc::bad_config, "leave: rank "
                                               + std::to_string(rank)
                                               + " out of range");
-      if (!st.live[rank])
-        return caf::ok_atom::value;
       if (auto i = st.nodes.find(worker_node_id(rank)); i != st.nodes.end())
         i->second.left = true;
-      st.live[rank] = false;
-      st.check_barrier();
-      // The last worker: nobody needs to hear of it, and the servers are
-      // about to shut down, so a broadcast to them could go unanswered.
-      if (std::none_of(st.live.begin(), st.live.end(),
-                       [](bool b) { return b; })) {
-        check_done(self);
-        return caf::ok_atom::value;
-      }
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      broadcast<caf::ok_atom>(
-        self, rp, [] { return caf::ok_atom::value; },
-        [](size_t, caf::ok_atom) {}, true, workers_atom::value,
-        st.live_ranks());
-      return rp;
+      // Shards hear of it without an answer being awaited: a shard of a
+      // server that just died must not hold the leaving worker up.
+      drop_worker(self, rank);
+      return caf::ok_atom::value;
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {

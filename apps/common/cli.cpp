@@ -39,19 +39,35 @@ parse(int argc, char** argv, const po::options_description& d,
   return std::nullopt;
 }
 
-void add_log_option(po::options_description& desc, std::string& level) {
-  desc.add_options()("log-level", po::value(&level)->default_value("info"),
-                     "error (errors only), info, or debug (also membership "
-                     "and node-down events)");
+void add_network_options(po::options_description& desc, network_flags& flags) {
+  desc.add_options()("heartbeat-ms",
+                     po::value(&flags.heartbeat_ms)->default_value(1000),
+                     "heartbeat interval on every connection, in ms")(
+    "connection-timeout-ms",
+    po::value(&flags.connection_timeout_ms)->default_value(10000),
+    "a connection silent this long is closed and its node counts as dead "
+    "(0: never; keep it above the transfer time of the largest message)")(
+    "log-level", po::value(&flags.level_text)->default_value("info"),
+    "error (errors only), info, or debug (also nodes that go down)");
 }
 
-std::optional<log_level> parse_log_level(const std::string& text) {
-  if (text == "error")
-    return log_level::error;
-  if (text == "info")
-    return log_level::info;
-  if (text == "debug")
-    return log_level::debug;
+std::optional<int> check(const std::string& app, network_flags& flags) {
+  if (flags.heartbeat_ms <= 0 || flags.connection_timeout_ms < 0)
+    return fail(app,
+                "--heartbeat-ms must be > 0 and "
+                "--connection-timeout-ms >= 0",
+                2);
+  if (flags.level_text == "error")
+    flags.level = log_level::error;
+  else if (flags.level_text == "info")
+    flags.level = log_level::info;
+  else if (flags.level_text == "debug")
+    flags.level = log_level::debug;
+  else
+    return fail(app,
+                "--log-level must be error, info or debug, got '"
+                  + flags.level_text + "'",
+                2);
   return std::nullopt;
 }
 

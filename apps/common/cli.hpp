@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -24,12 +25,31 @@ std::optional<int> parse(int argc, char** argv,
 /// How much an app prints on stdout.
 enum class log_level { error = 0, info = 1, debug = 2 };
 
-/// Adds --log-level (error, info, debug) to `desc`.
-void add_log_option(boost::program_options::options_description& desc,
-                    std::string& level);
+/// The flags every distributed app shares: heartbeat, connection timeout,
+/// and log level.
+struct network_flags {
+  long heartbeat_ms = 1000;
+  long connection_timeout_ms = 10000;
+  std::string level_text = "info";
+  /// Set by `check`.
+  log_level level = log_level::info;
 
-/// Parses a --log-level value; nothing for an unknown one.
-std::optional<log_level> parse_log_level(const std::string& text);
+  std::chrono::milliseconds heartbeat() const {
+    return std::chrono::milliseconds{heartbeat_ms};
+  }
+
+  std::chrono::milliseconds connection_timeout() const {
+    return std::chrono::milliseconds{connection_timeout_ms};
+  }
+};
+
+/// Adds --heartbeat-ms, --connection-timeout-ms and --log-level to `desc`.
+void add_network_options(boost::program_options::options_description& desc,
+                         network_flags& flags);
+
+/// Validates `flags` and sets `flags.level`; an exit code (2, with one line
+/// on stderr) if a value is bad.
+std::optional<int> check(const std::string& app, network_flags& flags);
 
 /// Prints "app: message" on stderr and returns `code`.
 int fail(const std::string& app, const std::string& message, int code = 1);
