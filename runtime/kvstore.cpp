@@ -192,6 +192,9 @@ struct kvstore::impl {
   // First error of an operation finished on the way (reported by next wait).
   caf::error deferred;
   bool closed = false;
+  // Set while close() drains: pulls nobody waited for must not write into
+  // their outputs, which the caller may have freed already.
+  bool discarding = false;
   bool barrier_before_exit = false;
 
   impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
@@ -435,9 +438,9 @@ kvstore::pull(const std::string& key,
   auto n = info->size;
   d.throttle();
   auto id = d.start(
-    [targets, n](floats& x) {
+    [&d, targets, n](floats& x) {
       // The worker checked the length; copy into each output.
-      if (x.data.size() == n)
+      if (x.data.size() == n && !d.discarding)
         for (auto t : targets)
           std::memcpy(t, x.data.data(), n * sizeof(float));
     },
@@ -558,6 +561,7 @@ caf::error kvstore::close() {
   auto& d = *impl_;
   if (d.closed)
     return caf::none;
+  d.discarding = true;
   auto err = wait_all();
   if (d.barrier_before_exit) {
     auto berr = barrier();

@@ -177,7 +177,9 @@ public:
   /// waiting for this worker's pushes, not at the barrier.
   void set_barrier_before_exit(bool value);
 
-  /// Waits for every operation, then closes the handle (idempotent).
+  /// Waits for every operation, then closes the handle (idempotent). Pulls
+  /// that were never waited for complete without writing their outputs, so
+  /// buffers freed after an error are never touched.
   caf::error close();
 
   /// True once `close` was called.
