@@ -47,6 +47,12 @@ errc code_of(const caf::error& err) {
   return static_cast<errc>(err.code());
 }
 
+std::string context_of(const caf::error& err) {
+  if (err.category() == error_category)
+    return context_text(err.context());
+  return render(err);
+}
+
 std::string render(const caf::error& err) {
   if (!err)
     return "no error";

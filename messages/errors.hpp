@@ -27,6 +27,10 @@ caf::error to_error(const status& st);
 /// Returns the code of `err` if it belongs to actorps, `errc::none` else.
 errc code_of(const caf::error& err);
 
+/// The human message of an actorps error (its context text), or the
+/// rendering of any other error.
+std::string context_of(const caf::error& err);
+
 /// Renders any error for humans: "actorps: shape_mismatch (push: ...)".
 /// Works without an actor system, so the facade and the apps can print errors.
 std::string render(const caf::error& err);

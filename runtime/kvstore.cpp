@@ -106,14 +106,11 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   so.heartbeat = o.heartbeat;
   so.connection_timeout = o.connection_timeout;
   auto rt = std::make_shared<store_runtime>(so, o);
-  auto coord = rt->sys.middleman().remote_actor<coordinator_actor>(where->host,
-                                                                   where->port);
-  if (!coord)
-    return make_error(errc::dead_node, "create: cannot reach the coordinator "
-                                       "at "
-                                         + o.coordinator + " ("
-                                         + render(coord.error()) + ")");
-  auto agent = rt->own(spawn_node_agent(rt->sys, *coord, caf::actor{}));
+  auto any = connect_coordinator(rt->sys, *where, o.connect_timeout);
+  if (!any)
+    return make_error(errc::dead_node, "create: " + context_of(any.error()));
+  auto coord = caf::actor_cast<coordinator_actor>(*any);
+  auto agent = rt->own(spawn_node_agent(rt->sys, coord, caf::actor{}));
   caf::scoped_actor self{rt->sys, true};
   job_info job;
   if (auto err = detail::ask(
@@ -123,7 +120,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     return err;
   routing_table table;
   if (auto err = detail::ask(
-        self.ptr(), *coord, o.timeout,
+        self.ptr(), coord, o.timeout,
         [&](routing_table& x) { table = std::move(x); }, routing_atom::value))
     return err;
   // Direct connections to every server (see routing_table::servers).
@@ -140,7 +137,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   }
   worker_config wc;
   wc.rank = job.rank;
-  wc.coordinator = *coord;
+  wc.coordinator = coord;
   for (auto& x : table.shards)
     wc.shards.push_back(caf::actor_cast<shard_actor>(x));
   for (auto& x : table.relays)

@@ -37,6 +37,8 @@ struct store_options {
   std::string coordinator;
   /// Distributed stores: the job token.
   std::string token;
+  /// Distributed stores: how long to keep trying to reach the coordinator.
+  std::chrono::milliseconds connect_timeout{5000};
   /// Distributed stores: CAF's heartbeat interval on each connection.
   std::chrono::milliseconds heartbeat{1000};
   /// Distributed stores: a connection silent this long counts as dead.

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/network.hpp"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "caf/actor_cast.hpp"
@@ -36,6 +38,25 @@ caf::expected<endpoint> parse_endpoint(const std::string& text) {
   if (port == 0 || port > 65535)
     return bad();
   return endpoint{text.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+caf::expected<caf::actor>
+connect_coordinator(caf::actor_system& sys, const endpoint& where,
+                    std::chrono::milliseconds retry_for) {
+  auto deadline = std::chrono::steady_clock::now() + retry_for;
+  for (;;) {
+    auto coord = sys.middleman().remote_actor<coordinator_actor>(where.host,
+                                                                 where.port);
+    if (coord)
+      return caf::actor_cast<caf::actor>(*coord);
+    if (std::chrono::steady_clock::now() >= deadline)
+      return make_error(errc::dead_node, "cannot reach the coordinator at "
+                                           + where.host + ":"
+                                           + std::to_string(where.port) + " ("
+                                           + render(coord.error()) + ")");
+    // Startup order is free: wait a little for the coordinator to listen.
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
 }
 
 std::string describe_node(uint32_t node_id, uint8_t role_id) {
@@ -102,13 +123,11 @@ caf::error run_server(const server_options& opts,
   caf::scoped_actor self{sys};
   auto where = opts.coordinator.host + ":"
                + std::to_string(opts.coordinator.port);
-  auto coord = sys.middleman().remote_actor<coordinator_actor>(
-    opts.coordinator.host, opts.coordinator.port);
-  if (!coord)
-    return make_error(errc::dead_node, "cannot reach the coordinator at "
-                                         + where + " (" + render(coord.error())
-                                         + ")");
-  auto agent = spawn_node_agent(sys, *coord, caf::actor_cast<caf::actor>(self));
+  auto any = connect_coordinator(sys, opts.coordinator, opts.connect_timeout);
+  if (!any)
+    return std::move(any.error());
+  auto coord = caf::actor_cast<coordinator_actor>(*any);
+  auto agent = spawn_node_agent(sys, coord, caf::actor_cast<caf::actor>(self));
   std::vector<caf::actor> owned{caf::actor_cast<caf::actor>(agent)};
   auto stop = [&] {
     for (auto& a : owned)
@@ -148,7 +167,7 @@ caf::error run_server(const server_options& opts,
                                           + " (" + render(port.error()) + ")");
   }
   err = detail::ask(
-    self.ptr(), *coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
+    self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
     job.node_id, shards, relays, opts.host + ":" + std::to_string(*port));
   if (err) {
     stop();

@@ -6,8 +6,10 @@
 #include <functional>
 #include <string>
 
+#include "caf/actor.hpp"
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
+#include "caf/fwd.hpp"
 
 #include "runtime/system.hpp"
 
@@ -24,6 +26,13 @@ struct endpoint {
 
 /// Parses "host:port" (port 1..65535); `bad_config` naming the text if not.
 caf::expected<endpoint> parse_endpoint(const std::string& text);
+
+/// Connects to the coordinator at `where`, retrying for `retry_for` (nodes
+/// may start before the coordinator listens). Error: `dead_node` naming the
+/// address and CAF's last error.
+caf::expected<caf::actor>
+connect_coordinator(caf::actor_system& sys, const endpoint& where,
+                    std::chrono::milliseconds retry_for);
 
 /// Options of the coordinator process.
 struct coordinator_options {
@@ -54,6 +63,8 @@ caf::error run_coordinator(const coordinator_options& opts,
 /// Options of a server process.
 struct server_options {
   endpoint coordinator;
+  /// How long to keep trying to reach the coordinator.
+  std::chrono::milliseconds connect_timeout{5000};
   /// Address on which workers reach this server directly (it listens there).
   std::string host = "127.0.0.1";
   /// Port for the workers' direct connections; 0 picks a free one.

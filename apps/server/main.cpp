@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   std::string config_file;
   std::string coordinator;
   unsigned port = 0;
+  long connect_timeout_ms = 5000;
   long timeout_ms = 30000;
   opts.shards = std::max(1u, std::thread::hardware_concurrency());
   po::options_description desc{"Options"};
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
     "port for the workers' direct connections; 0 picks a free one")(
     "shards", po::value(&opts.shards)->default_value(opts.shards),
     "shard actors to host (default: one per core)")(
+    "connect-timeout-ms",
+    po::value(&connect_timeout_ms)->default_value(connect_timeout_ms),
+    "how long to keep trying to reach the coordinator, in ms")(
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
     "how long to wait for the coordinator's answers, in ms")(
     "threads", po::value(&opts.system.threads)->default_value(0),
@@ -57,6 +61,8 @@ int main(int argc, char** argv) {
                      "0..65535",
                      2);
   opts.port = static_cast<uint16_t>(port);
+  opts.connect_timeout
+    = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   opts.coordinator = *where;
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   opts.system.heartbeat = net.heartbeat();

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   std::string config_file;
   std::string mode = "dist_sync";
   std::string job_name = "synthetic";
+  long connect_timeout_ms = 5000;
   long timeout_ms = 60000;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
                                    "synthetic: print a line after every round")(
     "tolerate-deaths", po::bool_switch(&job.tolerate_deaths),
     "synthetic: skip the value checks (other workers may be killed)")(
+    "connect-timeout-ms",
+    po::value(&connect_timeout_ms)->default_value(connect_timeout_ms),
+    "how long to keep trying to reach the coordinator, in ms")(
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
     "bound on every push, pull and control call, in ms");
   cli::add_network_options(desc, net);
@@ -67,6 +71,8 @@ int main(int argc, char** argv) {
                      "--keys, --size, --rounds and --timeout-ms must be "
                      "> 0",
                      2);
+  store.connect_timeout
+    = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   auto info = net.level >= cli::log_level::info;
   store.timeout = std::chrono::milliseconds{timeout_ms};
   store.heartbeat = net.heartbeat();
