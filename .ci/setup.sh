@@ -9,6 +9,8 @@ packages=(
   libeigen3-dev                 # tensors
   libboost-program-options-dev  # the apps' command lines
   catch2                        # tests
+  zlib1g-dev                    # reading the data set's .gz files
+  dataset-fashion-mnist         # the training job's data
 )
 
 missing=()

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Distributed jobs of real processes on 127.0.0.1 (ports picked at run time).
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -283,4 +284,29 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     p.kill9();
     ::unlink(path.c_str());
   }
+}
+
+TEST_CASE("train: the app trains on Fashion-MNIST samples end to end",
+          "[integration]") {
+  auto out = "/tmp/actorps-train-" + std::to_string(::getpid());
+  process p{{ACTORPS_TRAIN_BIN, "--epochs", "2", "--limit-train", "2048",
+             "--limit-test", "500", "--batch", "32", "--out", out}};
+  CHECK_EXIT(p, 0, job_time);
+  auto& text = p.output();
+  // The loss of epoch 2 is below that of epoch 1.
+  auto loss_of = [&](const std::string& epoch) {
+    auto at = text.find("epoch  " + epoch + "/2 done: loss ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(text.substr(at + 22));
+  };
+  CHECK(loss_of("2") < loss_of("1"));
+  CHECK(text.find("test accuracy") != std::string::npos);
+  std::ifstream csv{out + "/async.csv"};
+  std::string line;
+  int rows = 0;
+  while (std::getline(csv, line))
+    ++rows;
+  CHECK(rows == 3);
+  CHECK(std::ifstream{out + "/async.svg"}.good());
+  std::filesystem::remove_all(out);
 }

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "apps/common/mnist.hpp"
+#include "runtime/kvstore.hpp"
+
+/// Data-parallel training of an MLP on (Fashion-)MNIST through actorps: each
+/// worker trains on its own shard of the training set, pushes gradients
+/// (first layers with the highest priority, as P3 does) and pulls fresh
+/// weights each step; the shards apply SGD with momentum.
+namespace actorps::apps {
+
+struct train_options {
+  uint32_t epochs = 10;
+  /// Samples per step and worker.
+  uint32_t batch = 64;
+  float learning_rate = 0.05f;
+  float momentum = 0.9f;
+  uint32_t seed = 42;
+};
+
+/// One epoch's outcome, as rank 0 (or the baseline) saw it.
+struct epoch_report {
+  uint32_t epoch = 0;
+  double loss = 0;
+  double accuracy = 0;
+  double samples_per_s = 0;
+  double seconds = 0;
+};
+
+/// Live progress of rank 0 (or the baseline) within an epoch.
+struct progress {
+  uint32_t epoch = 0;
+  uint64_t done = 0;
+  uint64_t total = 0;
+  double loss = 0;
+  double samples_per_s = 0;
+};
+
+/// Callbacks of a training run (all optional; called on the rank-0 thread).
+struct train_callbacks {
+  std::function<void(const progress&)> on_progress;
+  std::function<void(const epoch_report&)> on_epoch;
+};
+
+/// The optimizer the shards run for `opts`: SGD with momentum; sync stores
+/// rescale the summed gradients by 1/W, async stores lower the momentum to
+/// max(0, 1 - W * (1 - momentum)), since asynchrony adds momentum of its own.
+optimizer_config server_optimizer(const train_options& opts, bool sync,
+                                  uint32_t workers);
+
+/// Trains on one worker handle of a store; collective (every worker of the
+/// store runs it). Rank 0 initializes the parameters, sets the optimizer,
+/// evaluates test accuracy after each epoch and reports through `cb`. Every
+/// worker processes the same number of steps per epoch (needed by sync
+/// stores). Returns what went wrong, or an empty string.
+std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
+                         const train_options& opts, const train_callbacks& cb);
+
+/// The same model and loop in one process without a parameter server
+/// (the update is applied locally with the same optimizer code).
+std::string train_baseline(const dataset& train, const dataset& test,
+                           const train_options& opts,
+                           const train_callbacks& cb);
+
+} // namespace actorps::apps

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// actorps-train: data-parallel training of a Fashion-MNIST MLP through a
+// local actorps store, or in one process without it (--baseline).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "apps/common/cli.hpp"
+#include "apps/common/mnist.hpp"
+#include "apps/common/train.hpp"
+#include "messages/errors.hpp"
+#include "runtime/kvstore.hpp"
+
+namespace po = boost::program_options;
+namespace cli = actorps::apps;
+
+namespace {
+
+// One progress line: a bar on a terminal, plain lines otherwise.
+class progress_printer {
+public:
+  explicit progress_printer(uint32_t epochs)
+    : epochs_(epochs), tty_(::isatty(STDOUT_FILENO) == 1) {
+  }
+
+  void update(const cli::progress& p) {
+    auto fraction = p.total == 0 ? 1.0 : double(p.done) / double(p.total);
+    if (tty_) {
+      constexpr int width = 30;
+      auto filled = static_cast<int>(fraction * width);
+      std::printf("\repoch %2u/%u [%s%s] %3.0f%%  loss %.4f  %8.0f samples/s",
+                  p.epoch, epochs_, std::string(filled, '#').c_str(),
+                  std::string(width - filled, '.').c_str(), fraction * 100,
+                  p.loss, p.samples_per_s);
+      std::fflush(stdout);
+      return;
+    }
+    // Plain lines at each quarter of an epoch.
+    auto quarter = static_cast<int>(fraction * 4);
+    if (p.epoch != last_epoch_) {
+      last_epoch_ = p.epoch;
+      last_quarter_ = 0;
+    }
+    if (quarter > last_quarter_) {
+      last_quarter_ = quarter;
+      std::printf("epoch %2u/%u %3d%%  loss %.4f  %.0f samples/s\n", p.epoch,
+                  epochs_, quarter * 25, p.loss, p.samples_per_s);
+    }
+  }
+
+  void epoch_done(const cli::epoch_report& r) {
+    if (tty_)
+      std::printf("\n");
+    std::printf("epoch %2u/%u done: loss %.4f  test accuracy %.4f  %.0f "
+                "samples/s  %.1f s\n",
+                r.epoch, epochs_, r.loss, r.accuracy, r.samples_per_s,
+                r.seconds);
+    std::fflush(stdout);
+  }
+
+private:
+  uint32_t epochs_;
+  bool tty_;
+  uint32_t last_epoch_ = 0;
+  int last_quarter_ = 0;
+};
+
+std::string write_csv(const std::string& path,
+                      const std::vector<cli::epoch_report>& rs) {
+  std::ofstream f{path};
+  f << "epoch,train_loss,test_accuracy,samples_per_s,seconds\n";
+  for (auto& r : rs)
+    f << r.epoch << ',' << r.loss << ',' << r.accuracy << ',' << r.samples_per_s
+      << ',' << r.seconds << '\n';
+  return f ? std::string{} : "cannot write " + path;
+}
+
+// Two small line charts side by side: training loss and test accuracy.
+std::string write_svg(const std::string& path, const std::string& title,
+                      const std::vector<cli::epoch_report>& rs) {
+  std::ofstream f{path};
+  const int w = 360, h = 240, pad = 40;
+  f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * w + pad
+    << "\" height=\"" << h + 2 * pad
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << pad << "\" y=\"20\" font-size=\"14\">" << title
+    << "</text>\n";
+  auto chart = [&](int x0, const char* label, auto value, double lo, double hi,
+                   const char* color) {
+    f << "<g transform=\"translate(" << x0 << "," << pad << ")\">\n"
+      << "<rect width=\"" << w - pad << "\" height=\"" << h - pad
+      << "\" fill=\"none\" stroke=\"#999\"/>\n"
+      << "<text x=\"0\" y=\"-6\">" << label << " (" << lo << " to " << hi
+      << ")</text>\n<polyline fill=\"none\" stroke=\"" << color
+      << "\" stroke-width=\"2\" points=\"";
+    for (size_t i = 0; i < rs.size(); ++i) {
+      auto x = rs.size() == 1 ? 0.0
+                              : double(i) / double(rs.size() - 1) * (w - pad);
+      auto v = (value(rs[i]) - lo) / (hi - lo == 0 ? 1 : hi - lo);
+      f << x << ',' << (1 - v) * (h - pad) << ' ';
+    }
+    f << "\"/>\n<text x=\"0\" y=\"" << h - pad + 16 << "\">epoch 1</text>"
+      << "<text x=\"" << w - pad - 50 << "\" y=\"" << h - pad + 16
+      << "\">epoch " << rs.size() << "</text>\n</g>\n";
+  };
+  double max_loss = 0;
+  double min_acc = 1;
+  for (auto& r : rs) {
+    max_loss = std::max(max_loss, r.loss);
+    min_acc = std::min(min_acc, r.accuracy);
+  }
+  chart(
+    pad, "training loss", [](auto& r) { return r.loss; }, 0.0, max_loss,
+    "#c0392b");
+  chart(
+    w + pad, "test accuracy", [](auto& r) { return r.accuracy; },
+    std::max(0.0, min_acc - 0.05), 1.0, "#2471a3");
+  f << "</svg>\n";
+  return f ? std::string{} : "cannot write " + path;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  const std::string app = "actorps-train";
+  cli::train_options train;
+  actorps::store_options store;
+  store.num_workers = 4;
+  std::string config_file;
+  std::string data_dir = cli::default_data_dir;
+  std::string mode = "async";
+  std::string out_dir = "out";
+  bool baseline = false;
+  long limit_train = 0;
+  long limit_test = 0;
+  po::options_description desc{"Options"};
+  cli::add_common_options(desc, config_file);
+  desc.add_options()("data", po::value(&data_dir)->default_value(data_dir),
+                     "folder with the four Fashion-MNIST idx .gz files")(
+    "workers", po::value(&store.num_workers)->default_value(4),
+    "worker threads (each trains on its shard of the data)")(
+    "shards", po::value(&store.num_shards)->default_value(2), "shard actors")(
+    "mode", po::value(&mode)->default_value(mode), "async or sync")(
+    "baseline", po::bool_switch(&baseline),
+    "train in one process without a parameter server, for comparison")(
+    "epochs", po::value(&train.epochs)->default_value(train.epochs),
+    "epochs")("batch", po::value(&train.batch)->default_value(train.batch),
+              "samples per step and worker")(
+    "lr", po::value(&train.learning_rate)->default_value(0.05f, "0.05"),
+    "learning rate (SGD with momentum on the shards)")(
+    "momentum", po::value(&train.momentum)->default_value(0.9f, "0.9"),
+    "momentum")("seed", po::value(&train.seed)->default_value(train.seed),
+                "seed of the initialization and the shuffling")(
+    "limit-train", po::value(&limit_train)->default_value(0),
+    "use only the first N training samples (0: all)")(
+    "limit-test", po::value(&limit_test)->default_value(0),
+    "use only the first N test samples (0: all)")(
+    "out", po::value(&out_dir)->default_value(out_dir),
+    "folder for the curves (CSV and SVG)")(
+    "threads", po::value(&store.threads)->default_value(0),
+    "actor-system scheduler threads (0: CAF's default)");
+  po::variables_map vm;
+  if (auto rc = cli::parse(
+        argc, argv, desc, vm, app,
+        "usage: actorps-train [options]\n"
+        "Trains an MLP 784-256-128-10 on Fashion-MNIST, data-parallel through "
+        "a local actorps store (or --baseline in one process), and writes "
+        "the loss and accuracy curves."))
+    return *rc;
+  if (mode != "async" && mode != "sync")
+    return cli::fail(app, "--mode must be async or sync, got '" + mode + "'",
+                     2);
+  if (train.epochs == 0 || train.batch == 0 || store.num_workers == 0
+      || store.num_shards == 0 || limit_train < 0 || limit_test < 0)
+    return cli::fail(app,
+                     "--epochs, --batch, --workers and --shards must be "
+                     "> 0, limits >= 0",
+                     2);
+  cli::dataset train_set;
+  cli::dataset test_set;
+  if (auto st = cli::load_split(data_dir, "train", train_set); !st.ok())
+    return cli::fail(app, st.message);
+  if (auto st = cli::load_split(data_dir, "t10k", test_set); !st.ok())
+    return cli::fail(app, st.message);
+  auto limit = [](cli::dataset& d, long n) {
+    if (n > 0 && n < d.size()) {
+      d.images.conservativeResize(Eigen::NoChange, n);
+      d.labels.resize(static_cast<size_t>(n));
+    }
+  };
+  limit(train_set, limit_train);
+  limit(test_set, limit_test);
+  auto type = mode == "sync" ? "local_sync" : "local_async";
+  std::string what = baseline
+                       ? "single-process baseline (no parameter server)"
+                       : std::string{type} + " store, "
+                           + std::to_string(store.num_workers) + " workers, "
+                           + std::to_string(store.num_shards) + " shards";
+  auto server = cli::server_optimizer(train, mode == "sync", store.num_workers);
+  std::string note;
+  if (!baseline && mode == "async") {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf),
+                  " (on the shards: momentum %g, asynchrony adds its own)",
+                  double(server.momentum));
+    note = buf;
+  }
+  std::printf("actorps-train: Fashion-MNIST MLP 784-256-128-10, %lld train / "
+              "%lld test samples, %s, batch %u, SGD lr %g momentum %g%s\n",
+              static_cast<long long>(train_set.size()),
+              static_cast<long long>(test_set.size()), what.c_str(),
+              train.batch, double(train.learning_rate), double(train.momentum),
+              note.c_str());
+  progress_printer printer{train.epochs};
+  std::vector<cli::epoch_report> reports;
+  std::mutex mtx;
+  cli::train_callbacks cb;
+  cb.on_progress = [&](const cli::progress& p) { printer.update(p); };
+  cb.on_epoch = [&](const cli::epoch_report& r) {
+    std::lock_guard<std::mutex> guard{mtx};
+    reports.push_back(r);
+    printer.epoch_done(r);
+  };
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors;
+  if (baseline) {
+    errors.push_back(cli::train_baseline(train_set, test_set, train, cb));
+  } else {
+    auto kv = actorps::kvstore::create(type, store);
+    if (!kv)
+      return cli::fail(app, actorps::render(kv.error()));
+    std::vector<actorps::kvstore> handles;
+    for (uint32_t r = 0; r < store.num_workers; ++r) {
+      auto h = kv->worker(r);
+      if (!h)
+        return cli::fail(app, actorps::render(h.error()));
+      handles.push_back(std::move(*h));
+    }
+    errors.resize(store.num_workers);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < store.num_workers; ++r)
+      threads.emplace_back([&, r] {
+        errors[r] = cli::train_worker(handles[r], train_set, test_set, train,
+                                      r == 0 ? cb : cli::train_callbacks{});
+        if (!errors[r].empty()) {
+          // Let the others go on (or fail) without waiting for this one.
+          handles[r].set_barrier_before_exit(false);
+          static_cast<void>(handles[r].close());
+        }
+      });
+    for (auto& t : threads)
+      t.join();
+  }
+  for (auto& e : errors)
+    if (!e.empty())
+      return cli::fail(app, e);
+  auto total
+    = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+        .count();
+  std::printf("total time %.1f s\n", total);
+  std::string stem = out_dir + "/" + (baseline ? "baseline" : mode);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec)
+    return cli::fail(app, "cannot create " + out_dir + ": " + ec.message());
+  if (auto e = write_csv(stem + ".csv", reports); !e.empty())
+    return cli::fail(app, e);
+  if (auto e = write_svg(stem + ".svg", "actorps-train: " + what, reports);
+      !e.empty())
+    return cli::fail(app, e);
+  std::printf("curves: %s.csv and %s.svg\n", stem.c_str(), stem.c_str());
+  return 0;
+}
