@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -87,6 +88,7 @@ std::string write_csv(const std::string& path,
 std::string write_svg(const std::string& path, const std::string& title,
                       const std::vector<cli::epoch_report>& rs) {
   std::ofstream f{path};
+  f << std::setprecision(3);
   const int w = 360, h = 240, pad = 40;
   f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * w + pad
     << "\" height=\"" << h + 2 * pad

@@ -3,9 +3,12 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "apps/common/cli.hpp"
+#include "apps/common/mnist.hpp"
 #include "apps/common/synthetic.hpp"
+#include "apps/common/train.hpp"
 #include "messages/errors.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/network.hpp"
@@ -21,6 +24,10 @@ int main(int argc, char** argv) {
   std::string config_file;
   std::string mode = "dist_sync";
   std::string job_name = "synthetic";
+  actorps::apps::train_options train;
+  std::string data_dir = actorps::apps::default_data_dir;
+  long limit_train = 0;
+  long limit_test = 0;
   long connect_timeout_ms = 5000;
   long timeout_ms = 60000;
   po::options_description desc{"Options"};
@@ -31,7 +38,21 @@ int main(int argc, char** argv) {
     "the job token")("mode", po::value(&mode)->default_value(mode),
                      "dist_sync or dist_async (must match the coordinator's)")(
     "job", po::value(&job_name)->default_value(job_name),
-    "the job to run: synthetic (exact-sum check)")(
+    "the job to run: synthetic (exact-sum check) or mnist (the Fashion-MNIST "
+    "training job of actorps-train)")(
+    "data", po::value(&data_dir)->default_value(data_dir),
+    "mnist: folder with the four Fashion-MNIST idx .gz files")(
+    "epochs", po::value(&train.epochs)->default_value(train.epochs),
+    "mnist: epochs")("batch",
+                     po::value(&train.batch)->default_value(train.batch),
+                     "mnist: samples per step and worker")(
+    "lr", po::value(&train.learning_rate)->default_value(0.05f, "0.05"),
+    "mnist: learning rate")(
+    "momentum", po::value(&train.momentum)->default_value(0.9f, "0.9"),
+    "mnist: momentum")("limit-train", po::value(&limit_train)->default_value(0),
+                       "mnist: use only the first N training samples (0: all)")(
+    "limit-test", po::value(&limit_test)->default_value(0),
+    "mnist: use only the first N test samples (0: all)")(
     "keys", po::value(&job.keys)->default_value(job.keys),
     "synthetic: number of keys")("size",
                                  po::value(&job.size)->default_value(job.size),
@@ -63,9 +84,27 @@ int main(int argc, char** argv) {
   if (mode != "dist_sync" && mode != "dist_async")
     return cli::fail(
       app, "--mode must be dist_sync or dist_async, got '" + mode + "'", 2);
-  if (job_name != "synthetic")
+  if (job_name != "synthetic" && job_name != "mnist")
     return cli::fail(
-      app, "--job: unknown job '" + job_name + "' (expected synthetic)", 2);
+      app,
+      "--job: unknown job '" + job_name + "' (expected synthetic or mnist)", 2);
+  if (train.epochs == 0 || train.batch == 0 || limit_train < 0
+      || limit_test < 0)
+    return cli::fail(app, "--epochs and --batch must be > 0, limits >= 0", 2);
+  actorps::apps::dataset train_set;
+  actorps::apps::dataset test_set;
+  if (job_name == "mnist") {
+    for (auto [split, set, limit] :
+         {std::tuple{"train", &train_set, limit_train},
+          std::tuple{"t10k", &test_set, limit_test}}) {
+      if (auto st = actorps::apps::load_split(data_dir, split, *set); !st.ok())
+        return cli::fail(app, st.message);
+      if (limit > 0 && limit < set->size()) {
+        set->images.conservativeResize(Eigen::NoChange, limit);
+        set->labels.resize(static_cast<size_t>(limit));
+      }
+    }
+  }
   if (job.keys == 0 || job.size == 0 || job.rounds == 0 || timeout_ms <= 0)
     return cli::fail(app,
                      "--keys, --size, --rounds and --timeout-ms must be "
@@ -85,14 +124,34 @@ int main(int argc, char** argv) {
     std::cout << app << ": rank " << kv->rank() << " of " << kv->num_workers()
               << " (" << mode << ")" << std::endl;
   std::ostringstream quiet;
-  auto problem = actorps::apps::run_synthetic(*kv, job,
-                                              info ? std::cout : quiet);
+  std::string problem;
+  if (job_name == "mnist") {
+    actorps::apps::train_callbacks cb;
+    cb.on_epoch = [&](const actorps::apps::epoch_report& r) {
+      if (info)
+        std::cout << app << ": epoch " << r.epoch << "/" << train.epochs
+                  << " done: loss " << r.loss << "  test accuracy "
+                  << r.accuracy << "  " << static_cast<long>(r.samples_per_s)
+                  << " samples/s  " << r.seconds << " s" << std::endl;
+    };
+    problem = actorps::apps::train_worker(*kv, train_set, test_set, train, cb);
+    if (problem.empty() && info)
+      std::cout << app << ": rank " << kv->rank() << ": training done"
+                << std::endl;
+  } else {
+    problem = actorps::apps::run_synthetic(*kv, job, info ? std::cout : quiet);
+  }
   if (!problem.empty()) {
     // Leave at once: waiting for the others at the exit barrier would hold
     // them in sync rounds that need this worker's pushes.
     kv->set_barrier_before_exit(false);
     static_cast<void>(kv->close());
     return cli::fail(app, problem, 3);
+  }
+  if (job_name == "mnist") {
+    if (auto err = kv->close())
+      return cli::fail(app, "close: " + actorps::render(err), 3);
+    return 0;
   }
   auto dead_workers = kv->num_dead_node(4);
   auto dead_servers = kv->num_dead_node(2);
