@@ -94,13 +94,18 @@ struct shard_state {
     return caf::none;
   }
 
-  caf::error duplicate(const char* op, slice_id id, uint32_t worker,
-                       uint64_t seq) const {
-    return make_error(errc::bad_config, std::string{op} + ": sequence number "
-                                          + std::to_string(seq) + " of worker "
-                                          + std::to_string(worker) + " on "
-                                          + slice_name(id)
-                                          + " is already waiting");
+  // Keeps an operation until its predecessors ran. The promise owns the
+  // request by now, so a duplicate is answered through it.
+  template <class Promise>
+  void stash(const char* op, slice_state& s, slice_id id, uint32_t worker,
+             uint64_t seq, stashed_op x, Promise& rp) {
+    if (s.stash.emplace(std::make_pair(worker, seq), std::move(x)).second)
+      return;
+    rp.deliver(
+      make_error(errc::bad_config, std::string{op} + ": sequence number "
+                                     + std::to_string(seq) + " of worker "
+                                     + std::to_string(worker) + " on "
+                                     + slice_name(id) + " is already waiting"));
   }
 
   slice_state* find(slice_id id) {
@@ -308,11 +313,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         op.is_push = true;
         op.push = msg;
         op.push_promise = rp;
-        // The promise owns the request now: answer through it.
-        if (!s->stash
-               .emplace(std::make_pair(msg.worker, msg.seq), std::move(op))
-               .second)
-          rp.deliver(st.duplicate("push", msg.slice, msg.worker, msg.seq));
+        st.stash("push", *s, msg.slice, msg.worker, msg.seq, std::move(op), rp);
       }
       return rp;
     },
@@ -330,11 +331,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         stashed_op op;
         op.push.slice = msg.slice;
         op.pull_rp = rp;
-        // The promise owns the request now: answer through it.
-        if (!s->stash
-               .emplace(std::make_pair(msg.worker, msg.seq), std::move(op))
-               .second)
-          rp.deliver(st.duplicate("pull", msg.slice, msg.worker, msg.seq));
+        st.stash("pull", *s, msg.slice, msg.worker, msg.seq, std::move(op), rp);
       }
       return rp;
     },
