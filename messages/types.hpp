@@ -112,13 +112,24 @@ struct optimizer_config {
   float rho = 0.9f;
   /// Gradient ascent instead of descent (the gradient's sign is flipped).
   bool ascent = false;
+  /// Learning-rate schedule over a slice's update count t (as MXNet's
+  /// lr_scheduler, kept on the servers with the optimizer state):
+  /// "constant"; "factor": learning_rate * lr_factor^floor(t / lr_updates),
+  /// never below lr_final; "cosine": from learning_rate down to lr_final
+  /// along half a cosine over lr_updates updates, lr_final after that.
+  std::string lr_schedule = "constant";
+  /// Updates per decay ("factor") or until lr_final ("cosine").
+  uint64_t lr_updates = 0;
+  float lr_factor = 1.0f;
+  float lr_final = 0.0f;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
   return f(caf::meta::type_name("optimizer_config"), x.name, x.learning_rate,
            x.momentum, x.weight_decay, x.rescale_grad, x.clip_gradient, x.beta1,
-           x.beta2, x.epsilon, x.rho, x.ascent);
+           x.beta2, x.epsilon, x.rho, x.ascent, x.lr_schedule, x.lr_updates,
+           x.lr_factor, x.lr_final);
 }
 
 /// Saved state of one slice: weights, optimizer state and update count.

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "apps/common/cli.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+
+#include "apps/common/train.hpp"
 
 namespace po = boost::program_options;
 
@@ -74,6 +78,62 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
 int fail(const std::string& app, const std::string& message, int code) {
   std::cerr << app << ": " << message << std::endl;
   return code;
+}
+
+namespace {
+
+// Shortest text that reads back as `x` ("0.025", not "0.0250000004").
+std::string render(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(x));
+  return buf;
+}
+
+} // namespace
+
+void add_train_options(po::options_description& desc, train_options& opts,
+                       const std::string& prefix) {
+  auto text = [&](const char* what) { return prefix + what; };
+  // Boost copies each description, so the temporaries may go.
+  desc.add_options()("epochs",
+                     po::value(&opts.epochs)->default_value(opts.epochs),
+                     text("epochs").c_str())(
+    "batch", po::value(&opts.batch)->default_value(opts.batch),
+    text("samples per step and worker").c_str())(
+    "lr",
+    po::value(&opts.learning_rate)
+      ->default_value(opts.learning_rate, render(opts.learning_rate)),
+    text("learning rate (SGD with momentum on the shards)").c_str())(
+    "momentum",
+    po::value(&opts.momentum)
+      ->default_value(opts.momentum, render(opts.momentum)),
+    text("momentum").c_str())(
+    "lr-schedule",
+    po::value(&opts.lr_schedule)->default_value(opts.lr_schedule),
+    text("cosine (the learning rate falls to 0 along half a cosine over "
+         "all epochs, on the shards) or constant")
+      .c_str())("seed", po::value(&opts.seed)->default_value(opts.seed),
+                text("seed of the initialization and the shuffling").c_str());
+}
+
+std::optional<int> check(const std::string& app, const train_options& opts) {
+  if (opts.epochs == 0 || opts.batch == 0)
+    return fail(app, "--epochs and --batch must be > 0", 2);
+  if (!(std::isfinite(opts.learning_rate) && opts.learning_rate > 0))
+    return fail(app,
+                "--lr must be finite and > 0, got "
+                  + std::to_string(opts.learning_rate),
+                2);
+  if (!(opts.momentum >= 0 && opts.momentum < 1))
+    return fail(
+      app, "--momentum must be in [0, 1), got " + std::to_string(opts.momentum),
+      2);
+  if (opts.lr_schedule != "cosine" && opts.lr_schedule != "constant")
+    return fail(app,
+                "--lr-schedule must be cosine or constant, got '"
+                  + opts.lr_schedule + "'",
+                2);
+  return std::nullopt;
 }
 
 } // namespace actorps::apps

@@ -9,6 +9,8 @@
 
 namespace actorps::apps {
 
+struct train_options;
+
 /// Adds --help and --config to `desc`.
 void add_common_options(boost::program_options::options_description& desc,
                         std::string& config_file);
@@ -50,6 +52,16 @@ void add_network_options(boost::program_options::options_description& desc,
 /// Validates `flags` and sets `flags.level`; an exit code (2, with one line
 /// on stderr) if a value is bad.
 std::optional<int> check(const std::string& app, network_flags& flags);
+
+/// Adds the training job's flags (--epochs, --batch, --lr, --momentum,
+/// --lr-schedule, --seed) to `desc`; `prefix` starts each description
+/// (e.g. "mnist: ").
+void add_train_options(boost::program_options::options_description& desc,
+                       train_options& opts, const std::string& prefix = "");
+
+/// Validates the training flags; an exit code (2, with one line on stderr)
+/// if a value is bad.
+std::optional<int> check(const std::string& app, const train_options& opts);
 
 /// Prints "app: message" on stderr and returns `code`.
 int fail(const std::string& app, const std::string& message, int code = 1);

@@ -16,30 +16,43 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-optimizer_config sgd_momentum(const train_options& opts, float rescale) {
+// `updates`: how many updates each slice sees over the whole run.
+optimizer_config sgd_momentum(const train_options& opts, float rescale,
+                              uint64_t updates) {
   optimizer_config cfg;
   cfg.name = "sgd";
   cfg.learning_rate = opts.learning_rate;
   cfg.momentum = opts.momentum;
   cfg.rescale_grad = rescale;
+  if (opts.lr_schedule != "constant") {
+    cfg.lr_schedule = opts.lr_schedule;
+    cfg.lr_updates = std::max<uint64_t>(updates, 1);
+  }
   return cfg;
 }
 
 } // namespace
 
 optimizer_config server_optimizer(const train_options& opts, bool sync,
-                                  uint32_t workers) {
+                                  uint32_t workers, uint64_t train_size) {
+  auto steps = train_size / workers / std::max<uint32_t>(opts.batch, 1);
+  auto updates = uint64_t{opts.epochs} * steps;
   if (sync) {
     // Sync rounds sum the workers' mean gradients: rescale to their mean.
-    return sgd_momentum(opts, 1.0f / static_cast<float>(workers));
+    return sgd_momentum(opts, 1.0f / static_cast<float>(workers), updates);
   }
   // Asynchrony itself acts like momentum of about 1 - 1/W (Mitliagkas et
   // al., "Asynchrony begets momentum"); keep the total near the requested
   // one. W = 4, momentum 0.9: 0.6 on the shards (diverged at 0.9, measured).
-  auto cfg = sgd_momentum(opts, 1.0f);
+  auto cfg = sgd_momentum(opts, 1.0f, updates * workers);
   cfg.momentum = std::max(
     0.0f, 1.0f - static_cast<float>(workers) * (1.0f - opts.momentum));
   return cfg;
+}
+
+optimizer_config baseline_optimizer(const train_options& opts,
+                                    uint64_t train_size) {
+  return server_optimizer(opts, false, 1, train_size);
 }
 
 namespace {
@@ -91,8 +104,9 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
                             static_cast<uint64_t>(params[i].cols())}))
       return fail("init " + names[i], err);
   if (rank == 0)
-    if (auto err
-        = kv.set_optimizer(server_optimizer(opts, kv.synchronous(), workers)))
+    if (auto err = kv.set_optimizer(
+          server_optimizer(opts, kv.synchronous(), workers,
+                           static_cast<uint64_t>(train.size()))))
       return fail("set_optimizer", err);
   if (auto err = kv.barrier())
     return fail("barrier", err);
@@ -173,7 +187,7 @@ std::string train_baseline(const dataset& train, const dataset& test,
   mlp model;
   model.init(opts.seed);
   auto& params = model.params();
-  auto cfg = sgd_momentum(opts, 1.0f);
+  auto cfg = baseline_optimizer(opts, static_cast<uint64_t>(train.size()));
   std::vector<Eigen::MatrixXf> states;
   for (auto& p : params)
     states.emplace_back(Eigen::MatrixXf::Zero(p.rows(), p.cols()));

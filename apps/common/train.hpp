@@ -18,9 +18,11 @@ namespace actorps::apps {
 struct train_options {
   uint32_t epochs = 10;
   /// Samples per step and worker.
-  uint32_t batch = 64;
-  float learning_rate = 0.05f;
+  uint32_t batch = 16;
+  float learning_rate = 0.025f;
   float momentum = 0.9f;
+  /// "cosine" (down to 0 over all epochs' updates) or "constant".
+  std::string lr_schedule = "cosine";
   uint32_t seed = 42;
 };
 
@@ -48,11 +50,19 @@ struct train_callbacks {
   std::function<void(const epoch_report&)> on_epoch;
 };
 
-/// The optimizer the shards run for `opts`: SGD with momentum; sync stores
-/// rescale the summed gradients by 1/W, async stores lower the momentum to
-/// max(0, 1 - W * (1 - momentum)), since asynchrony adds momentum of its own.
+/// The optimizer the shards run for `opts` with `workers` workers on
+/// `train_size` samples: SGD with momentum and the learning-rate schedule
+/// spanning all epochs' updates of a slice (sync: one per step, async: one
+/// per step and worker); sync stores rescale the summed gradients by 1/W,
+/// async stores lower the momentum to max(0, 1 - W * (1 - momentum)), since
+/// asynchrony adds momentum of its own.
 optimizer_config server_optimizer(const train_options& opts, bool sync,
-                                  uint32_t workers);
+                                  uint32_t workers, uint64_t train_size);
+
+/// The optimizer of the single-process baseline (the same rule and
+/// schedule, one worker).
+optimizer_config baseline_optimizer(const train_options& opts,
+                                    uint64_t train_size);
 
 /// Trains on one worker handle of a store; collective (every worker of the
 /// store runs it). Rank 0 initializes the parameters, sets the optimizer,

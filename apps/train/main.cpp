@@ -154,14 +154,6 @@ int main(int argc, char** argv) {
     "mode", po::value(&mode)->default_value(mode), "async or sync")(
     "baseline", po::bool_switch(&baseline),
     "train in one process without a parameter server, for comparison")(
-    "epochs", po::value(&train.epochs)->default_value(train.epochs),
-    "epochs")("batch", po::value(&train.batch)->default_value(train.batch),
-              "samples per step and worker")(
-    "lr", po::value(&train.learning_rate)->default_value(0.05f, "0.05"),
-    "learning rate (SGD with momentum on the shards)")(
-    "momentum", po::value(&train.momentum)->default_value(0.9f, "0.9"),
-    "momentum")("seed", po::value(&train.seed)->default_value(train.seed),
-                "seed of the initialization and the shuffling")(
     "limit-train", po::value(&limit_train)->default_value(0),
     "use only the first N training samples (0: all)")(
     "limit-test", po::value(&limit_test)->default_value(0),
@@ -170,6 +162,7 @@ int main(int argc, char** argv) {
     "folder for the curves (CSV and SVG)")(
     "threads", po::value(&store.threads)->default_value(0),
     "actor-system scheduler threads (0: CAF's default)");
+  cli::add_train_options(desc, train);
   po::variables_map vm;
   if (auto rc = cli::parse(
         argc, argv, desc, vm, app,
@@ -181,12 +174,11 @@ int main(int argc, char** argv) {
   if (mode != "async" && mode != "sync")
     return cli::fail(app, "--mode must be async or sync, got '" + mode + "'",
                      2);
-  if (train.epochs == 0 || train.batch == 0 || store.num_workers == 0
-      || store.num_shards == 0 || limit_train < 0 || limit_test < 0)
-    return cli::fail(app,
-                     "--epochs, --batch, --workers and --shards must be "
-                     "> 0, limits >= 0",
-                     2);
+  if (auto rc = cli::check(app, train))
+    return *rc;
+  if (store.num_workers == 0 || store.num_shards == 0 || limit_train < 0
+      || limit_test < 0)
+    return cli::fail(app, "--workers and --shards must be > 0, limits >= 0", 2);
   cli::dataset train_set;
   cli::dataset test_set;
   if (auto st = cli::load_split(data_dir, "train", train_set); !st.ok())
@@ -207,7 +199,8 @@ int main(int argc, char** argv) {
                        : std::string{type} + " store, "
                            + std::to_string(store.num_workers) + " workers, "
                            + std::to_string(store.num_shards) + " shards";
-  auto server = cli::server_optimizer(train, mode == "sync", store.num_workers);
+  auto server = cli::server_optimizer(train, mode == "sync", store.num_workers,
+                                      static_cast<uint64_t>(train_set.size()));
   std::string note;
   if (!baseline && mode == "async") {
     char buf[96];
@@ -217,11 +210,12 @@ int main(int argc, char** argv) {
     note = buf;
   }
   std::printf("actorps-train: Fashion-MNIST MLP 784-256-128-10, %lld train / "
-              "%lld test samples, %s, batch %u, SGD lr %g momentum %g%s\n",
+              "%lld test samples, %s, batch %u, SGD lr %g (%s) momentum "
+              "%g%s\n",
               static_cast<long long>(train_set.size()),
               static_cast<long long>(test_set.size()), what.c_str(),
-              train.batch, double(train.learning_rate), double(train.momentum),
-              note.c_str());
+              train.batch, double(train.learning_rate),
+              train.lr_schedule.c_str(), double(train.momentum), note.c_str());
   progress_printer printer{train.epochs};
   std::vector<cli::epoch_report> reports;
   std::mutex mtx;

@@ -42,15 +42,8 @@ int main(int argc, char** argv) {
     "training job of actorps-train)")(
     "data", po::value(&data_dir)->default_value(data_dir),
     "mnist: folder with the four Fashion-MNIST idx .gz files")(
-    "epochs", po::value(&train.epochs)->default_value(train.epochs),
-    "mnist: epochs")("batch",
-                     po::value(&train.batch)->default_value(train.batch),
-                     "mnist: samples per step and worker")(
-    "lr", po::value(&train.learning_rate)->default_value(0.05f, "0.05"),
-    "mnist: learning rate")(
-    "momentum", po::value(&train.momentum)->default_value(0.9f, "0.9"),
-    "mnist: momentum")("limit-train", po::value(&limit_train)->default_value(0),
-                       "mnist: use only the first N training samples (0: all)")(
+    "limit-train", po::value(&limit_train)->default_value(0),
+    "mnist: use only the first N training samples (0: all)")(
     "limit-test", po::value(&limit_test)->default_value(0),
     "mnist: use only the first N test samples (0: all)")(
     "keys", po::value(&job.keys)->default_value(job.keys),
@@ -68,6 +61,7 @@ int main(int argc, char** argv) {
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
     "bound on every push, pull and control call, in ms");
   cli::add_network_options(desc, net);
+  cli::add_train_options(desc, train, "mnist: ");
   po::variables_map vm;
   if (auto rc = cli::parse(
         argc, argv, desc, vm, app,
@@ -88,9 +82,10 @@ int main(int argc, char** argv) {
     return cli::fail(
       app,
       "--job: unknown job '" + job_name + "' (expected synthetic or mnist)", 2);
-  if (train.epochs == 0 || train.batch == 0 || limit_train < 0
-      || limit_test < 0)
-    return cli::fail(app, "--epochs and --batch must be > 0, limits >= 0", 2);
+  if (auto rc = cli::check(app, train))
+    return *rc;
+  if (limit_train < 0 || limit_test < 0)
+    return cli::fail(app, "--limit-train and --limit-test must be >= 0", 2);
   actorps::apps::dataset train_set;
   actorps::apps::dataset test_set;
   if (job_name == "mnist") {

@@ -126,6 +126,12 @@ void write_optimizer(writer& out, const optimizer_config& x) {
   out.f32(x.epsilon);
   out.f32(x.rho);
   out.u8(x.ascent ? 1 : 0);
+  // Added after the first release of the format: readers treat a record that
+  // ends here as "constant" schedule.
+  out.str(x.lr_schedule);
+  out.u64(x.lr_updates);
+  out.f32(x.lr_factor);
+  out.f32(x.lr_final);
 }
 
 void write_slice(writer& out, const slice_record& x) {
@@ -264,7 +270,10 @@ bool read_optimizer(reader& in, optimizer_config& x) {
     return in.fail("ascent flag is " + std::to_string(ascent)
                    + ", expected 0 or 1");
   x.ascent = ascent == 1;
-  return true;
+  if (in.remaining() == 0)
+    return true; // written before learning-rate schedules existed
+  return in.str(x.lr_schedule) && in.u64(x.lr_updates) && in.f32(x.lr_factor)
+         && in.f32(x.lr_final);
 }
 
 bool read_slice(reader& in, slice_record& x) {

@@ -19,7 +19,9 @@
 /// Strings are u32 length + bytes; float arrays are u64 count + raw float32.
 /// Field order: optimizer_config is name, learning_rate, momentum,
 /// weight_decay, rescale_grad, clip_gradient, beta1, beta2, epsilon, rho (each
-/// float as its 32-bit pattern, as a u32) and ascent (u8, 0 or 1);
+/// float as its 32-bit pattern, as a u32), ascent (u8, 0 or 1), then
+/// lr_schedule, u64 lr_updates, lr_factor, lr_final (a record that ends after
+/// ascent, as written before schedules existed, reads as the defaults);
 /// slice_record is u32 key_id, key, u32 part, u64 offset, u64 step, value,
 /// state. The end record's count is the number of slice records (n). Bytes
 /// after the end record or left over inside a payload are corruption too.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/core/optimizer.hpp"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -80,7 +82,7 @@ template <class G>
 void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
                 float* state, std::size_t n, uint64_t step) {
   const auto size = static_cast<Eigen::Index>(n);
-  const float lr = cfg.learning_rate;
+  const float lr = scheduled_learning_rate(cfg, step);
   const float wd = cfg.weight_decay;
   const float mu = cfg.momentum;
   switch (k) {
@@ -137,7 +139,66 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
   }
 }
 
+enum class schedule { constant, factor, cosine };
+
+bool parse_schedule(const std::string& name, schedule& out) {
+  if (name == "constant")
+    out = schedule::constant;
+  else if (name == "factor")
+    out = schedule::factor;
+  else if (name == "cosine")
+    out = schedule::cosine;
+  else
+    return false;
+  return true;
+}
+
+status validate_schedule(const optimizer_config& cfg) {
+  schedule s;
+  if (!parse_schedule(cfg.lr_schedule, s))
+    return status{errc::bad_optimizer,
+                  "set_optimizer: unknown lr_schedule '" + cfg.lr_schedule
+                    + "' (expected one of constant, factor, cosine)"};
+  if (s != schedule::constant && cfg.lr_updates == 0)
+    return status{errc::bad_optimizer, "set_optimizer: lr_updates must be > 0 "
+                                       "for lr_schedule "
+                                         + cfg.lr_schedule + ", got 0"};
+  if (!(cfg.lr_factor > 0.0f && cfg.lr_factor <= 1.0f))
+    return bad_param("lr_factor", "in (0, 1]", cfg.lr_factor);
+  if (!finite_non_negative(cfg.lr_final))
+    return bad_param("lr_final", "finite and >= 0", cfg.lr_final);
+  if (s != schedule::constant && cfg.lr_final > cfg.learning_rate)
+    return bad_param("lr_final", "<= learning_rate", cfg.lr_final);
+  return status{};
+}
+
 } // namespace
+
+float scheduled_learning_rate(const optimizer_config& cfg, uint64_t step) {
+  schedule s = schedule::constant;
+  parse_schedule(cfg.lr_schedule, s);
+  const double lr = cfg.learning_rate;
+  const double last = cfg.lr_final;
+  switch (s) {
+    case schedule::constant:
+      break;
+    case schedule::factor: {
+      auto decays = static_cast<double>(step / cfg.lr_updates);
+      return static_cast<float>(std::max(
+        last, lr * std::pow(static_cast<double>(cfg.lr_factor), decays)));
+    }
+    case schedule::cosine: {
+      if (step >= cfg.lr_updates)
+        return cfg.lr_final;
+      constexpr double pi = 3.14159265358979323846;
+      auto phase = static_cast<double>(step)
+                   / static_cast<double>(cfg.lr_updates);
+      return static_cast<float>(
+        last + (lr - last) * 0.5 * (1.0 + std::cos(pi * phase)));
+    }
+  }
+  return cfg.learning_rate;
+}
 
 status validate(const optimizer_config& cfg) {
   kind k;
@@ -172,7 +233,7 @@ status validate(const optimizer_config& cfg) {
     return bad_param("epsilon", "finite and > 0", cfg.epsilon);
   if (!unit_interval(cfg.rho))
     return bad_param("rho", "in [0, 1)", cfg.rho);
-  return status{};
+  return validate_schedule(cfg);
 }
 
 std::size_t state_size(const optimizer_config& cfg, std::size_t n) {
@@ -255,6 +316,18 @@ split_items(const std::string& text, std::string& bad) {
   return items;
 }
 
+bool parse_count(const std::string& text, uint64_t& out) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  errno = 0;
+  char* end = nullptr;
+  auto x = std::strtoull(text.c_str(), &end, 10);
+  if (errno == ERANGE || end != text.c_str() + text.size())
+    return false;
+  out = x;
+  return true;
+}
+
 bool parse_float(const std::string& text, float& out) {
   if (text.empty())
     return false;
@@ -280,6 +353,15 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
   for (auto& [name, value] : items) {
     if (name == "name") {
       cfg.name = value;
+      continue;
+    }
+    if (name == "lr_schedule") {
+      cfg.lr_schedule = value;
+      continue;
+    }
+    if (name == "lr_updates") {
+      if (!parse_count(value, cfg.lr_updates))
+        return fail("lr_updates=" + value + "': expected a whole number");
       continue;
     }
     if (name == "ascent") {
@@ -310,6 +392,10 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
       field = &cfg.epsilon;
     else if (name == "rho")
       field = &cfg.rho;
+    else if (name == "lr_factor")
+      field = &cfg.lr_factor;
+    else if (name == "lr_final")
+      field = &cfg.lr_final;
     if (field == nullptr)
       return fail(name + "': unknown parameter");
     if (!parse_float(value, *field))
@@ -324,15 +410,19 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
 std::string to_string(const optimizer_config& cfg) {
   char buf[512];
   std::snprintf(buf, sizeof(buf),
-                "name=%s,learning_rate=%g,momentum=%g,weight_decay=%g,"
+                ",learning_rate=%g,momentum=%g,weight_decay=%g,"
                 "rescale_grad=%g,clip_gradient=%g,beta1=%g,beta2=%g,"
-                "epsilon=%g,rho=%g,ascent=%d",
-                cfg.name.c_str(), double(cfg.learning_rate),
-                double(cfg.momentum), double(cfg.weight_decay),
-                double(cfg.rescale_grad), double(cfg.clip_gradient),
-                double(cfg.beta1), double(cfg.beta2), double(cfg.epsilon),
-                double(cfg.rho), cfg.ascent ? 1 : 0);
-  return buf;
+                "epsilon=%g,rho=%g,ascent=%d,lr_updates=%llu,lr_factor=%g,"
+                "lr_final=%g",
+                double(cfg.learning_rate), double(cfg.momentum),
+                double(cfg.weight_decay), double(cfg.rescale_grad),
+                double(cfg.clip_gradient), double(cfg.beta1), double(cfg.beta2),
+                double(cfg.epsilon), double(cfg.rho), cfg.ascent ? 1 : 0,
+                static_cast<unsigned long long>(cfg.lr_updates),
+                double(cfg.lr_factor), double(cfg.lr_final));
+  // Names are arbitrary text (and may be long or invalid): not via the
+  // fixed buffer.
+  return "name=" + cfg.name + buf + ",lr_schedule=" + cfg.lr_schedule;
 }
 
 } // namespace actorps::core

@@ -16,7 +16,8 @@
 /// and "accumulate"), g is first preprocessed, element-wise:
 ///   g = rescale_grad * g;  if ascent: g = -g;  if clip_gradient > 0:
 ///   g = clamp(g, -clip_gradient, clip_gradient)
-/// Then, with lr = learning_rate, wd = weight_decay, mu = momentum:
+/// Then, with lr = scheduled_learning_rate(cfg, t) (learning_rate unless a
+/// schedule is set), wd = weight_decay, mu = momentum:
 /// - assign:     w = merged push                (MXNet without optimizer)
 /// - accumulate: w = w + merged push            (ps-lite's default)
 /// - sgd, mu = 0: w = w - lr * (g + wd * w)
@@ -53,6 +54,11 @@ std::string to_string(const optimizer_config& cfg);
 /// Number of state floats an optimizer keeps for `n` weights (0, n or 2n).
 /// Precondition: `validate(cfg).ok()`.
 std::size_t state_size(const optimizer_config& cfg, std::size_t n);
+
+/// The learning rate of update number `step` (0 for the first) under
+/// `cfg.lr_schedule` (see optimizer_config). Precondition:
+/// `validate(cfg).ok()`. Computed in double, rounded to float.
+float scheduled_learning_rate(const optimizer_config& cfg, uint64_t step);
 
 /// Applies one update to `n` weights `w` with merged push `g` and state
 /// `state` (`state_size(cfg, n)` floats). `step` is the number of updates

@@ -155,6 +155,10 @@ optimizer_config sample_optimizer() {
   // for bit too.
   cfg.rho = from_bits(0x7fc0beefu);
   cfg.ascent = true;
+  cfg.lr_schedule = "cosine";
+  cfg.lr_updates = 0x0123456789abcdefull;
+  cfg.lr_factor = 0.75f;
+  cfg.lr_final = from_bits(0x00000001u); // the smallest denormal
   return cfg;
 }
 
@@ -208,6 +212,10 @@ void check_same(const optimizer_config& x, const optimizer_config& y) {
   CHECK(to_bits(x.epsilon) == to_bits(y.epsilon));
   CHECK(to_bits(x.rho) == to_bits(y.rho));
   CHECK(x.ascent == y.ascent);
+  CHECK(x.lr_schedule == y.lr_schedule);
+  CHECK(x.lr_updates == y.lr_updates);
+  CHECK(to_bits(x.lr_factor) == to_bits(y.lr_factor));
+  CHECK(to_bits(x.lr_final) == to_bits(y.lr_final));
 }
 
 void check_same(const state_snapshot& x, const state_snapshot& y) {
@@ -329,6 +337,36 @@ TEST_CASE("checkpoint: byte layout follows the documentation", "[core]") {
     CHECK(std::string(bytes.data() + r.payload, 3) == "END");
     CHECK(get_u64(bytes, r.payload + 3) == snap.slices.size());
   }
+  SECTION("the schedule follows ascent; records without it read as "
+          "constant") {
+    auto payload = payload_of(bytes, records[0]);
+    // name (4 + 4) + 9 floats + ascent, then the schedule's 4 + 6 + 8 + 4 + 4.
+    const size_t old_size = 8 + 9 * 4 + 1;
+    REQUIRE(payload.size() == old_size + 4 + 6 + 8 + 4 + 4);
+    CHECK(get_u32(payload, old_size) == 6u);
+    CHECK(std::string(payload.data() + old_size + 4, 6) == "cosine");
+    CHECK(get_u64(payload, old_size + 10) == snap.optimizer.lr_updates);
+    std::vector<char> built = magic_bytes();
+    put_record(built,
+               std::vector<char>(payload.begin(), payload.begin() + old_size));
+    put_record(built, end_payload(0));
+    state_snapshot out;
+    REQUIRE(core::decode_checkpoint(built, out).ok());
+    CHECK(out.optimizer.name == "adam");
+    CHECK(out.optimizer.ascent);
+    CHECK(out.optimizer.lr_schedule == "constant");
+    CHECK(out.optimizer.lr_updates == 0u);
+    CHECK(out.optimizer.lr_factor == 1.0f);
+    SECTION("a schedule cut short is corrupt") {
+      built = magic_bytes();
+      put_record(built, std::vector<char>(payload.begin(),
+                                          payload.begin() + old_size + 7));
+      put_record(built, end_payload(0));
+      auto st = core::decode_checkpoint(built, out);
+      CHECK(st.code == errc::checkpoint_corrupt);
+      CHECK_THAT(st.message, Catch::Contains("record 0"));
+    }
+  }
   SECTION("a hand-built checkpoint decodes") {
     std::vector<char> built = magic_bytes();
     put_record(built, payload_of(bytes, records[0]));
@@ -430,9 +468,11 @@ TEST_CASE("checkpoint: corruption is detected", "[core]") {
   SECTION("an ascent flag other than 0 or 1") {
     auto bad = magic_bytes();
     auto opt = payload_of(bytes, records[0]);
-    REQUIRE(opt.size() > 1);
-    // The flag is the last byte; .at() because GCC 12 -O3 misreports back().
-    opt.at(opt.size() - 1) = 2;
+    // The flag follows the name (u32 length + bytes) and nine floats.
+    const size_t flag = 4 + sample_optimizer().name.size() + 9 * 4;
+    REQUIRE(opt.size() > flag);
+    REQUIRE(opt.at(flag) == 1);
+    opt.at(flag) = 2;
     put_record(bad, opt);
     put_record(bad, end_payload(0));
     CHECK_THAT(decode_corrupt(bad).message, Catch::Contains("ascent"));

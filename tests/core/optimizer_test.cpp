@@ -470,12 +470,20 @@ TEST_CASE("optimizer: parse_optimizer reads what to_string writes", "[core]") {
     a.weight_decay = 0.25f;
     a.clip_gradient = 5.0f;
     a.ascent = true;
+    a.lr_schedule = "factor";
+    a.lr_updates = 12345678901ull;
+    a.lr_factor = 0.5f;
+    a.lr_final = 0.0001f;
     REQUIRE(core::parse_optimizer(core::to_string(a), cfg).ok());
     CHECK(cfg.name == "adam");
     CHECK(cfg.learning_rate == 0.001f);
     CHECK(cfg.weight_decay == 0.25f);
     CHECK(cfg.clip_gradient == 5.0f);
     CHECK(cfg.ascent);
+    CHECK(cfg.lr_schedule == "factor");
+    CHECK(cfg.lr_updates == 12345678901ull);
+    CHECK(cfg.lr_factor == 0.5f);
+    CHECK(cfg.lr_final == 0.0001f);
   }
   SECTION("short names, blanks and defaults") {
     REQUIRE(
@@ -498,6 +506,92 @@ TEST_CASE("optimizer: parse_optimizer reads what to_string writes", "[core]") {
     CHECK(st.message.find("learning_rate") != std::string::npos);
     st = core::parse_optimizer("name=sgd,ascent=maybe", cfg);
     CHECK(st.code == errc::bad_optimizer);
+    for (auto bad : {"-5", "1.5", "", "99999999999999999999999"}) {
+      st = core::parse_optimizer(
+        std::string{"name=sgd,lr_schedule=cosine,lr_updates="} + bad, cfg);
+      CHECK(st.code == errc::bad_optimizer);
+      CHECK_THAT(st.message, Catch::Contains("lr_updates"));
+    }
+    st = core::parse_optimizer("name=sgd,lr_schedule=linear,lr_updates=5", cfg);
+    CHECK_THAT(st.message, Catch::Contains("linear"));
     CHECK(cfg.name == "untouched");
+  }
+}
+
+TEST_CASE("optimizer: learning-rate schedules", "[core]") {
+  optimizer_config cfg;
+  cfg.name = "sgd";
+  cfg.learning_rate = 0.8f;
+  SECTION("constant: learning_rate at every update") {
+    for (uint64_t t : {0ull, 1ull, 1000000ull})
+      CHECK(core::scheduled_learning_rate(cfg, t) == 0.8f);
+  }
+  SECTION("factor: one decay every lr_updates updates, not below lr_final") {
+    cfg.lr_schedule = "factor";
+    cfg.lr_updates = 3;
+    cfg.lr_factor = 0.5f;
+    cfg.lr_final = 0.15f;
+    REQUIRE(core::validate(cfg).ok());
+    const float expected[] = {0.8f, 0.8f, 0.8f, 0.4f,  0.4f, 0.4f,
+                              0.2f, 0.2f, 0.2f, 0.15f, 0.15f};
+    for (uint64_t t = 0; t < std::size(expected); ++t) {
+      INFO("update " << t);
+      CHECK(core::scheduled_learning_rate(cfg, t) == Approx(expected[t]));
+    }
+  }
+  SECTION("cosine: half a cosine from learning_rate to lr_final") {
+    cfg.lr_schedule = "cosine";
+    cfg.lr_updates = 8;
+    cfg.lr_final = 0.2f;
+    REQUIRE(core::validate(cfg).ok());
+    const double pi = std::acos(-1.0);
+    for (uint64_t t = 0; t <= 10; ++t) {
+      INFO("update " << t);
+      double expected = t >= 8 ? 0.2
+                               : 0.2 + 0.3 * (1 + std::cos(pi * double(t) / 8));
+      CHECK(core::scheduled_learning_rate(cfg, t)
+            == Approx(expected).epsilon(1e-6));
+    }
+  }
+  SECTION("apply_update uses the scheduled rate of its step") {
+    cfg.lr_schedule = "factor";
+    cfg.lr_updates = 1;
+    cfg.lr_factor = 0.25f;
+    float w = 1.0f;
+    const float g = 2.0f;
+    core::apply_update(cfg, &w, &g, nullptr, 1, 0); // lr 0.8
+    CHECK(w == Approx(1.0f - 1.6f));
+    core::apply_update(cfg, &w, &g, nullptr, 1, 2); // lr 0.05
+    CHECK(w == Approx(1.0f - 1.6f - 0.1f));
+  }
+  SECTION("validate names the offending schedule parameter") {
+    struct bad_case {
+      const char* param;
+      std::function<void(optimizer_config&)> set;
+    };
+    const bad_case cases[] = {
+      {"lr_schedule", [](auto& c) { c.lr_schedule = "step"; }},
+      {"lr_updates", [](auto& c) { c.lr_schedule = "cosine"; }},
+      {"lr_updates", [](auto& c) { c.lr_schedule = "factor"; }},
+      {"lr_factor", [](auto& c) { c.lr_factor = 0.0f; }},
+      {"lr_factor", [](auto& c) { c.lr_factor = 1.5f; }},
+      {"lr_factor",
+       [](auto& c) { c.lr_factor = std::numeric_limits<float>::quiet_NaN(); }},
+      {"lr_final", [](auto& c) { c.lr_final = -0.1f; }},
+      {"lr_final",
+       [](auto& c) {
+         c.lr_schedule = "cosine";
+         c.lr_updates = 10;
+         c.lr_final = 1.0f; // above learning_rate
+       }},
+    };
+    for (const auto& entry : cases) {
+      auto bad = cfg;
+      entry.set(bad);
+      auto st = core::validate(bad);
+      INFO(entry.param);
+      CHECK(st.code == errc::bad_optimizer);
+      CHECK_THAT(st.message, Catch::Contains(entry.param));
+    }
   }
 }
