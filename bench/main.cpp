@@ -1,0 +1,666 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// actorps-bench: push+pull round throughput and latency of actorps, locally
+// and across processes on loopback, beside this machine's own limits.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/common/cli.hpp"
+#include "bench/child.hpp"
+#include "bench/limits.hpp"
+#include "messages/errors.hpp"
+#include "runtime/kvstore.hpp"
+#include "runtime/network.hpp"
+
+namespace po = boost::program_options;
+namespace cli = actorps::apps;
+using namespace actorps;
+using namespace actorps::bench;
+
+namespace {
+
+constexpr const char* app = "actorps-bench";
+constexpr const char* token = "actorps-bench";
+
+using clock_type = std::chrono::steady_clock;
+
+// -- cases --------------------------------------------------------------------
+
+// One benchmark case: `keys` keys of `floats` floats each, pushed and pulled
+// in every round.
+struct bench_case {
+  std::string name;
+  uint32_t keys = 1;
+  uint64_t floats = 0;
+
+  uint64_t payload_bytes() const {
+    return uint64_t{keys} * floats * sizeof(float);
+  }
+};
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + " " + units[u];
+}
+
+// "4K", "256K", "4M", "64M", "100" (bytes): one key of that many bytes.
+bool parse_size(const std::string& text, uint64_t& bytes) {
+  if (text.empty())
+    return false;
+  uint64_t scale = 1;
+  auto digits = text;
+  switch (text.back()) {
+    case 'K':
+    case 'k':
+      scale = 1024;
+      digits.pop_back();
+      break;
+    case 'M':
+    case 'm':
+      scale = 1024 * 1024;
+      digits.pop_back();
+      break;
+    default:
+      break;
+  }
+  if (digits.empty()
+      || digits.find_first_not_of("0123456789") != std::string::npos
+      || digits.size() > 9)
+    return false;
+  bytes = std::stoull(digits) * scale;
+  return bytes >= sizeof(float) && bytes % sizeof(float) == 0;
+}
+
+// A whole number of at most 9 digits.
+bool parse_count(const std::string& text, uint64_t& out) {
+  if (text.empty() || text.size() > 9
+      || text.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  out = std::stoull(text);
+  return true;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in{text};
+  std::string item;
+  while (std::getline(in, item, sep))
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+// Builds the case list from --sizes ("4K,256K") and --many ("1000x1024",
+// keys x floats). Returns an error text or an empty string.
+std::string make_cases(const std::string& sizes, const std::string& many,
+                       std::vector<bench_case>& out) {
+  for (const auto& s : split(sizes, ',')) {
+    uint64_t bytes = 0;
+    if (!parse_size(s, bytes))
+      return "--sizes: '" + s
+             + "' is not a size such as 4K, 256K, 4M or 64M (a multiple of "
+               "4 bytes)";
+    out.push_back({human_bytes(bytes), 1, bytes / sizeof(float)});
+  }
+  for (const auto& m : split(many, ',')) {
+    auto parts = split(m, 'x');
+    uint64_t keys = 0;
+    uint64_t floats = 0;
+    if (parts.size() != 2 || !parse_count(parts[0], keys)
+        || !parse_count(parts[1], floats) || keys == 0 || keys > 1000000
+        || floats == 0)
+      return "--many: '" + m
+             + "' is not KEYSxFLOATS such as 1000x1024 (keys at most 1e6)";
+    out.push_back(
+      {std::to_string(keys) + " keys x " + std::to_string(floats) + " floats",
+       static_cast<uint32_t>(keys), floats});
+  }
+  if (out.empty())
+    return "no cases: give --sizes and/or --many";
+  return {};
+}
+
+// Cases travel to the worker processes as "keys:floats;keys:floats".
+std::string encode_cases(const std::vector<bench_case>& cases) {
+  std::string out;
+  for (const auto& c : cases)
+    out += std::to_string(c.keys) + ":" + std::to_string(c.floats) + ";";
+  return out;
+}
+
+std::vector<bench_case> decode_cases(const std::string& text) {
+  std::vector<bench_case> out;
+  for (const auto& item : split(text, ';')) {
+    auto parts = split(item, ':');
+    if (parts.size() == 2)
+      out.push_back({"", static_cast<uint32_t>(std::stoul(parts[0])),
+                     std::stoull(parts[1])});
+  }
+  return out;
+}
+
+// -- rounds -------------------------------------------------------------------
+
+struct round_plan {
+  uint32_t warmup = 3;
+  uint32_t rounds = 10;
+};
+
+// Runs one case on one handle (every worker of the store runs it at the
+// same time): init, barrier, warm-up and measured rounds, barrier. A round
+// pushes every key and waits, then pulls every key and waits. Fills `times`
+// (seconds per measured round). Returns an error text or an empty string.
+std::string run_case(kvstore& kv, size_t index, const bench_case& c,
+                     const round_plan& plan, std::vector<double>& times) {
+  auto fail = [&](const std::string& what, const caf::error& err) {
+    return "rank " + std::to_string(kv.rank()) + ", case "
+           + std::to_string(index) + ": " + what + ": " + render(err);
+  };
+  const auto n = static_cast<Eigen::Index>(c.floats);
+  std::vector<std::string> names;
+  for (uint32_t k = 0; k < c.keys; ++k)
+    names.push_back("c" + std::to_string(index) + "." + std::to_string(k));
+  Eigen::VectorXf grad = Eigen::VectorXf::Constant(n, 1.0f);
+  std::vector<Eigen::VectorXf> outs(c.keys, Eigen::VectorXf::Zero(n));
+  for (const auto& name : names)
+    if (auto err = kv.init(name, Eigen::VectorXf::Zero(n)))
+      return fail("init", err);
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  std::vector<pull_ticket> tickets;
+  for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
+    auto start = clock_type::now();
+    for (const auto& name : names)
+      if (auto err = kv.push(name, grad))
+        return fail("push", err);
+    if (auto err = kv.wait_all())
+      return fail("push", err);
+    for (uint32_t k = 0; k < c.keys; ++k)
+      if (auto t = kv.pull(names[k], outs[k]); !t)
+        return fail("pull", t.error());
+    if (auto err = kv.wait_all())
+      return fail("pull", err);
+    if (r >= plan.warmup)
+      times.push_back(
+        std::chrono::duration<double>(clock_type::now() - start).count());
+  }
+  // The store sums each round's pushes (sync, no optimizer): every element
+  // holds the number of workers.
+  auto expected = static_cast<float>(kv.num_workers());
+  for (const auto& out : outs)
+    if (n > 0 && (out[0] != expected || out[n - 1] != expected))
+      return "rank " + std::to_string(kv.rank()) + ", case "
+             + std::to_string(index) + ": pulled " + std::to_string(out[0])
+             + ", expected " + std::to_string(expected);
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  return {};
+}
+
+// -- results ------------------------------------------------------------------
+
+struct result {
+  std::string mode; // "local" or "dist"
+  bench_case what;
+  uint32_t workers = 1;
+  std::vector<double> times; // seconds per round
+
+  double median() const {
+    auto xs = times;
+    std::sort(xs.begin(), xs.end());
+    return xs[(xs.size() - 1) / 2];
+  }
+
+  double min() const {
+    return *std::min_element(times.begin(), times.end());
+  }
+
+  double max() const {
+    return *std::max_element(times.begin(), times.end());
+  }
+
+  /// One-direction payload per round over the median round time, GB/s.
+  double gbps() const {
+    return static_cast<double>(what.payload_bytes()) / median() / 1e9;
+  }
+};
+
+// How a result compares with the machine: local against memcpy, dist
+// against loopback TCP bandwidth (large payloads) and round trip (small).
+std::string versus_limit(const result& r, const machine_limits& m) {
+  char buf[64];
+  if (m.tcp_gbps <= 0)
+    return "-";
+  if (r.mode == "local")
+    std::snprintf(buf, sizeof(buf), "%.0f%% of memcpy",
+                  100 * r.gbps() / m.memcpy_gbps);
+  else if (r.what.payload_bytes() <= 64 * 1024)
+    std::snprintf(buf, sizeof(buf), "%.1fx TCP RTT",
+                  r.median() * 1e6 / m.tcp_rtt_us);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0f%% of TCP",
+                  100 * r.gbps() / m.tcp_gbps);
+  return buf;
+}
+
+void print_table(const std::vector<result>& results, const machine_limits& m,
+                 bool limits) {
+  if (limits)
+    std::printf("machine: memcpy %.2f GB/s, loopback TCP %.2f GB/s, 64 B TCP "
+                "round trip %.1f us\n\n",
+                m.memcpy_gbps, m.tcp_gbps, m.tcp_rtt_us);
+  std::printf("%-6s %-26s %7s %12s %12s %12s %9s  %s\n", "mode", "case",
+              "workers", "median us", "min us", "max us", "GB/s", "vs limit");
+  for (const auto& r : results)
+    std::printf("%-6s %-26s %7u %12.1f %12.1f %12.1f %9.3f  %s\n",
+                r.mode.c_str(), r.what.name.c_str(), r.workers,
+                r.median() * 1e6, r.min() * 1e6, r.max() * 1e6, r.gbps(),
+                versus_limit(r, m).c_str());
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\')
+      out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+void write_json(std::ostream& out, const std::vector<result>& results,
+                const machine_limits& m, bool limits, const round_plan& plan,
+                uint32_t shards) {
+  out << "{\n  \"tool\": \"actorps-bench\",\n";
+  out << "  \"warmup_rounds\": " << plan.warmup
+      << ",\n  \"measured_rounds\": " << plan.rounds
+      << ",\n  \"shards\": " << shards << ",\n";
+  if (limits)
+    out << "  \"machine\": {\"memcpy_gbps\": " << m.memcpy_gbps
+        << ", \"tcp_gbps\": " << m.tcp_gbps
+        << ", \"tcp_rtt_us\": " << m.tcp_rtt_us << "},\n";
+  out << "  \"results\": [";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    out << (i == 0 ? "\n" : ",\n") << "    {\"mode\": \"" << r.mode
+        << "\", \"case\": \"" << json_escape(r.what.name)
+        << "\", \"keys\": " << r.what.keys
+        << ", \"floats_per_key\": " << r.what.floats
+        << ", \"payload_bytes\": " << r.what.payload_bytes()
+        << ", \"workers\": " << r.workers
+        << ", \"round_us\": {\"median\": " << r.median() * 1e6
+        << ", \"min\": " << r.min() * 1e6 << ", \"max\": " << r.max() * 1e6
+        << "}, \"gbps\": " << r.gbps();
+    if (limits && m.tcp_gbps > 0) {
+      if (r.mode == "local")
+        out << ", \"fraction_of_memcpy\": " << r.gbps() / m.memcpy_gbps;
+      else
+        out << ", \"fraction_of_tcp\": " << r.gbps() / m.tcp_gbps
+            << ", \"multiple_of_tcp_rtt\": " << r.median() * 1e6 / m.tcp_rtt_us;
+    }
+    out << ", \"rounds_us\": [";
+    for (size_t k = 0; k < r.times.size(); ++k)
+      out << (k == 0 ? "" : ", ") << r.times[k] * 1e6;
+    out << "]}";
+  }
+  out << "\n  ]\n}\n";
+}
+
+// -- local mode ---------------------------------------------------------------
+
+std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
+                      uint32_t shards, size_t threads, const round_plan& plan,
+                      std::vector<result>& results) {
+  store_options so;
+  so.num_workers = workers;
+  so.num_shards = shards;
+  so.threads = threads;
+  auto kv = kvstore::create("local_sync", so);
+  if (!kv)
+    return "local store: " + render(kv.error());
+  std::vector<kvstore> others;
+  for (uint32_t r = 1; r < workers; ++r) {
+    auto h = kv->worker(r);
+    if (!h)
+      return "local store: " + render(h.error());
+    others.push_back(std::move(*h));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<std::string> errors(workers);
+    std::vector<std::thread> threads_;
+    for (uint32_t r = 1; r < workers; ++r)
+      threads_.emplace_back([&, r] {
+        std::vector<double> ignored;
+        errors[r] = run_case(others[r - 1], i, cases[i], plan, ignored);
+      });
+    result res{"local", cases[i], workers, {}};
+    errors[0] = run_case(*kv, i, cases[i], plan, res.times);
+    for (auto& t : threads_)
+      t.join();
+    for (const auto& e : errors)
+      if (!e.empty())
+        return e;
+    results.push_back(std::move(res));
+    std::fprintf(stderr, "  local %s, %u workers: %.1f us\n",
+                 cases[i].name.c_str(), workers, results.back().median() * 1e6);
+  }
+  for (auto& h : others)
+    h.close();
+  return kv->close() ? std::string{"local store: close failed"} : std::string{};
+}
+
+// -- dist mode: the roles -----------------------------------------------------
+
+int role_coordinator(uint32_t workers, size_t threads) {
+  coordinator_options opts;
+  opts.token = token;
+  opts.sync = true;
+  opts.num_workers = workers;
+  opts.num_servers = 1;
+  opts.system.threads = threads;
+  auto err = run_coordinator(opts, [](uint16_t port) {
+    std::cout << "port " << port << std::endl;
+  });
+  if (err) {
+    std::cout << "error " << render(err) << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+int role_server(const std::string& coordinator, uint32_t shards,
+                size_t threads) {
+  server_options opts;
+  auto where = parse_endpoint(coordinator);
+  if (!where) {
+    std::cout << "error " << render(where.error()) << std::endl;
+    return 2;
+  }
+  opts.coordinator = *where;
+  opts.token = token;
+  opts.shards = shards;
+  opts.system.threads = threads;
+  auto err = run_server(opts, [](uint32_t) {});
+  if (err) {
+    std::cout << "error " << render(err) << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+// Rank 0 prints "result INDEX T1 T2 ..." (seconds) per case.
+int role_worker(const std::string& coordinator, const std::string& cases_text,
+                const round_plan& plan, size_t threads) {
+  store_options so;
+  so.coordinator = coordinator;
+  so.token = token;
+  so.threads = threads;
+  so.connect_timeout = std::chrono::seconds{30};
+  auto kv = kvstore::create("dist_sync", so);
+  if (!kv) {
+    std::cout << "error " << render(kv.error()) << std::endl;
+    return 1;
+  }
+  auto cases = decode_cases(cases_text);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<double> times;
+    auto err = run_case(*kv, i, cases[i], plan, times);
+    if (!err.empty()) {
+      std::cout << "error " << err << std::endl;
+      return 1;
+    }
+    if (kv->rank() == 0) {
+      std::cout << "result " << i;
+      for (auto t : times)
+        std::cout << ' ' << t;
+      std::cout << std::endl;
+    }
+  }
+  kv->close();
+  return 0;
+}
+
+// -- dist mode: the harness side ----------------------------------------------
+
+std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
+                     uint32_t shards, size_t threads, const round_plan& plan,
+                     std::chrono::milliseconds timeout,
+                     std::vector<result>& results) {
+  auto self = self_path();
+  auto common = std::vector<std::string>{self,
+                                         "--threads",
+                                         std::to_string(threads),
+                                         "--warmup",
+                                         std::to_string(plan.warmup),
+                                         "--rounds",
+                                         std::to_string(plan.rounds)};
+  auto with = [&](std::vector<std::string> extra) {
+    auto argv = common;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  auto explain = [](const std::string& who, const child& c) {
+    return who + " said:\n" + c.transcript();
+  };
+  child coordinator;
+  if (auto e = coordinator.start(with(
+        {"--role", "coordinator", "--bench-workers", std::to_string(workers)}));
+      !e.empty())
+    return e;
+  std::string port;
+  while (port.empty()) {
+    auto line = coordinator.next_line(std::chrono::seconds{30});
+    if (!line)
+      return "the coordinator did not report its port; "
+             + explain("it", coordinator);
+    if (line->rfind("port ", 0) == 0)
+      port = line->substr(5);
+  }
+  auto address = "127.0.0.1:" + port;
+  child server;
+  if (auto e = server.start(with({"--role", "server", "--coordinator", address,
+                                  "--shards", std::to_string(shards)}));
+      !e.empty())
+    return e;
+  std::vector<std::unique_ptr<child>> procs;
+  for (uint32_t w = 0; w < workers; ++w) {
+    procs.push_back(std::make_unique<child>());
+    if (auto e
+        = procs.back()->start(with({"--role", "worker", "--coordinator",
+                                    address, "--cases", encode_cases(cases)}));
+        !e.empty())
+      return e;
+  }
+  // Read every worker's output; rank 0's result lines carry the times.
+  std::vector<result> mine;
+  for (auto& p : procs) {
+    for (;;) {
+      auto line = p->next_line(timeout);
+      if (!line)
+        break;
+      std::istringstream in{*line};
+      std::string tag;
+      size_t index = 0;
+      if (!(in >> tag) || tag != "result" || !(in >> index)
+          || index >= cases.size())
+        continue;
+      result res{"dist", cases[index], workers, {}};
+      double t = 0;
+      while (in >> t)
+        res.times.push_back(t);
+      std::fprintf(stderr, "  dist %s, %u workers: %.1f us\n",
+                   cases[index].name.c_str(), workers, res.median() * 1e6);
+      mine.push_back(std::move(res));
+    }
+  }
+  for (size_t w = 0; w < procs.size(); ++w) {
+    auto rc = procs[w]->wait_exit(timeout);
+    if (rc != 0)
+      return "worker process " + std::to_string(w) + " failed ("
+             + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
+             + "); " + explain("it", *procs[w]);
+  }
+  for (auto* c : {&server, &coordinator}) {
+    auto rc = c->wait_exit(timeout);
+    if (rc != 0)
+      return std::string{c == &server ? "the server" : "the coordinator"}
+             + " failed ("
+             + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
+             + "); " + explain("it", *c);
+  }
+  if (mine.size() != cases.size())
+    return "dist: got results for " + std::to_string(mine.size()) + " of "
+           + std::to_string(cases.size()) + " cases";
+  results.insert(results.end(), mine.begin(), mine.end());
+  return {};
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string config_file;
+  std::string modes = "local,dist";
+  std::string sizes = "4K,256K,4M,64M";
+  std::string many = "1000x1024,10000x1";
+  std::string workers_text = "1,2";
+  std::string json_path;
+  std::string role;
+  std::string coordinator;
+  std::string cases_text;
+  uint32_t shards = 2;
+  uint32_t bench_workers = 1;
+  size_t threads = 0;
+  long timeout_s = 600;
+  round_plan plan;
+  bool quick = false;
+  bool no_limits = false;
+  po::options_description desc{"Options"};
+  cli::add_common_options(desc, config_file);
+  desc.add_options()("modes", po::value(&modes)->default_value(modes),
+                     "local, dist or both (comma-separated)")(
+    "sizes", po::value(&sizes)->default_value(sizes),
+    "one-key cases: sizes in bytes (K, M suffixes)")(
+    "many", po::value(&many)->default_value(many),
+    "many-key cases: KEYSxFLOATS, comma-separated")(
+    "workers", po::value(&workers_text)->default_value(workers_text),
+    "worker counts to run, comma-separated")(
+    "shards", po::value(&shards)->default_value(shards),
+    "shards (local: in the process; dist: in the one server process)")(
+    "warmup", po::value(&plan.warmup)->default_value(plan.warmup),
+    "warm-up rounds per case (not measured)")(
+    "rounds", po::value(&plan.rounds)->default_value(plan.rounds),
+    "measured rounds per case")(
+    "threads", po::value(&threads)->default_value(threads),
+    "scheduler threads of every actor system (0: CAF's default)")(
+    "quick", po::bool_switch(&quick),
+    "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
+    "--warmup 1 --rounds 3, quick limits")(
+    "no-limits", po::bool_switch(&no_limits),
+    "skip measuring memcpy and loopback TCP")(
+    "json", po::value(&json_path), "also write the results as JSON here")(
+    "timeout-s", po::value(&timeout_s)->default_value(timeout_s),
+    "dist: bound on each process's silence and exit, in seconds");
+  po::options_description hidden{"Roles (started by the harness itself)"};
+  hidden.add_options()("role", po::value(&role), "coordinator|server|worker")(
+    "coordinator", po::value(&coordinator),
+    "host:port")("cases", po::value(&cases_text), "encoded cases")(
+    "bench-workers", po::value(&bench_workers)->default_value(1),
+    "workers of the job");
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::variables_map vm;
+  if (auto rc = cli::parse(
+        argc, argv, all, vm, app,
+        "usage: actorps-bench [options]\n"
+        "Measures push+pull rounds (push every key, wait; pull every key, "
+        "wait; the shards sum the pushes of a round, no optimizer) in local "
+        "mode (one process) and dist mode (coordinator, server and worker "
+        "processes on 127.0.0.1), next to this machine's memcpy and loopback "
+        "TCP limits. Prints a table; --json writes the figures."))
+    return *rc;
+  if (role == "coordinator")
+    return role_coordinator(bench_workers, threads);
+  if (role == "server")
+    return role_server(coordinator, shards, threads);
+  if (role == "worker")
+    return role_worker(coordinator, cases_text, plan, threads);
+  if (!role.empty())
+    return cli::fail(app, "--role: unknown role '" + role + "'", 2);
+  if (quick) {
+    if (vm["sizes"].defaulted())
+      sizes = "4K,64K";
+    if (vm["many"].defaulted())
+      many = "10x256,100x1";
+    if (vm["warmup"].defaulted())
+      plan.warmup = 1;
+    if (vm["rounds"].defaulted())
+      plan.rounds = 3;
+  }
+  std::vector<bench_case> cases;
+  if (auto e = make_cases(sizes, many, cases); !e.empty())
+    return cli::fail(app, e, 2);
+  std::vector<uint32_t> worker_counts;
+  for (const auto& w : split(workers_text, ',')) {
+    if (w.find_first_not_of("0123456789") != std::string::npos || w.size() > 3
+        || std::stoul(w) == 0)
+      return cli::fail(app, "--workers: '" + w + "' is not a count from 1", 2);
+    worker_counts.push_back(static_cast<uint32_t>(std::stoul(w)));
+  }
+  bool local = false;
+  bool dist = false;
+  for (const auto& m : split(modes, ',')) {
+    if (m == "local")
+      local = true;
+    else if (m == "dist")
+      dist = true;
+    else
+      return cli::fail(app, "--modes: unknown mode '" + m + "'", 2);
+  }
+  if (worker_counts.empty() || (!local && !dist) || plan.rounds == 0
+      || shards == 0 || timeout_s <= 0)
+    return cli::fail(app,
+                     "need at least one worker count and mode, --rounds, "
+                     "--shards and --timeout-s > 0",
+                     2);
+  machine_limits limits;
+  if (!no_limits) {
+    // Before any actor system exists: the socket measurements fork.
+    std::fprintf(stderr, "measuring this machine's limits...\n");
+    if (auto e = measure_limits({quick}, limits); !e.empty())
+      return cli::fail(app, "measuring the machine's limits: " + e);
+  }
+  std::vector<result> results;
+  for (auto w : worker_counts) {
+    if (local)
+      if (auto e = run_local(cases, w, shards, threads, plan, results);
+          !e.empty())
+        return cli::fail(app, "local, " + std::to_string(w) + " workers: " + e);
+    if (dist)
+      if (auto e = run_dist(cases, w, shards, threads, plan,
+                            std::chrono::seconds{timeout_s}, results);
+          !e.empty())
+        return cli::fail(app, "dist, " + std::to_string(w) + " workers: " + e);
+  }
+  print_table(results, limits, !no_limits);
+  if (!json_path.empty()) {
+    std::ofstream out{json_path};
+    write_json(out, results, limits, !no_limits, plan, shards);
+    out.close();
+    if (!out)
+      return cli::fail(app, "cannot write " + json_path);
+    std::printf("\nwrote %s\n", json_path.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// actorps-bench, run as CI runs it: tiny sizes, local and dist.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "tests/integration/process.hpp"
+
+using namespace std::chrono_literals;
+using actorps::test::process;
+
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto pos = text.find(what); pos != std::string::npos;
+       pos = text.find(what, pos + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
+          "[integration][bench]") {
+  auto json = std::filesystem::temp_directory_path()
+              / ("actorps-bench-" + std::to_string(::getpid()) + ".json");
+  process bench{{ACTORPS_BENCH_BIN, "--quick", "--json", json.string()}};
+  auto rc = bench.wait_exit(300s);
+  INFO(bench.output());
+  REQUIRE(rc == 0);
+  std::ifstream in{json};
+  REQUIRE(in);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  auto text = buf.str();
+  std::filesystem::remove(json);
+  // 4 quick cases x 2 modes x 2 worker counts, each checked by the harness
+  // itself (every pulled value is the round's sum).
+  CHECK(count(text, "\"mode\": \"local\"") == 8);
+  CHECK(count(text, "\"mode\": \"dist\"") == 8);
+  CHECK(count(text, "\"workers\": 2") == 8);
+  CHECK(text.find("\"tcp_rtt_us\"") != std::string::npos);
+  // The table names the machine's limits and every case.
+  CHECK(bench.output().find("loopback TCP") != std::string::npos);
+  CHECK(count(bench.output(), "dist   4 KB") == 2);
+}
