@@ -321,12 +321,13 @@ void write_json(std::ostream& out, const std::vector<result>& results,
 // -- local mode ---------------------------------------------------------------
 
 std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
-                      uint32_t shards, size_t threads, const round_plan& plan,
-                      std::vector<result>& results) {
+                      uint32_t shards, const system_options& sys,
+                      const round_plan& plan, std::vector<result>& results) {
   store_options so;
   so.num_workers = workers;
   so.num_shards = shards;
-  so.threads = threads;
+  so.threads = sys.threads;
+  so.scheduler = sys.scheduler;
   auto kv = kvstore::create("local_sync", so);
   if (!kv)
     return "local store: " + render(kv.error());
@@ -363,13 +364,14 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
 
 // -- dist mode: the roles -----------------------------------------------------
 
-int role_coordinator(uint32_t workers, size_t threads) {
+int role_coordinator(uint32_t workers, const system_options& sys) {
   coordinator_options opts;
   opts.token = token;
   opts.sync = true;
   opts.num_workers = workers;
   opts.num_servers = 1;
-  opts.system.threads = threads;
+  opts.system.threads = sys.threads;
+  opts.system.scheduler = sys.scheduler;
   auto err = run_coordinator(opts, [](uint16_t port) {
     std::cout << "port " << port << std::endl;
   });
@@ -381,7 +383,7 @@ int role_coordinator(uint32_t workers, size_t threads) {
 }
 
 int role_server(const std::string& coordinator, uint32_t shards,
-                size_t threads) {
+                const system_options& sys) {
   server_options opts;
   auto where = parse_endpoint(coordinator);
   if (!where) {
@@ -391,7 +393,8 @@ int role_server(const std::string& coordinator, uint32_t shards,
   opts.coordinator = *where;
   opts.token = token;
   opts.shards = shards;
-  opts.system.threads = threads;
+  opts.system.threads = sys.threads;
+  opts.system.scheduler = sys.scheduler;
   auto err = run_server(opts, [](uint32_t) {});
   if (err) {
     std::cout << "error " << render(err) << std::endl;
@@ -402,11 +405,12 @@ int role_server(const std::string& coordinator, uint32_t shards,
 
 // Rank 0 prints "result INDEX T1 T2 ..." (seconds) per case.
 int role_worker(const std::string& coordinator, const std::string& cases_text,
-                const round_plan& plan, size_t threads) {
+                const round_plan& plan, const system_options& sys) {
   store_options so;
   so.coordinator = coordinator;
   so.token = token;
-  so.threads = threads;
+  so.threads = sys.threads;
+  so.scheduler = sys.scheduler;
   so.connect_timeout = std::chrono::seconds{30};
   auto kv = kvstore::create("dist_sync", so);
   if (!kv) {
@@ -435,17 +439,19 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
 // -- dist mode: the harness side ----------------------------------------------
 
 std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
-                     uint32_t shards, size_t threads, const round_plan& plan,
-                     std::chrono::milliseconds timeout,
+                     uint32_t shards, const system_options& sys,
+                     const round_plan& plan, std::chrono::milliseconds timeout,
                      std::vector<result>& results) {
   auto self = self_path();
   auto common = std::vector<std::string>{self,
                                          "--threads",
-                                         std::to_string(threads),
+                                         std::to_string(sys.threads),
                                          "--warmup",
                                          std::to_string(plan.warmup),
                                          "--rounds",
                                          std::to_string(plan.rounds)};
+  common.push_back("--scheduler");
+  common.push_back(to_string(sys.scheduler));
   auto with = [&](std::vector<std::string> extra) {
     auto argv = common;
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -541,7 +547,8 @@ int main(int argc, char** argv) {
   std::string cases_text;
   uint32_t shards = 2;
   uint32_t bench_workers = 1;
-  size_t threads = 0;
+  system_options sys;
+  std::string scheduler = "auto";
   long timeout_s = 600;
   round_plan plan;
   bool quick = false;
@@ -562,8 +569,11 @@ int main(int argc, char** argv) {
     "warm-up rounds per case (not measured)")(
     "rounds", po::value(&plan.rounds)->default_value(plan.rounds),
     "measured rounds per case")(
-    "threads", po::value(&threads)->default_value(threads),
+    "threads", po::value(&sys.threads)->default_value(sys.threads),
     "scheduler threads of every actor system (0: CAF's default)")(
+    "scheduler", po::value(&scheduler)->default_value(scheduler),
+    "CAF scheduler policy of every actor system: auto (sharing with the "
+    "network, else work stealing), sharing or stealing")(
     "quick", po::bool_switch(&quick),
     "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
     "--warmup 1 --rounds 3, quick limits")(
@@ -590,12 +600,17 @@ int main(int argc, char** argv) {
         "processes on 127.0.0.1), next to this machine's memcpy and loopback "
         "TCP limits. Prints a table; --json writes the figures."))
     return *rc;
+  if (!parse_scheduler_policy(scheduler, sys.scheduler))
+    return cli::fail(app,
+                     "--scheduler: expected auto, sharing or stealing, got '"
+                       + scheduler + "'",
+                     2);
   if (role == "coordinator")
-    return role_coordinator(bench_workers, threads);
+    return role_coordinator(bench_workers, sys);
   if (role == "server")
-    return role_server(coordinator, shards, threads);
+    return role_server(coordinator, shards, sys);
   if (role == "worker")
-    return role_worker(coordinator, cases_text, plan, threads);
+    return role_worker(coordinator, cases_text, plan, sys);
   if (!role.empty())
     return cli::fail(app, "--role: unknown role '" + role + "'", 2);
   if (quick) {
@@ -644,11 +659,10 @@ int main(int argc, char** argv) {
   std::vector<result> results;
   for (auto w : worker_counts) {
     if (local)
-      if (auto e = run_local(cases, w, shards, threads, plan, results);
-          !e.empty())
+      if (auto e = run_local(cases, w, shards, sys, plan, results); !e.empty())
         return cli::fail(app, "local, " + std::to_string(w) + " workers: " + e);
     if (dist)
-      if (auto e = run_dist(cases, w, shards, threads, plan,
+      if (auto e = run_dist(cases, w, shards, sys, plan,
                             std::chrono::seconds{timeout_s}, results);
           !e.empty())
         return cli::fail(app, "dist, " + std::to_string(w) + " workers: " + e);

@@ -63,6 +63,7 @@ struct store_runtime {
 std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   system_options so;
   so.threads = o.threads;
+  so.scheduler = o.scheduler;
   auto rt = std::make_shared<store_runtime>(so, o);
   rt->num_workers = o.num_workers;
   rt->sync = sync;
@@ -102,6 +103,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     return std::move(where.error());
   system_options so;
   so.threads = o.threads;
+  so.scheduler = o.scheduler;
   so.network = true;
   so.heartbeat = o.heartbeat;
   so.connection_timeout = o.connection_timeout;

@@ -14,6 +14,7 @@
 
 #include "messages/errc.hpp"
 #include "messages/types.hpp"
+#include "runtime/scheduler_policy.hpp"
 
 namespace actorps {
 
@@ -33,6 +34,8 @@ struct store_options {
   std::size_t max_pending = 1024;
   /// Scheduler threads of the local actor system; 0 keeps CAF's default.
   std::size_t threads = 0;
+  /// Scheduler policy of this store's actor system.
+  scheduler_policy scheduler = scheduler_policy::automatic;
   /// Distributed stores: the coordinator's "host:port".
   std::string coordinator;
   /// Distributed stores: the job token.

@@ -16,8 +16,14 @@ system_config::system_config(const system_options& opts) {
   if (opts.testing) {
     set("scheduler.policy", caf::atom("testing"));
     set("logger.inline-output", true);
-  } else if (opts.threads > 0) {
-    set("scheduler.max-threads", opts.threads);
+  } else {
+    if (opts.threads > 0)
+      set("scheduler.max-threads", opts.threads);
+    auto sharing = opts.scheduler == scheduler_policy::sharing
+                   || (opts.scheduler == scheduler_policy::automatic
+                       && opts.network);
+    if (sharing)
+      set("scheduler.policy", caf::atom("sharing"));
   }
   if (opts.network) {
     load<caf::io::middleman>();
@@ -27,6 +33,28 @@ system_config::system_config(const system_options& opts) {
     set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat});
     set("middleman.connection-timeout", caf::timespan{opts.connection_timeout});
   }
+}
+
+std::string to_string(scheduler_policy x) {
+  switch (x) {
+    case scheduler_policy::stealing:
+      return "stealing";
+    case scheduler_policy::sharing:
+      return "sharing";
+    case scheduler_policy::automatic:
+      break;
+  }
+  return "auto";
+}
+
+bool parse_scheduler_policy(const std::string& text, scheduler_policy& out) {
+  for (auto x : {scheduler_policy::automatic, scheduler_policy::stealing,
+                 scheduler_policy::sharing})
+    if (text == to_string(x)) {
+      out = x;
+      return true;
+    }
+  return false;
 }
 
 } // namespace actorps

@@ -6,6 +6,8 @@
 
 #include "caf/actor_system_config.hpp"
 
+#include "runtime/scheduler_policy.hpp"
+
 namespace actorps {
 
 /// Scheduler and network settings of an actorps actor system.
@@ -22,6 +24,8 @@ struct system_options {
   /// shows up as down (0: off). Must exceed the transfer time of the largest
   /// message, or healthy connections get closed.
   std::chrono::milliseconds connection_timeout{10000};
+  /// Scheduler policy (see scheduler_policy).
+  scheduler_policy scheduler = scheduler_policy::automatic;
 };
 
 /// Actor-system configuration with every actorps message type and the

@@ -291,3 +291,30 @@ TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
   // Sent to the shard directly with normal priority, it waits behind them.
   CHECK(pulled_after_backlog(false) == 40.0f);
 }
+
+TEST_CASE("system: the scheduler policy follows the options",
+          "[runtime][network]") {
+  auto policy = [](const system_options& so) {
+    system_config cfg{so};
+    return caf::to_string(
+      caf::get_or(cfg, "scheduler.policy", caf::atom("stealing")));
+  };
+  system_options so;
+  CHECK(policy(so) == "stealing");
+  so.network = true;
+  CHECK(policy(so) == "sharing");
+  so.scheduler = scheduler_policy::stealing;
+  CHECK(policy(so) == "stealing");
+  so.network = false;
+  so.scheduler = scheduler_policy::sharing;
+  CHECK(policy(so) == "sharing");
+  for (auto x : {scheduler_policy::automatic, scheduler_policy::stealing,
+                 scheduler_policy::sharing}) {
+    auto parsed = scheduler_policy::stealing;
+    CHECK(parse_scheduler_policy(to_string(x), parsed));
+    CHECK(parsed == x);
+  }
+  auto untouched = scheduler_policy::sharing;
+  CHECK_FALSE(parse_scheduler_policy("fifo", untouched));
+  CHECK(untouched == scheduler_policy::sharing);
+}
