@@ -144,9 +144,11 @@ std::vector<bench_case> decode_cases(const std::string& text) {
   std::vector<bench_case> out;
   for (const auto& item : split(text, ';')) {
     auto parts = split(item, ':');
-    if (parts.size() == 2)
-      out.push_back({"", static_cast<uint32_t>(std::stoul(parts[0])),
-                     std::stoull(parts[1])});
+    uint64_t keys = 0;
+    uint64_t floats = 0;
+    if (parts.size() == 2 && parse_count(parts[0], keys)
+        && parse_count(parts[1], floats))
+      out.push_back({"", static_cast<uint32_t>(keys), floats});
   }
   return out;
 }
@@ -179,7 +181,6 @@ std::string run_case(kvstore& kv, size_t index, const bench_case& c,
       return fail("init", err);
   if (auto err = kv.barrier())
     return fail("barrier", err);
-  std::vector<pull_ticket> tickets;
   for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
     auto start = clock_type::now();
     for (const auto& name : names)

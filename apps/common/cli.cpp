@@ -52,7 +52,10 @@ void add_network_options(po::options_description& desc, network_flags& flags) {
     "a connection silent this long is closed and its node counts as dead "
     "(0: never; keep it above the transfer time of the largest message)")(
     "log-level", po::value(&flags.level_text)->default_value("info"),
-    "error (errors only), info, or debug (also nodes that go down)");
+    "error (errors only), info, or debug (also nodes that go down)")(
+    "scheduler", po::value(&flags.scheduler_text)->default_value("auto"),
+    "CAF scheduler policy: auto (= sharing for these networked processes), "
+    "sharing or stealing");
 }
 
 std::optional<int> check(const std::string& app, network_flags& flags) {
@@ -60,6 +63,11 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
     return fail(app,
                 "--heartbeat-ms must be > 0 and "
                 "--connection-timeout-ms >= 0",
+                2);
+  if (!parse_scheduler_policy(flags.scheduler_text, flags.scheduler))
+    return fail(app,
+                "--scheduler must be auto, sharing or stealing, got '"
+                  + flags.scheduler_text + "'",
                 2);
   if (flags.level_text == "error")
     flags.level = log_level::error;

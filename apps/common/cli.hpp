@@ -7,6 +7,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "runtime/scheduler_policy.hpp"
+
 namespace actorps::apps {
 
 struct train_options;
@@ -33,8 +35,11 @@ struct network_flags {
   long heartbeat_ms = 1000;
   long connection_timeout_ms = 10000;
   std::string level_text = "info";
+  std::string scheduler_text = "auto";
   /// Set by `check`.
   log_level level = log_level::info;
+  /// Set by `check`.
+  scheduler_policy scheduler = scheduler_policy::automatic;
 
   std::chrono::milliseconds heartbeat() const {
     return std::chrono::milliseconds{heartbeat_ms};
@@ -45,12 +50,13 @@ struct network_flags {
   }
 };
 
-/// Adds --heartbeat-ms, --connection-timeout-ms and --log-level to `desc`.
+/// Adds --heartbeat-ms, --connection-timeout-ms, --log-level and --scheduler
+/// to `desc`.
 void add_network_options(boost::program_options::options_description& desc,
                          network_flags& flags);
 
-/// Validates `flags` and sets `flags.level`; an exit code (2, with one line
-/// on stderr) if a value is bad.
+/// Validates `flags` and sets `flags.level` and `flags.scheduler`; an exit code
+/// (2, with one line on stderr) if a value is bad.
 std::optional<int> check(const std::string& app, network_flags& flags);
 
 /// Adds the training job's flags (--epochs, --batch, --lr, --momentum,

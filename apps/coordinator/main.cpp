@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   opts.sync = mode == "dist_sync";
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   opts.system.heartbeat = net.heartbeat();
+  opts.system.scheduler = net.scheduler;
   opts.system.connection_timeout = net.connection_timeout();
   if (net.level >= cli::log_level::debug)
     opts.on_event = [&](const std::string& line) {

@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
   auto info = net.level >= cli::log_level::info;
   store.timeout = std::chrono::milliseconds{timeout_ms};
   store.heartbeat = net.heartbeat();
+  store.scheduler = net.scheduler;
   store.connection_timeout = net.connection_timeout();
   auto kv = actorps::kvstore::create(mode, store);
   if (!kv)

@@ -269,6 +269,13 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     process e{{ACTORPS_WORKER_BIN, "--config", "/nonexistent/actorps.ini"}};
     CHECK_EXIT(e, 2, startup);
     CHECK(e.output().find("/nonexistent/actorps.ini") != std::string::npos);
+    process f{{ACTORPS_SERVER_BIN, "--scheduler", "fifo"}};
+    CHECK_EXIT(f, 2, startup);
+    CHECK(f.output().find("--scheduler") != std::string::npos);
+    process g{{ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--job",
+               "mnist", "--lr-schedule", "step"}};
+    CHECK_EXIT(g, 2, startup);
+    CHECK(g.output().find("--lr-schedule") != std::string::npos);
   }
   SECTION("a config file sets the same options as the flags") {
     auto path = "/tmp/actorps-coordinator-" + std::to_string(::getpid())
