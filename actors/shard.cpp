@@ -2,7 +2,9 @@
 #include "actors/shard.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -30,18 +32,77 @@ std::string slice_name(slice_id id) {
          + std::to_string(part_of(id));
 }
 
+// The reply of a batch: the pulled values back to back, delivered once every
+// operation of the batch completed, or the first error at once.
+struct batch_reply {
+  pull_promise rp;
+  std::vector<float> out;
+  std::size_t remaining = 0;
+  bool failed = false;
+
+  void arrive() {
+    if (!failed && --remaining == 0)
+      rp.deliver(floats{std::move(out)});
+  }
+
+  void fail(caf::error err) {
+    if (failed)
+      return;
+    failed = true;
+    rp.deliver(std::move(err));
+  }
+};
+
+using batch_ptr = std::shared_ptr<batch_reply>;
+
+// Where the outcome of one operation goes: the promise of a single push or
+// pull, or a place in a batch reply.
+struct op_target {
+  op_kind kind = op_kind::push;
+  ok_promise push_rp;
+  pull_promise pull_rp;
+  batch_ptr batch;
+  // Where a pulled value goes in batch->out.
+  uint64_t offset = 0;
+
+  void pushed() {
+    if (batch)
+      batch->arrive();
+    else
+      push_rp.deliver(caf::ok_atom::value);
+  }
+
+  void pulled(const std::vector<float>& value) {
+    if (!batch) {
+      pull_rp.deliver(floats{value});
+      return;
+    }
+    if (!batch->failed)
+      std::memcpy(batch->out.data() + offset, value.data(),
+                  value.size() * sizeof(float));
+    batch->arrive();
+  }
+
+  void fail(caf::error err) {
+    if (batch)
+      batch->fail(std::move(err));
+    else if (kind == op_kind::push)
+      push_rp.deliver(std::move(err));
+    else
+      pull_rp.deliver(std::move(err));
+  }
+};
+
 // An operation that arrived before an earlier one of the same worker.
 struct stashed_op {
-  bool is_push = false;
-  slice_push push;
-  ok_promise push_promise;
-  pull_promise pull_rp;
+  std::vector<float> grad;
+  op_target target;
 };
 
 // A pull waiting for the sync round it depends on.
 struct waiting_pull {
   uint64_t min_rounds = 0;
-  pull_promise rp;
+  op_target target;
 };
 
 // Aggregation of one sync round of one slice.
@@ -94,14 +155,16 @@ struct shard_state {
     return caf::none;
   }
 
-  // Keeps an operation until its predecessors ran. The promise owns the
-  // request by now, so a duplicate is answered through it.
-  template <class Promise>
+  // Keeps an operation until its predecessors ran; a duplicate fails.
   void stash(const char* op, slice_state& s, slice_id id, uint32_t worker,
-             uint64_t seq, stashed_op x, Promise& rp) {
-    if (s.stash.emplace(std::make_pair(worker, seq), std::move(x)).second)
+             uint64_t seq, stashed_op x) {
+    auto [i, added] = s.stash.emplace(std::make_pair(worker, seq),
+                                      stashed_op{});
+    if (added) {
+      i->second = std::move(x);
       return;
-    rp.deliver(
+    }
+    x.target.fail(
       make_error(errc::bad_config, std::string{op} + ": sequence number "
                                      + std::to_string(seq) + " of worker "
                                      + std::to_string(worker) + " on "
@@ -162,7 +225,7 @@ struct shard_state {
       };
       for (auto& p : s.waiting)
         if (ready(p))
-          p.rp.deliver(floats{s.value});
+          p.target.pulled(s.value);
       auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
       stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
       s.waiting.erase(first, s.waiting.end());
@@ -171,56 +234,68 @@ struct shard_state {
 
   // -- in-order processing ----------------------------------------------------
 
-  void do_push(slice_state& s, const slice_push& msg, ok_promise& rp) {
+  // Applies (async) or adds to its round (sync) one push of `n` floats.
+  caf::error do_push(slice_state& s, slice_id id, uint32_t worker,
+                     const float* g, std::size_t n) {
     ++stats.pushes;
     // Checked in order, so the refused push still uses its sequence number.
-    if (!live[msg.worker]) {
-      rp.deliver(
-        make_error(errc::dead_node, "push: worker " + std::to_string(msg.worker)
-                                      + " left the job or was declared dead"));
-      return;
-    }
-    const auto& g = msg.grad.data;
-    if (g.size() != s.value.size()) {
-      rp.deliver(make_error(errc::shape_mismatch,
-                            "push: " + slice_name(msg.slice) + " has "
-                              + std::to_string(s.value.size())
-                              + " floats but the push has "
-                              + std::to_string(g.size())));
-      return;
-    }
+    if (!live[worker])
+      return make_error(errc::dead_node,
+                        "push: worker " + std::to_string(worker)
+                          + " left the job or was declared dead");
+    if (n != s.value.size())
+      return make_error(errc::shape_mismatch,
+                        "push: " + slice_name(id) + " has "
+                          + std::to_string(s.value.size())
+                          + " floats but the push has " + std::to_string(n));
     if (!cfg.sync) {
-      apply(s, g.data());
-      rp.deliver(caf::ok_atom::value);
-      return;
+      apply(s, g);
+      return caf::none;
     }
-    auto round = s.pushes_of[msg.worker]++;
+    auto round = s.pushes_of[worker]++;
     auto& r = s.rounds[round];
     if (r.contributors == 0) {
       r.sum = std::move(s.spare);
-      r.sum.assign(g.begin(), g.end());
+      r.sum.assign(g, g + n);
       r.contributed.assign(cfg.num_workers, false);
     } else {
-      core::accumulate_into(r.sum.data(), g.data(), g.size());
+      core::accumulate_into(r.sum.data(), g, n);
     }
-    r.contributed[msg.worker] = true;
+    r.contributed[worker] = true;
     ++r.contributors;
-    rp.deliver(caf::ok_atom::value);
-    advance_rounds(s);
+    return caf::none;
   }
 
-  void do_pull(slice_state& s, const slice_pull& msg, pull_promise& rp) {
+  void do_pull(slice_state& s, uint32_t worker, op_target& t) {
     ++stats.pulls;
-    if (cfg.sync && s.rounds_done < s.pushes_of[msg.worker]) {
-      s.waiting.push_back(waiting_pull{s.pushes_of[msg.worker], rp});
+    if (cfg.sync && s.rounds_done < s.pushes_of[worker]) {
+      s.waiting.push_back(waiting_pull{s.pushes_of[worker], std::move(t)});
       ++stats.waiting_pulls;
       return;
     }
-    rp.deliver(floats{s.value});
+    t.pulled(s.value);
+  }
+
+  // Runs one operation whose predecessors all ran.
+  void run(slice_state& s, slice_id id, uint32_t worker, const float* g,
+           std::size_t n, op_target& t) {
+    if (t.kind != op_kind::pull) {
+      if (auto err = do_push(s, id, worker, g, n)) {
+        t.fail(std::move(err));
+        return;
+      }
+      if (t.kind == op_kind::push) {
+        t.pushed();
+        advance_rounds(s);
+        return;
+      }
+      advance_rounds(s);
+    }
+    do_pull(s, worker, t);
   }
 
   // Runs the operations of `worker` stashed behind the one just processed.
-  void drain(slice_state& s, uint32_t worker) {
+  void drain(slice_state& s, slice_id id, uint32_t worker) {
     for (;;) {
       auto i = s.stash.find({worker, s.next_seq[worker]});
       if (i == s.stash.end())
@@ -228,13 +303,28 @@ struct shard_state {
       auto op = std::move(i->second);
       s.stash.erase(i);
       ++s.next_seq[worker];
-      if (op.is_push)
-        do_push(s, op.push, op.push_promise);
-      else {
-        slice_pull p{op.push.slice, worker, 0};
-        do_pull(s, p, op.pull_rp);
-      }
+      run(s, id, worker, op.grad.data(), op.grad.size(), op.target);
     }
+  }
+
+  // Orders one operation among those of its worker on its slice: runs it
+  // now, or stashes it (with a copy of its pushed values) until its
+  // predecessors ran. Errors go to the operation's target.
+  void submit(const char* op, slice_id id, uint32_t worker, uint64_t seq,
+              const float* g, std::size_t n, op_target t) {
+    auto admitted = admit(op, id, worker, seq);
+    if (!admitted) {
+      t.fail(std::move(admitted.error()));
+      return;
+    }
+    auto [s, now] = *admitted;
+    if (now) {
+      run(*s, id, worker, g, n, t);
+      drain(*s, id, worker);
+      return;
+    }
+    stash(op, *s, id, worker, seq,
+          stashed_op{std::vector<float>(g, g + n), std::move(t)});
   }
 
   // Checks a push or pull and orders it among the operations of its worker
@@ -299,39 +389,74 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       return caf::ok_atom::value;
     },
     [self](push_atom, const slice_push& msg) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      auto admitted = st.admit("push", msg.slice, msg.worker, msg.seq);
-      if (!admitted)
-        return std::move(admitted.error());
-      auto [s, now] = *admitted;
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      if (now) {
-        st.do_push(*s, msg, rp);
-        st.drain(*s, msg.worker);
-      } else {
-        stashed_op op;
-        op.is_push = true;
-        op.push = msg;
-        op.push_promise = rp;
-        st.stash("push", *s, msg.slice, msg.worker, msg.seq, std::move(op), rp);
-      }
+      op_target t;
+      t.kind = op_kind::push;
+      t.push_rp = self->make_response_promise<caf::ok_atom>();
+      auto rp = t.push_rp;
+      const auto& g = msg.grad.data;
+      self->state.submit("push", msg.slice, msg.worker, msg.seq, g.data(),
+                         g.size(), std::move(t));
       return rp;
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<floats> {
+      op_target t;
+      t.kind = op_kind::pull;
+      t.pull_rp = self->make_response_promise<floats>();
+      auto rp = t.pull_rp;
+      self->state.submit("pull", msg.slice, msg.worker, msg.seq, nullptr, 0,
+                         std::move(t));
+      return rp;
+    },
+    [self](batch_atom, const slice_batch& msg) -> caf::result<floats> {
       auto& st = self->state;
-      auto admitted = st.admit("pull", msg.slice, msg.worker, msg.seq);
-      if (!admitted)
-        return std::move(admitted.error());
-      auto [s, now] = *admitted;
-      auto rp = self->make_response_promise<floats>();
-      if (now) {
-        st.do_pull(*s, msg, rp);
-        st.drain(*s, msg.worker);
-      } else {
-        stashed_op op;
-        op.push.slice = msg.slice;
-        op.pull_rp = rp;
-        st.stash("pull", *s, msg.slice, msg.worker, msg.seq, std::move(op), rp);
+      auto n = msg.slices.size();
+      if (msg.kind > static_cast<uint8_t>(op_kind::push_pull))
+        return make_error(errc::bad_config, "batch: unknown operation kind "
+                                              + std::to_string(msg.kind));
+      if (n == 0 || msg.seqs.size() != n)
+        return make_error(errc::bad_config,
+                          "batch: " + std::to_string(n) + " slices and "
+                            + std::to_string(msg.seqs.size())
+                            + " sequence numbers (need as many, at least one)");
+      ++st.stats.batches;
+      auto kind = static_cast<op_kind>(msg.kind);
+      const char* op = kind == op_kind::push   ? "push"
+                       : kind == op_kind::pull ? "pull"
+                                               : "push_pull";
+      if (auto err = st.check_worker(op, msg.slices[0], msg.worker))
+        return err;
+      // Check every slice and the payload before running anything.
+      uint64_t total = 0;
+      for (auto id : msg.slices) {
+        auto s = st.find(id);
+        if (s == nullptr)
+          return st.not_initialized(op, id);
+        total += s->value.size();
+      }
+      auto pushes = kind != op_kind::pull;
+      if (pushes && msg.data.data.size() != total)
+        return make_error(errc::shape_mismatch,
+                          std::string{op} + ": " + std::to_string(n)
+                            + " slices hold " + std::to_string(total)
+                            + " floats but the batch carries "
+                            + std::to_string(msg.data.data.size()));
+      auto reply = std::make_shared<batch_reply>();
+      reply->rp = self->make_response_promise<floats>();
+      reply->remaining = n;
+      if (kind != op_kind::push)
+        reply->out.resize(total);
+      auto rp = reply->rp;
+      uint64_t offset = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        auto len = st.find(msg.slices[i])->value.size();
+        op_target t;
+        t.kind = kind;
+        t.batch = reply;
+        t.offset = offset;
+        const float* g = pushes ? msg.data.data.data() + offset : nullptr;
+        st.submit(op, msg.slices[i], msg.worker, msg.seqs[i], g,
+                  pushes ? len : 0, std::move(t));
+        offset += len;
       }
       return rp;
     },
@@ -451,13 +576,25 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
   };
 }
 
+slice_id first_slice(const slice_push& x) {
+  return x.slice;
+}
+
+slice_id first_slice(const slice_pull& x) {
+  return x.slice;
+}
+
+slice_id first_slice(const slice_batch& x) {
+  return x.slices.empty() ? 0 : x.slices.front();
+}
+
 // Re-sends `(atom, msg)` to `shard` with high priority; passes the reply back.
 template <class Reply, class Atom, class Msg>
 caf::result<Reply> relay_high(shard_actor::pointer self,
                               const shard_actor& shard,
                               const caf::actor& observer, Atom atom, Msg msg) {
   auto rp = self->make_response_promise<Reply>();
-  auto id = msg.slice;
+  auto id = first_slice(msg);
   // caf::infinite keeps the high priority in CAF 0.17 (a std::chrono timeout
   // silently drops it); the requester bounds the wait with its own timeout.
   self
@@ -481,6 +618,9 @@ shard_actor::behavior_type relay_impl(shard_actor::pointer self,
       return relay_high<caf::ok_atom>(self, shard, observer, a, std::move(msg));
     },
     [=](pull_atom a, slice_pull& msg) {
+      return relay_high<floats>(self, shard, observer, a, std::move(msg));
+    },
+    [=](batch_atom a, slice_batch& msg) {
       return relay_high<floats>(self, shard, observer, a, std::move(msg));
     },
     [=](set_opt_atom a, const optimizer_config& opt) {

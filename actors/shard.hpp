@@ -31,6 +31,14 @@
 /// - `(pull_atom, slice_pull)` -> `floats`, a copy of the slice. In sync mode
 ///   the reply waits until every round to which the same worker contributed
 ///   before this pull has been applied. Errors: as for push.
+/// - `(batch_atom, slice_batch)` -> `floats`: several pushes, pulls or
+///   push-pulls of one worker on this shard's slices, each ordered with the
+///   worker's other operations on its slice by its sequence number; the reply
+///   (pulled values back to back, empty for pushes) comes once all of them
+///   completed. Errors: as for push and pull, checked for every slice before
+///   anything runs (`not_initialized`, `shape_mismatch` when `data` does not
+///   hold the slices' floats, `bad_config`); the first error of an operation
+///   fails the whole batch (earlier operations stay applied).
 /// - `(set_opt_atom, optimizer_config)` -> `ok_atom`. Replaces the update rule
 ///   and resets every slice's optimizer state and step. Error: `bad_optimizer`.
 /// - `(save_atom)` -> `state_snapshot` with every slice (key names empty,
@@ -77,6 +85,7 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<init_atom, slice_init>::with<caf::ok_atom>,
   caf::replies_to<push_atom, slice_push>::with<caf::ok_atom>,
   caf::replies_to<pull_atom, slice_pull>::with<floats>,
+  caf::replies_to<batch_atom, slice_batch>::with<floats>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,

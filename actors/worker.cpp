@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -29,10 +31,6 @@ namespace {
 struct route {
   key_info info;
   std::vector<uint64_t> seq;
-  bool ready = false;
-  // Operations issued while the lookup was in flight, in issue order.
-  std::vector<std::function<void(route&)>> queued;
-  std::vector<std::function<void(const caf::error&)>> failed;
 };
 
 } // namespace
@@ -42,6 +40,10 @@ struct worker_state {
 
   worker_config cfg;
   std::unordered_map<std::string, route> routes;
+  // While a lookup is in flight, every later operation waits here, so that
+  // operations take effect in issue order (lookups happen once per key).
+  bool stalled = false;
+  std::deque<std::function<void()>> backlog;
   // Per shard: dead or not, and the failure handlers of requests in flight,
   // so that a shard going down fails them at once (CAF 0.17 fails requests
   // to a dead remote peer only when they time out).
@@ -63,56 +65,87 @@ std::string quoted(const std::string& key) {
   return "'" + key + "'";
 }
 
-// Marks the route of `key` ready and runs the operations queued behind its
-// lookup, in issue order, before any later one.
-void ready_route(self_ptr self, const std::string& key, key_info info) {
-  auto& r = self->state.routes[key];
-  if (!r.ready)
-    r.seq.assign(info.slices.size(), 0);
-  r.info = std::move(info);
-  r.ready = true;
-  auto queued = std::move(r.queued);
-  r.queued.clear();
-  r.failed.clear();
-  for (auto& g : queued)
-    g(self->state.routes[key]);
-}
-
-// Runs `f` with the key's route, fetching it from the coordinator first if
-// needed. Calls issued meanwhile queue behind, so issue order is kept.
-void with_route(self_ptr self, const std::string& key,
-                std::function<void(route&)> f,
-                std::function<void(const caf::error&)> on_error) {
+// Records the route of `key`; a known route keeps its sequence numbers.
+void add_route(self_ptr self, key_info info) {
   auto& routes = self->state.routes;
-  auto i = routes.find(key);
+  auto i = routes.find(info.name);
   if (i != routes.end()) {
-    if (i->second.ready) {
-      f(i->second);
-    } else {
-      i->second.queued.push_back(std::move(f));
-      i->second.failed.push_back(std::move(on_error));
-    }
+    i->second.info = std::move(info);
     return;
   }
-  auto& r = routes[key];
-  r.queued.push_back(std::move(f));
-  r.failed.push_back(std::move(on_error));
-  self
-    ->request(self->state.cfg.coordinator, self->state.timeout(),
-              lookup_atom::value, key)
-    .then([self,
-           key](key_info& info) { ready_route(self, key, std::move(info)); },
-          [self, key](caf::error& err) {
-            auto i = self->state.routes.find(key);
-            // An init may have made the route ready meanwhile: keep it (and its
-            // sequence numbers); its queue already ran.
-            if (i == self->state.routes.end() || i->second.ready)
-              return;
-            auto failed = std::move(i->second.failed);
-            self->state.routes.erase(i);
-            for (auto& g : failed)
-              g(err);
-          });
+  auto name = info.name;
+  route r;
+  r.seq.assign(info.slices.size(), 0);
+  r.info = std::move(info);
+  routes.emplace(std::move(name), std::move(r));
+}
+
+// Runs the operations that waited behind a lookup, until one stalls again.
+void drain_backlog(self_ptr self) {
+  auto& st = self->state;
+  while (!st.stalled && !st.backlog.empty()) {
+    auto f = std::move(st.backlog.front());
+    st.backlog.pop_front();
+    f();
+  }
+}
+
+// Runs `f` once every key of `keys` has a route, fetching missing ones from
+// the coordinator first; operations issued meanwhile wait behind it.
+void with_routes(self_ptr self, std::vector<std::string> keys,
+                 std::function<void()> f,
+                 std::function<void(const caf::error&)> on_error) {
+  auto& st = self->state;
+  if (st.stalled) {
+    st.backlog.emplace_back([self, keys = std::move(keys), f = std::move(f),
+                             on_error = std::move(on_error)]() mutable {
+      with_routes(self, std::move(keys), std::move(f), std::move(on_error));
+    });
+    return;
+  }
+  std::vector<std::string> missing;
+  for (auto& k : keys)
+    if (st.routes.count(k) == 0
+        && std::find(missing.begin(), missing.end(), k) == missing.end())
+      missing.push_back(k);
+  if (missing.empty()) {
+    f();
+    return;
+  }
+  struct lookups {
+    std::size_t remaining = 0;
+    caf::error err;
+    std::function<void()> f;
+    std::function<void(const caf::error&)> on_error;
+  };
+  auto pending = std::make_shared<lookups>();
+  pending->remaining = missing.size();
+  pending->f = std::move(f);
+  pending->on_error = std::move(on_error);
+  auto arrive = [self, pending] {
+    if (--pending->remaining > 0)
+      return;
+    if (pending->err)
+      pending->on_error(pending->err);
+    else
+      pending->f();
+    self->state.stalled = false;
+    drain_backlog(self);
+  };
+  st.stalled = true;
+  for (auto& k : missing)
+    self->request(st.cfg.coordinator, st.timeout(), lookup_atom::value, k)
+      .then(
+        [self, arrive](key_info& info) {
+          add_route(self, std::move(info));
+          arrive();
+        },
+        [self, k, pending, arrive](caf::error& err) {
+          // An init may have made the route known meanwhile: keep it.
+          if (self->state.routes.count(k) == 0 && !pending->err)
+            pending->err = std::move(err);
+          arrive();
+        });
 }
 
 caf::error dead_shard(uint32_t index) {
@@ -180,68 +213,215 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
   }
 }
 
-void send_push(self_ptr self, route& r, int32_t priority, floats grad,
-               caf::typed_response_promise<caf::ok_atom> rp) {
-  const auto& info = r.info;
-  if (auto st = core::check_size("push", info, grad.data.size(), "push");
-      !st.ok()) {
-    rp.deliver(to_error(st));
-    return;
-  }
-  auto rank = self->state.cfg.rank;
-  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
-  auto on_ok = [fan](caf::ok_atom) {
-    if (fan.arrive())
-      fan.promise().deliver(caf::ok_atom::value);
-  };
-  auto on_err = [fan](caf::error& err) { fan.fail(std::move(err)); };
-  for (auto& s : info.slices) {
-    slice_push msg{make_slice_id(info.id, s.part), rank, r.seq[s.part]++, {}};
-    if (info.slices.size() == 1) {
-      // Whole key on one shard: hand the buffer on without copying it.
-      msg.grad = std::move(grad);
-    } else {
-      auto first = grad.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
-      msg.grad.data.assign(first,
-                           first + static_cast<std::ptrdiff_t>(s.length));
-    }
-    to_shard<caf::ok_atom>(self, s.shard, priority, on_ok, on_err,
-                           push_atom::value, std::move(msg));
+const char* op_name(op_kind kind) {
+  switch (kind) {
+    case op_kind::push:
+      return "push";
+    case op_kind::pull:
+      return "pull";
+    default:
+      return "push_pull";
   }
 }
 
-void send_pull(self_ptr self, route& r, int32_t priority,
-               caf::typed_response_promise<floats> rp) {
-  const auto& info = r.info;
-  auto rank = self->state.cfg.rank;
-  auto whole = info.slices.size() == 1;
-  auto out = std::make_shared<floats>();
-  if (!whole)
-    out->data.resize(info.size);
-  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
-  for (auto& s : info.slices) {
-    auto on_ok = [fan, out, s, whole](floats& x) {
-      if (x.data.size() != s.length) {
-        fan.fail(make_error(errc::shape_mismatch,
-                            "pull: shard returned "
-                              + std::to_string(x.data.size())
-                              + " floats for part " + std::to_string(s.part)
-                              + ", expected " + std::to_string(s.length)));
-        return;
-      }
-      if (whole)
-        *out = std::move(x);
-      else
-        std::memcpy(out->data.data() + s.offset, x.data.data(),
-                    s.length * sizeof(float));
-      if (fan.arrive())
-        fan.promise().deliver(std::move(*out));
-    };
-    to_shard<floats>(
-      self, s.shard, priority, on_ok,
-      [fan](caf::error& err) { fan.fail(std::move(err)); }, pull_atom::value,
-      slice_pull{make_slice_id(info.id, s.part), rank, r.seq[s.part]++});
+// `length` floats of a reply that belong at `offset` of the output.
+struct piece {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// One push, pull or push_pull on one or more keys, in flight: counts the
+// shards' replies and assembles the pulled values into one output.
+struct gather {
+  std::size_t remaining = 0;
+  bool sealed = false;
+  bool failed = false;
+  // The whole output comes in one reply: take it over instead of copying.
+  bool whole = false;
+  floats out;
+  std::function<void(floats)> finish;
+  std::function<void(caf::error)> on_error;
+
+  void fail(caf::error err) {
+    if (failed)
+      return;
+    failed = true;
+    on_error(std::move(err));
   }
+
+  void arrive() {
+    if (!failed && --remaining == 0 && sealed)
+      finish(std::move(out));
+  }
+
+  // Copies (or takes over) one reply made of `pieces` back to back.
+  void put(const std::vector<piece>& pieces, uint64_t expected, floats& x) {
+    if (failed)
+      return;
+    if (x.data.size() != expected) {
+      fail(make_error(errc::shape_mismatch,
+                      "a shard returned " + std::to_string(x.data.size())
+                        + " floats where " + std::to_string(expected)
+                        + " were expected"));
+      return;
+    }
+    if (whole) {
+      out = std::move(x);
+    } else {
+      uint64_t at = 0;
+      for (auto& p : pieces) {
+        std::memcpy(out.data.data() + p.offset, x.data.data() + at,
+                    p.length * sizeof(float));
+        at += p.length;
+      }
+    }
+    arrive();
+  }
+};
+
+using gather_ptr = std::shared_ptr<gather>;
+
+// A batch being filled for one shard.
+struct batch_builder {
+  slice_batch msg;
+  std::vector<piece> pieces;
+  uint64_t floats = 0;
+};
+
+// Sends a batch, or its only operation as a plain push or pull.
+void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
+           batch_builder& b, const gather_ptr& g) {
+  if (b.pieces.empty())
+    return;
+  ++g->remaining;
+  auto fail = [g](caf::error& err) { g->fail(std::move(err)); };
+  // A push batch answers with no floats: nothing to place.
+  if (kind == op_kind::push) {
+    b.pieces.clear();
+    b.floats = 0;
+  }
+  auto on_floats = [g, pieces = std::move(b.pieces), expected = b.floats](
+                     floats& x) { g->put(pieces, expected, x); };
+  b.pieces.clear();
+  b.floats = 0;
+  auto msg = std::move(b.msg);
+  b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}};
+  if (msg.slices.size() == 1 && kind == op_kind::push)
+    to_shard<caf::ok_atom>(
+      self, shard, priority, [g](caf::ok_atom) { g->arrive(); }, fail,
+      push_atom::value,
+      slice_push{msg.slices[0], msg.worker, msg.seqs[0], std::move(msg.data)});
+  else if (msg.slices.size() == 1 && kind == op_kind::pull)
+    to_shard<floats>(self, shard, priority, on_floats, fail, pull_atom::value,
+                     slice_pull{msg.slices[0], msg.worker, msg.seqs[0]});
+  else
+    to_shard<floats>(self, shard, priority, on_floats, fail, batch_atom::value,
+                     std::move(msg));
+}
+
+// Starts `kind` on `keys` (whose routes are known): checks the payload,
+// numbers each slice's operation, and sends each large slice on its own and
+// the small slices of each shard as batches. `finish` gets the pulled values
+// of all keys back to back (empty for pushes) once every shard answered;
+// `on_error` gets the first error instead.
+void start_ops(self_ptr self, op_kind kind,
+               const std::vector<std::string>& keys, int32_t priority,
+               floats data, std::function<void(floats)> finish,
+               std::function<void(caf::error)> on_error) {
+  auto& st = self->state;
+  auto op = op_name(kind);
+  auto pushes = kind != op_kind::pull;
+  std::vector<route*> rs;
+  uint64_t total = 0;
+  for (auto& k : keys) {
+    rs.push_back(&st.routes.at(k));
+    total += rs.back()->info.size;
+  }
+  if (pushes && data.data.size() != total) {
+    if (keys.size() == 1)
+      on_error(
+        to_error(core::check_size(op, rs[0]->info, data.data.size(), "push")));
+    else
+      on_error(make_error(errc::shape_mismatch,
+                          std::string{op} + ": " + std::to_string(keys.size())
+                            + " keys hold " + std::to_string(total)
+                            + " floats but the push has "
+                            + std::to_string(data.data.size())));
+    return;
+  }
+  auto g = std::make_shared<gather>();
+  g->finish = std::move(finish);
+  g->on_error = std::move(on_error);
+  g->whole = keys.size() == 1 && rs[0]->info.slices.size() == 1;
+  if (kind != op_kind::push && !g->whole)
+    g->out.data.resize(total);
+  auto rank = st.cfg.rank;
+  auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
+  std::vector<batch_builder> open(num_shards);
+  for (auto& b : open)
+    b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}};
+  auto bound = st.cfg.batch_floats;
+  auto cap = std::max(bound, max_batch_floats);
+  uint64_t key_offset = 0;
+  for (auto* r : rs) {
+    const auto& info = r->info;
+    for (auto& s : info.slices) {
+      auto id = make_slice_id(info.id, s.part);
+      auto seq = r->seq[s.part]++;
+      auto at = key_offset + s.offset;
+      auto& b = open[s.shard];
+      if (s.length > bound || b.floats + s.length > cap)
+        flush(self, s.shard, priority, kind, b, g);
+      b.msg.slices.push_back(id);
+      b.msg.seqs.push_back(seq);
+      b.pieces.push_back(piece{at, s.length});
+      b.floats += s.length;
+      if (pushes) {
+        if (g->whole)
+          b.msg.data = std::move(data);
+        else
+          b.msg.data.data.insert(
+            b.msg.data.data.end(),
+            data.data.begin() + static_cast<std::ptrdiff_t>(at),
+            data.data.begin() + static_cast<std::ptrdiff_t>(at + s.length));
+      }
+      // A large slice travels alone, so big tensors stream over all shards.
+      if (s.length > bound)
+        flush(self, s.shard, priority, kind, b, g);
+    }
+    key_offset += info.size;
+  }
+  for (uint32_t i = 0; i < num_shards; ++i)
+    flush(self, i, priority, kind, open[i], g);
+  g->sealed = true;
+  if (!g->failed && g->remaining == 0)
+    g->finish(std::move(g->out));
+}
+
+// Runs `kind` on `keys` once their routes are known; delivers to `rp`.
+template <class Promise>
+void data_op(self_ptr self, op_kind kind, std::vector<std::string> keys,
+             int32_t priority, floats data, Promise rp) {
+  if (keys.empty()) {
+    rp.deliver(make_error(errc::bad_config,
+                          std::string{op_name(kind)} + ": no keys given"));
+    return;
+  }
+  auto fail = [rp](const caf::error& err) mutable { rp.deliver(err); };
+  auto run = [self, kind, keys, priority, rp, fail,
+              data = std::move(data)]() mutable {
+    start_ops(
+      self, kind, keys, priority, std::move(data),
+      [rp](floats out) mutable {
+        if constexpr (std::is_same_v<Promise,
+                                     caf::typed_response_promise<floats>>)
+          rp.deliver(std::move(out));
+        else
+          rp.deliver(caf::ok_atom::value);
+      },
+      fail);
+  };
+  with_routes(self, std::move(keys), std::move(run), fail);
 }
 
 // Rank 0 writes the value to every shard, then tells the coordinator. If a
@@ -257,7 +437,7 @@ void write_init(self_ptr self, key_info info, floats value,
   auto done = [self, fan, info, report]() mutable {
     report(true).then(
       [self, fan, info](caf::ok_atom) mutable {
-        ready_route(self, info.name, info);
+        add_route(self, info);
         fan.promise().deliver(caf::ok_atom::value);
       },
       [fan](caf::error& err) { fan.fail(std::move(err)); });
@@ -319,37 +499,59 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
               write_init(self, std::move(info), std::move(value), rp);
               return;
             }
-            auto name = info.name;
-            ready_route(self, name, std::move(info));
+            add_route(self, std::move(info));
             rp.deliver(caf::ok_atom::value);
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self](push_atom, const std::string& key, int32_t priority,
+    [self](push_atom, std::string& key, int32_t priority,
            floats& grad) -> caf::result<caf::ok_atom> {
       auto rp = self->make_response_promise<caf::ok_atom>();
-      with_route(
-        self, key,
-        [self, priority, rp, g = std::move(grad)](route& r) mutable {
-          send_push(self, r, priority, std::move(g), rp);
-        },
-        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      data_op(self, op_kind::push, {std::move(key)}, priority, std::move(grad),
+              rp);
       return rp;
     },
-    [self](pull_atom, const std::string& key,
+    [self](push_atom, std::vector<std::string>& keys, int32_t priority,
+           floats& grads) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      data_op(self, op_kind::push, std::move(keys), priority, std::move(grads),
+              rp);
+      return rp;
+    },
+    [self](pull_atom, std::string& key,
            int32_t priority) -> caf::result<floats> {
       auto rp = self->make_response_promise<floats>();
-      with_route(
-        self, key,
-        [self, priority, rp](route& r) { send_pull(self, r, priority, rp); },
-        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      data_op(self, op_kind::pull, {std::move(key)}, priority, floats{}, rp);
+      return rp;
+    },
+    [self](pull_atom, std::vector<std::string>& keys,
+           int32_t priority) -> caf::result<floats> {
+      auto rp = self->make_response_promise<floats>();
+      data_op(self, op_kind::pull, std::move(keys), priority, floats{}, rp);
+      return rp;
+    },
+    [self](push_pull_atom, std::string& key, int32_t priority,
+           floats& grad) -> caf::result<floats> {
+      auto rp = self->make_response_promise<floats>();
+      data_op(self, op_kind::push_pull, {std::move(key)}, priority,
+              std::move(grad), rp);
+      return rp;
+    },
+    [self](push_pull_atom, std::vector<std::string>& keys, int32_t priority,
+           floats& grads) -> caf::result<floats> {
+      auto rp = self->make_response_promise<floats>();
+      data_op(self, op_kind::push_pull, std::move(keys), priority,
+              std::move(grads), rp);
       return rp;
     },
     [self](lookup_atom, const std::string& key) -> caf::result<key_info> {
       auto rp = self->make_response_promise<key_info>();
-      with_route(
-        self, key, [rp](route& r) mutable { rp.deliver(r.info); },
+      with_routes(
+        self, {key},
+        [self, key, rp]() mutable {
+          rp.deliver(self->state.routes.at(key).info);
+        },
         [rp](const caf::error& err) mutable { rp.deliver(err); });
       return rp;
     },

@@ -31,6 +31,16 @@
 ///   `shape_mismatch`.
 /// - `(pull_atom, key, priority)` -> `floats`: the whole value, assembled from
 ///   its slices; sees every earlier push of this worker. Errors: as push.
+/// - `(push_pull_atom, key, priority, floats)` -> `floats`: a push, then a
+///   pull of the value it produced, in one request per shard (MXNet's
+///   pushpull; in sync mode the reply waits for the push's round).
+/// - `(push_atom, keys, priority, floats)`, `(pull_atom, keys, priority)`,
+///   `(push_pull_atom, keys, priority, floats)` with `keys` a
+///   `std::vector<std::string>`: the same on several keys at once, their
+///   values back to back in `keys` order. Slices of at most
+///   `worker_config::batch_floats` floats are sent as one batch per shard, so
+///   a round of many small keys costs one message per shard, not per key.
+///   Errors: as for one key; `shape_mismatch` names the total size.
 /// - `(lookup_atom, key)` -> `key_info`. Errors: `unknown_key`,
 ///   `not_initialized`.
 /// - `(barrier_atom)` -> `ok_atom` once every live worker reached the barrier.
@@ -64,7 +74,13 @@ struct worker_config {
   std::chrono::milliseconds timeout{60000};
   /// Timeout of a barrier (other workers may legitimately be slow).
   std::chrono::milliseconds barrier_timeout{600000};
+  /// Slices of at most this many floats travel in one batch message per
+  /// shard; larger ones alone. 0 sends every slice alone.
+  uint64_t batch_floats = uint64_t{1} << 16;
 };
+
+/// Most floats one batch message carries; a fuller batch is split.
+constexpr uint64_t max_batch_floats = uint64_t{1} << 20;
 
 /// Interface of a worker actor.
 using worker_actor = caf::typed_actor<
@@ -72,6 +88,12 @@ using worker_actor = caf::typed_actor<
                   floats>::with<caf::ok_atom>,
   caf::replies_to<push_atom, std::string, int32_t, floats>::with<caf::ok_atom>,
   caf::replies_to<pull_atom, std::string, int32_t>::with<floats>,
+  caf::replies_to<push_pull_atom, std::string, int32_t, floats>::with<floats>,
+  caf::replies_to<push_atom, std::vector<std::string>, int32_t,
+                  floats>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, std::vector<std::string>, int32_t>::with<floats>,
+  caf::replies_to<push_pull_atom, std::vector<std::string>, int32_t,
+                  floats>::with<floats>,
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,
   caf::replies_to<leave_atom>::with<caf::ok_atom>,

@@ -39,6 +39,12 @@ struct bench_case {
   std::string name;
   uint32_t keys = 1;
   uint64_t floats = 0;
+  // One push_pull request per round instead of a push and a pull.
+  bool fused = false;
+
+  const char* round() const {
+    return fused ? "fused" : "split";
+  }
 
   uint64_t payload_bytes() const {
     return uint64_t{keys} * floats * sizeof(float);
@@ -105,14 +111,24 @@ std::vector<std::string> split(const std::string& text, char sep) {
 // Builds the case list from --sizes ("4K,256K") and --many ("1000x1024",
 // keys x floats). Returns an error text or an empty string.
 std::string make_cases(const std::string& sizes, const std::string& many,
+                       const std::string& rounds,
                        std::vector<bench_case>& out) {
+  std::vector<bool> kinds;
+  for (const auto& r : split(rounds, ',')) {
+    if (r != "fused" && r != "split")
+      return "--round: '" + r + "' is not fused or split";
+    kinds.push_back(r == "fused");
+  }
+  if (kinds.empty())
+    return "--round: give fused, split or both";
+  std::vector<bench_case> shapes;
   for (const auto& s : split(sizes, ',')) {
     uint64_t bytes = 0;
     if (!parse_size(s, bytes))
       return "--sizes: '" + s
              + "' is not a size such as 4K, 256K, 4M or 64M (a multiple of "
                "4 bytes)";
-    out.push_back({human_bytes(bytes), 1, bytes / sizeof(float)});
+    shapes.push_back({human_bytes(bytes), 1, bytes / sizeof(float)});
   }
   for (const auto& m : split(many, ',')) {
     auto parts = split(m, 'x');
@@ -123,10 +139,15 @@ std::string make_cases(const std::string& sizes, const std::string& many,
         || floats == 0)
       return "--many: '" + m
              + "' is not KEYSxFLOATS such as 1000x1024 (keys at most 1e6)";
-    out.push_back(
+    shapes.push_back(
       {std::to_string(keys) + " keys x " + std::to_string(floats) + " floats",
        static_cast<uint32_t>(keys), floats});
   }
+  for (const auto& c : shapes)
+    for (auto fused : kinds) {
+      out.push_back(c);
+      out.back().fused = fused;
+    }
   if (out.empty())
     return "no cases: give --sizes and/or --many";
   return {};
@@ -136,7 +157,8 @@ std::string make_cases(const std::string& sizes, const std::string& many,
 std::string encode_cases(const std::vector<bench_case>& cases) {
   std::string out;
   for (const auto& c : cases)
-    out += std::to_string(c.keys) + ":" + std::to_string(c.floats) + ";";
+    out += std::to_string(c.keys) + ":" + std::to_string(c.floats) + ":"
+           + (c.fused ? "1" : "0") + ";";
   return out;
 }
 
@@ -146,9 +168,9 @@ std::vector<bench_case> decode_cases(const std::string& text) {
     auto parts = split(item, ':');
     uint64_t keys = 0;
     uint64_t floats = 0;
-    if (parts.size() == 2 && parse_count(parts[0], keys)
+    if (parts.size() == 3 && parse_count(parts[0], keys)
         && parse_count(parts[1], floats))
-      out.push_back({"", static_cast<uint32_t>(keys), floats});
+      out.push_back({"", static_cast<uint32_t>(keys), floats, parts[2] == "1"});
   }
   return out;
 }
@@ -161,9 +183,11 @@ struct round_plan {
 };
 
 // Runs one case on one handle (every worker of the store runs it at the
-// same time): init, barrier, warm-up and measured rounds, barrier. A round
-// pushes every key and waits, then pulls every key and waits. Fills `times`
-// (seconds per measured round). Returns an error text or an empty string.
+// same time): init, barrier, warm-up and measured rounds, barrier. A split
+// round pushes every key (one push_many call) and waits, then pulls every key
+// (one pull_many call) and waits; a fused round makes one push_pull_many call
+// and waits. Fills `times` (seconds per measured round). Returns an error
+// text or an empty string.
 std::string run_case(kvstore& kv, size_t index, const bench_case& c,
                      const round_plan& plan, std::vector<double>& times) {
   auto fail = [&](const std::string& what, const caf::error& err) {
@@ -176,6 +200,10 @@ std::string run_case(kvstore& kv, size_t index, const bench_case& c,
     names.push_back("c" + std::to_string(index) + "." + std::to_string(k));
   Eigen::VectorXf grad = Eigen::VectorXf::Constant(n, 1.0f);
   std::vector<Eigen::VectorXf> outs(c.keys, Eigen::VectorXf::Zero(n));
+  std::vector<Eigen::Ref<const Eigen::VectorXf>> values(c.keys, grad);
+  std::vector<Eigen::Ref<Eigen::VectorXf>> out_refs;
+  for (auto& o : outs)
+    out_refs.emplace_back(o);
   for (const auto& name : names)
     if (auto err = kv.init(name, Eigen::VectorXf::Zero(n)))
       return fail("init", err);
@@ -183,16 +211,21 @@ std::string run_case(kvstore& kv, size_t index, const bench_case& c,
     return fail("barrier", err);
   for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
     auto start = clock_type::now();
-    for (const auto& name : names)
-      if (auto err = kv.push(name, grad))
+    if (c.fused) {
+      if (auto t = kv.push_pull_many(names, values, out_refs); !t)
+        return fail("push_pull", t.error());
+      if (auto err = kv.wait_all())
+        return fail("push_pull", err);
+    } else {
+      if (auto err = kv.push_many(names, values))
         return fail("push", err);
-    if (auto err = kv.wait_all())
-      return fail("push", err);
-    for (uint32_t k = 0; k < c.keys; ++k)
-      if (auto t = kv.pull(names[k], outs[k]); !t)
+      if (auto err = kv.wait_all())
+        return fail("push", err);
+      if (auto t = kv.pull_many(names, out_refs); !t)
         return fail("pull", t.error());
-    if (auto err = kv.wait_all())
-      return fail("pull", err);
+      if (auto err = kv.wait_all())
+        return fail("pull", err);
+    }
     if (r >= plan.warmup)
       times.push_back(
         std::chrono::duration<double>(clock_type::now() - start).count());
@@ -262,11 +295,12 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
     std::printf("machine: memcpy %.2f GB/s, loopback TCP %.2f GB/s, 64 B TCP "
                 "round trip %.1f us\n\n",
                 m.memcpy_gbps, m.tcp_gbps, m.tcp_rtt_us);
-  std::printf("%-6s %-26s %7s %12s %12s %12s %9s  %s\n", "mode", "case",
-              "workers", "median us", "min us", "max us", "GB/s", "vs limit");
+  std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s  %s\n", "mode", "case",
+              "round", "workers", "median us", "min us", "max us", "GB/s",
+              "vs limit");
   for (const auto& r : results)
-    std::printf("%-6s %-26s %7u %12.1f %12.1f %12.1f %9.3f  %s\n",
-                r.mode.c_str(), r.what.name.c_str(), r.workers,
+    std::printf("%-6s %-26s %-6s %7u %12.1f %12.1f %12.1f %9.3f  %s\n",
+                r.mode.c_str(), r.what.name.c_str(), r.what.round(), r.workers,
                 r.median() * 1e6, r.min() * 1e6, r.max() * 1e6, r.gbps(),
                 versus_limit(r, m).c_str());
 }
@@ -296,8 +330,8 @@ void write_json(std::ostream& out, const std::vector<result>& results,
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
     out << (i == 0 ? "\n" : ",\n") << "    {\"mode\": \"" << r.mode
-        << "\", \"case\": \"" << json_escape(r.what.name)
-        << "\", \"keys\": " << r.what.keys
+        << "\", \"case\": \"" << json_escape(r.what.name) << "\", \"round\": \""
+        << r.what.round() << "\", \"keys\": " << r.what.keys
         << ", \"floats_per_key\": " << r.what.floats
         << ", \"payload_bytes\": " << r.what.payload_bytes()
         << ", \"workers\": " << r.workers
@@ -355,8 +389,9 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
       if (!e.empty())
         return e;
     results.push_back(std::move(res));
-    std::fprintf(stderr, "  local %s, %u workers: %.1f us\n",
-                 cases[i].name.c_str(), workers, results.back().median() * 1e6);
+    std::fprintf(stderr, "  local %s, %s, %u workers: %.1f us\n",
+                 cases[i].name.c_str(), cases[i].round(), workers,
+                 results.back().median() * 1e6);
   }
   for (auto& h : others)
     h.close();
@@ -507,8 +542,9 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       double t = 0;
       while (in >> t)
         res.times.push_back(t);
-      std::fprintf(stderr, "  dist %s, %u workers: %.1f us\n",
-                   cases[index].name.c_str(), workers, res.median() * 1e6);
+      std::fprintf(stderr, "  dist %s, %s, %u workers: %.1f us\n",
+                   cases[index].name.c_str(), cases[index].round(), workers,
+                   res.median() * 1e6);
       mine.push_back(std::move(res));
     }
   }
@@ -542,6 +578,7 @@ int main(int argc, char** argv) {
   std::string sizes = "4K,256K,4M,64M";
   std::string many = "1000x1024,10000x1";
   std::string workers_text = "1,2";
+  std::string round_kinds = "fused,split";
   std::string json_path;
   std::string role;
   std::string coordinator;
@@ -562,6 +599,9 @@ int main(int argc, char** argv) {
     "one-key cases: sizes in bytes (K, M suffixes)")(
     "many", po::value(&many)->default_value(many),
     "many-key cases: KEYSxFLOATS, comma-separated")(
+    "round", po::value(&round_kinds)->default_value(round_kinds),
+    "round kinds, comma-separated: fused (one push_pull request per round) "
+    "and/or split (a push request, wait, a pull request, wait)")(
     "workers", po::value(&workers_text)->default_value(workers_text),
     "worker counts to run, comma-separated")(
     "shards", po::value(&shards)->default_value(shards),
@@ -595,8 +635,9 @@ int main(int argc, char** argv) {
   if (auto rc = cli::parse(
         argc, argv, all, vm, app,
         "usage: actorps-bench [options]\n"
-        "Measures push+pull rounds (push every key, wait; pull every key, "
-        "wait; the shards sum the pushes of a round, no optimizer) in local "
+        "Measures push+pull rounds (split: push every key, wait, pull every "
+        "key, wait; fused: push_pull every key, wait; the shards sum the "
+        "pushes of a round, no optimizer) in local "
         "mode (one process) and dist mode (coordinator, server and worker "
         "processes on 127.0.0.1), next to this machine's memcpy and loopback "
         "TCP limits. Prints a table; --json writes the figures."))
@@ -625,7 +666,7 @@ int main(int argc, char** argv) {
       plan.rounds = 3;
   }
   std::vector<bench_case> cases;
-  if (auto e = make_cases(sizes, many, cases); !e.empty())
+  if (auto e = make_cases(sizes, many, round_kinds, cases); !e.empty())
     return cli::fail(app, e, 2);
   std::vector<uint32_t> worker_counts;
   for (const auto& w : split(workers_text, ',')) {

@@ -91,6 +91,39 @@ typename Inspector::result_type inspect(Inspector& f, slice_pull& x) {
   return f(caf::meta::type_name("slice_pull"), x.slice, x.worker, x.seq);
 }
 
+/// What each operation of a `slice_batch` does to its slice.
+enum class op_kind : uint8_t {
+  /// Contributes the slice's part of `slice_batch::data`.
+  push = 0,
+  /// Reads the slice.
+  pull = 1,
+  /// A push, then a pull of the value it produced (MXNet's pushpull): in sync
+  /// mode the pull waits for the push's round, as a separate pull would.
+  push_pull = 2,
+};
+
+/// Several operations of one worker on slices of one shard, carried by one
+/// message and answered by one reply (as ps-lite batches a key list per
+/// server). Operation i acts on `slices[i]` with sequence number `seqs[i]`
+/// (numbered as in `slice_push`, so it is ordered with that worker's single
+/// pushes and pulls). For push kinds, `data` holds the pushed values of all
+/// slices back to back in `slices` order; the reply holds the pulled values
+/// the same way (empty for pushes).
+struct slice_batch {
+  uint32_t worker = 0;
+  /// An `op_kind`, as its number.
+  uint8_t kind = 0;
+  std::vector<slice_id> slices;
+  std::vector<uint64_t> seqs;
+  floats data;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slice_batch& x) {
+  return f(caf::meta::type_name("slice_batch"), x.worker, x.kind, x.slices,
+           x.seqs, x.data);
+}
+
 /// Names the update rule and its hyper-parameters, as MXNet's optimizers
 /// take them. Names: "assign" (no optimizer: value = merged push),
 /// "accumulate" (value += merged push), "sgd" (with `momentum` > 0: heavy
@@ -173,12 +206,16 @@ struct shard_stats {
   uint64_t reordered = 0;
   /// Pulls waiting for a synchronous round to complete.
   uint64_t waiting_pulls = 0;
+  /// Batch messages received (each carries one or more operations, counted
+  /// in `pushes` and `pulls` as well).
+  uint64_t batches = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
   return f(caf::meta::type_name("shard_stats"), x.slices, x.floats_stored,
-           x.pushes, x.pulls, x.updates, x.reordered, x.waiting_pulls);
+           x.pushes, x.pulls, x.updates, x.reordered, x.waiting_pulls,
+           x.batches);
 }
 
 /// One contiguous slice of a key and the shard that owns it.

@@ -281,6 +281,90 @@ struct kvstore::impl {
       return err;
     return keys.emplace(key, std::move(info)).first->second;
   }
+
+  // Checks that `buffers` holds one buffer of the right size per key (`what`
+  // names them); returns each key's size.
+  template <class Buffers>
+  caf::expected<std::vector<uint64_t>>
+  sizes(const char* op, const std::vector<std::string>& names,
+        const Buffers& buffers, const char* what) {
+    if (names.empty())
+      return make_error(errc::bad_config, std::string{op} + ": no keys given");
+    if (buffers.size() != names.size())
+      return make_error(errc::shape_mismatch,
+                        std::string{op} + ": " + std::to_string(names.size())
+                          + " keys but " + std::to_string(buffers.size()) + " "
+                          + what + "s");
+    std::vector<uint64_t> out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto info = meta(names[i]);
+      if (!info)
+        return std::move(info.error());
+      auto got = static_cast<uint64_t>(buffers[i].size());
+      if (auto st = core::check_size(op, *info, got, what); !st.ok())
+        return to_error(st);
+      out.push_back(info->size);
+    }
+    return out;
+  }
+
+  // Checks one value per key and lays the values out back to back.
+  caf::expected<floats>
+  pack(const char* op, const std::vector<std::string>& names,
+       const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values) {
+    auto n = sizes(op, names, values, "value");
+    if (!n)
+      return std::move(n.error());
+    uint64_t total = 0;
+    for (auto x : *n)
+      total += x;
+    floats out;
+    out.data.resize(total);
+    auto at = out.data.data();
+    for (auto& v : values) {
+      Eigen::Map<Eigen::VectorXf>{at, v.size()} = v;
+      at += v.size();
+    }
+    return out;
+  }
+
+  // Where each key's pulled floats go: one output per key.
+  using target_list = std::vector<std::pair<float*, uint64_t>>;
+
+  caf::expected<target_list>
+  targets(const char* op, const std::vector<std::string>& names,
+          std::vector<Eigen::Ref<Eigen::VectorXf>>& outs) {
+    auto n = sizes(op, names, outs, "output");
+    if (!n)
+      return std::move(n.error());
+    target_list out;
+    for (size_t i = 0; i < outs.size(); ++i)
+      out.emplace_back(outs[i].data(), (*n)[i]);
+    return out;
+  }
+
+  // Starts a request whose reply is the pulled floats of `dst` back to back.
+  template <class... Ts>
+  pull_ticket start_pull(target_list dst, Ts&&... xs) {
+    throttle();
+    uint64_t n = 0;
+    for (auto& t : dst)
+      n += t.second;
+    auto id = start(
+      [this, dst = std::move(dst), n](floats& x) {
+        // The worker checked the length; outputs nobody waits for any more
+        // (close after an error) are left alone.
+        if (x.data.size() != n || discarding)
+          return;
+        auto at = x.data.data();
+        for (auto& t : dst) {
+          std::memcpy(t.first, at, t.second * sizeof(float));
+          at += t.second;
+        }
+      },
+      std::forward<Ts>(xs)...);
+    return pull_ticket{id};
+  }
 };
 
 kvstore::kvstore(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
@@ -445,6 +529,60 @@ kvstore::pull(const std::string& key,
     },
     pull_atom::value, key, static_cast<int32_t>(priority));
   return pull_ticket{id};
+}
+
+caf::expected<pull_ticket>
+kvstore::push_pull(const std::string& key,
+                   const Eigen::Ref<const Eigen::VectorXf>& value,
+                   Eigen::Ref<Eigen::VectorXf> out, int priority) {
+  return push_pull_many({key}, {value}, {out}, priority);
+}
+
+caf::error
+kvstore::push_many(const std::vector<std::string>& keys,
+                   const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+                   int priority) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("push");
+  auto data = d.pack("push", keys, values);
+  if (!data)
+    return std::move(data.error());
+  d.throttle();
+  d.start([](caf::ok_atom) {}, push_atom::value, keys,
+          static_cast<int32_t>(priority), std::move(*data));
+  return caf::none;
+}
+
+caf::expected<pull_ticket>
+kvstore::pull_many(const std::vector<std::string>& keys,
+                   std::vector<Eigen::Ref<Eigen::VectorXf>> outs,
+                   int priority) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("pull");
+  auto dst = d.targets("pull", keys, outs);
+  if (!dst)
+    return std::move(dst.error());
+  return d.start_pull(std::move(*dst), pull_atom::value, keys,
+                      static_cast<int32_t>(priority));
+}
+
+caf::expected<pull_ticket> kvstore::push_pull_many(
+  const std::vector<std::string>& keys,
+  const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+  std::vector<Eigen::Ref<Eigen::VectorXf>> outs, int priority) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("push_pull");
+  auto data = d.pack("push_pull", keys, values);
+  if (!data)
+    return std::move(data.error());
+  auto dst = d.targets("push_pull", keys, outs);
+  if (!dst)
+    return std::move(dst.error());
+  return d.start_pull(std::move(*dst), push_pull_atom::value, keys,
+                      static_cast<int32_t>(priority), std::move(*data));
 }
 
 caf::error kvstore::wait(pull_ticket ticket) {

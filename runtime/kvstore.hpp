@@ -139,6 +139,35 @@ public:
                                   std::vector<Eigen::Ref<Eigen::VectorXf>> outs,
                                   int priority = 0);
 
+  /// Pushes `value`, then pulls the value it produced into `out` (MXNet's
+  /// pushpull): one request per shard instead of two, so a round costs one
+  /// round trip. The same rules as `push` followed by `pull` otherwise; in a
+  /// sync store the pull waits for the push's round.
+  caf::expected<pull_ticket>
+  push_pull(const std::string& key,
+            const Eigen::Ref<const Eigen::VectorXf>& value,
+            Eigen::Ref<Eigen::VectorXf> out, int priority = 0);
+
+  /// Pushes `values[i]` to `keys[i]` for every i, in one request: the small
+  /// slices of all keys travel as one message per shard (ps-lite's key-list
+  /// push).
+  caf::error
+  push_many(const std::vector<std::string>& keys,
+            const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+            int priority = 0);
+
+  /// Pulls `keys[i]` into `outs[i]` for every i, in one request.
+  caf::expected<pull_ticket>
+  pull_many(const std::vector<std::string>& keys,
+            std::vector<Eigen::Ref<Eigen::VectorXf>> outs, int priority = 0);
+
+  /// `push_pull` on every key, in one request.
+  caf::expected<pull_ticket>
+  push_pull_many(const std::vector<std::string>& keys,
+                 const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+                 std::vector<Eigen::Ref<Eigen::VectorXf>> outs,
+                 int priority = 0);
+
   /// Waits for the pull of `ticket` and every operation issued before it;
   /// returns the first error among them.
   caf::error wait(pull_ticket ticket);

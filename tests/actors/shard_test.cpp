@@ -52,6 +52,24 @@ struct shard_fixture : test::deterministic_fixture {
     return std::move(r->data);
   }
 
+  void send_batch(op_kind kind, uint32_t worker, std::vector<slice_id> ids,
+                  std::vector<uint64_t> seqs, std::vector<float> data = {}) {
+    self->send(shard, batch_atom::value,
+               slice_batch{worker, static_cast<uint8_t>(kind), std::move(ids),
+                           std::move(seqs), floats{std::move(data)}});
+  }
+
+  caf::expected<std::vector<float>>
+  batch(op_kind kind, uint32_t worker, std::vector<slice_id> ids,
+        std::vector<uint64_t> seqs, std::vector<float> data = {}) {
+    send_batch(kind, worker, std::move(ids), std::move(seqs), std::move(data));
+    run();
+    auto r = reply<floats>();
+    if (!r)
+      return r.error();
+    return std::move(r->data);
+  }
+
   caf::expected<caf::ok_atom> set_optimizer(const optimizer_config& opt) {
     self->send(shard, set_opt_atom::value, opt);
     run();
@@ -278,6 +296,110 @@ TEST_CASE_METHOD(sync_fixture,
     run();
     require_error(reply<caf::ok_atom>(), errc::bad_config);
   }
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: a batch pushes, pulls and push-pulls several slices",
+                 "[shard][batch]") {
+  REQUIRE(init(slice_a, {0, 0}));
+  REQUIRE(init(slice_b, {0, 0, 0}));
+  // Pushes of both slices back to back; the reply carries no floats.
+  auto pushed = batch(op_kind::push, 0, {slice_a, slice_b}, {0, 0},
+                      {1, 2, 3, 4, 5});
+  REQUIRE(pushed);
+  CHECK(pushed->empty());
+  // Pulls come back in the batch's slice order, not the shard's.
+  CHECK(batch(op_kind::pull, 0, {slice_b, slice_a}, {1, 1})
+        == std::vector<float>{3, 4, 5, 1, 2});
+  // A push-pull answers with the values its pushes produced.
+  CHECK(
+    batch(op_kind::push_pull, 1, {slice_a, slice_b}, {0, 0}, {9, 8, 7, 6, 5})
+    == std::vector<float>{9, 8, 7, 6, 5});
+  // The same slice twice in one batch: applied in sequence order.
+  CHECK(batch(op_kind::push_pull, 1, {slice_a, slice_a}, {1, 2}, {1, 1, 2, 2})
+        == std::vector<float>{1, 1, 2, 2});
+  auto st = stats();
+  REQUIRE(st);
+  CHECK(st->pushes == 6);
+  CHECK(st->pulls == 6);
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: batch operations are ordered with single ones",
+                 "[shard][batch]") {
+  REQUIRE(init(slice_a, {0}));
+  REQUIRE(init(slice_b, {0}));
+  // The batch carries seq 1 on both slices; the pushes of seq 0 come later.
+  send_batch(op_kind::pull, 0, {slice_a, slice_b}, {1, 1});
+  run();
+  CHECK(no_reply());
+  REQUIRE(push(slice_a, 0, 0, {5}));
+  CHECK(no_reply());
+  REQUIRE(push(slice_b, 0, 0, {6}));
+  auto value = reply<floats>();
+  REQUIRE(value);
+  CHECK(value->data == std::vector<float>{5, 6});
+  // A single pull after the batch sees the batch's push-pull.
+  send_batch(op_kind::push_pull, 0, {slice_a}, {2}, {7});
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 3});
+  run();
+  auto from_batch = reply<floats>();
+  auto single = reply<floats>();
+  REQUIRE(from_batch);
+  REQUIRE(single);
+  CHECK(from_batch->data == std::vector<float>{7});
+  CHECK(single->data == std::vector<float>{7});
+}
+
+TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",
+                 "[shard][batch]") {
+  REQUIRE(init(slice_a, {0, 0}));
+  SECTION("an unknown slice") {
+    auto msg = require_error(batch(op_kind::push, 0, {slice_a, slice_b}, {0, 0},
+                                   {1, 1, 1}),
+                             errc::not_initialized);
+    CHECK(msg.find("slice 7/1") != std::string::npos);
+  }
+  SECTION("a payload of the wrong size") {
+    auto msg = require_error(batch(op_kind::push, 0, {slice_a}, {0}, {1}),
+                             errc::shape_mismatch);
+    CHECK(msg.find("2 floats") != std::string::npos);
+  }
+  SECTION("mismatched lists, an unknown kind, a bad worker") {
+    require_error(batch(op_kind::pull, 0, {slice_a}, {0, 1}), errc::bad_config);
+    require_error(batch(op_kind::pull, 0, {}, {}), errc::bad_config);
+    self->send(shard, batch_atom::value,
+               slice_batch{0, 7, {slice_a}, {0}, floats{}});
+    run();
+    require_error(reply<floats>(), errc::bad_config);
+    require_error(batch(op_kind::pull, 5, {slice_a}, {0}), errc::bad_config);
+  }
+  // Nothing of the refused batches ran: sequence 0 is still free.
+  CHECK(push(slice_a, 0, 0, {3, 4}));
+  CHECK(pull(slice_a, 0, 1) == std::vector<float>{3, 4});
+}
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a sync push-pull answers once its round completes",
+                 "[shard][batch]") {
+  REQUIRE(init(slice_a, {0}));
+  REQUIRE(init(slice_b, {0}));
+  send_batch(op_kind::push_pull, 0, {slice_a, slice_b}, {0, 0}, {1, 2});
+  run();
+  CHECK(no_reply());
+  // Worker 1 completes the round of slice_a only: still no reply.
+  REQUIRE(push(slice_a, 1, 0, {10}));
+  CHECK(no_reply());
+  // Worker 1's push-pull on slice_b completes the other round: worker 0's
+  // batch is answered first, then worker 1's.
+  send_batch(op_kind::push_pull, 1, {slice_b}, {0}, {20});
+  run();
+  auto first = reply<floats>();
+  auto second = reply<floats>();
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->data == std::vector<float>{11, 22});
+  CHECK(second->data == std::vector<float>{22});
 }
 
 TEST_CASE_METHOD(shard_fixture, "shard: save and load state", "[shard]") {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <type_traits>
 
 #include "actors/coordinator.hpp"
 #include "actors/shard.hpp"
@@ -76,12 +77,27 @@ struct cluster_fixture : test::deterministic_fixture {
     return std::move(r->data);
   }
 
-  uint64_t floats_on(uint32_t shard) {
+  shard_stats stats_of(uint32_t shard) {
     self->send(shards[shard], stats_atom::value);
     run();
     auto st = reply<shard_stats>();
     REQUIRE(st);
-    return st->floats_stored;
+    return *st;
+  }
+
+  uint64_t floats_on(uint32_t shard) {
+    return stats_of(shard).floats_stored;
+  }
+
+  // Sends `(atom, keys, 0, data)` or `(atom, keys, 0)` to worker `rank`.
+  template <class Atom>
+  void send_many(uint32_t rank, Atom atom, std::vector<std::string> keys,
+                 std::vector<float> data) {
+    if constexpr (std::is_same<Atom, pull_atom>::value)
+      self->send(workers[rank], atom, std::move(keys), int32_t{0});
+    else
+      self->send(workers[rank], atom, std::move(keys), int32_t{0},
+                 floats{std::move(data)});
   }
 };
 
@@ -153,6 +169,85 @@ TEST_CASE_METHOD(cluster_fixture,
   REQUIRE(info);
   CHECK(info->slices.size() == 2);
   CHECK(info->size == 1001);
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: several keys in one request, small slices batched "
+                 "per shard",
+                 "[worker][batch]") {
+  // Ten small keys (spread over both shards) and one sliced key.
+  std::vector<std::string> keys;
+  std::vector<float> all;
+  for (int k = 0; k < 10; ++k) {
+    keys.push_back("k" + std::to_string(k));
+    REQUIRE(init(0, keys.back(), {0, 0}));
+  }
+  REQUIRE(init(0, "big", iota(100, 0)));
+  keys.push_back("big");
+  auto values = iota(2 * 10 + 100, 1);
+  auto before = stats_of(0).batches + stats_of(1).batches;
+  send_many(1, push_atom::value, keys, values);
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  // One batch per shard for the small keys; the big key's slices (over the
+  // bound of the fixture's 64 floats) are small enough to join them.
+  auto after = stats_of(0).batches + stats_of(1).batches;
+  CHECK(after - before <= 2);
+  CHECK(stats_of(0).pushes + stats_of(1).pushes == 10 + 2);
+  send_many(1, pull_atom::value, keys, {});
+  run();
+  auto pulled = reply<floats>();
+  REQUIRE(pulled);
+  CHECK(pulled->data == values);
+  CHECK(pull(0, "k3") == std::vector<float>{7, 8});
+  // A push-pull returns what its pushes produced, in keys order.
+  std::vector<std::string> two{"big", "k0"};
+  auto next = iota(102, 500);
+  send_many(0, push_pull_atom::value, two, next);
+  run();
+  auto both = reply<floats>();
+  REQUIRE(both);
+  CHECK(both->data == next);
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: operations queued behind a lookup keep issue order",
+                 "[worker][batch]") {
+  REQUIRE(init(0, "a", {0}));
+  REQUIRE(init(0, "b", {0}));
+  // Worker 1 has no route yet: its push of both keys waits for two lookups,
+  // and the single pull sent right after must not overtake it.
+  send_many(1, push_atom::value, {"a", "b"}, {3, 4});
+  self->send(workers[1], pull_atom::value, std::string{"b"}, int32_t{0});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  auto value = reply<floats>();
+  REQUIRE(value);
+  CHECK(value->data == std::vector<float>{4});
+}
+
+TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
+                 "[worker][batch]") {
+  REQUIRE(init(0, "a", {0, 0}));
+  SECTION("a payload that does not fit the keys") {
+    send_many(0, push_atom::value, {"a", "a"}, {1, 2, 3});
+    run();
+    auto msg = require_error(reply<caf::ok_atom>(), errc::shape_mismatch);
+    CHECK(msg.find("2 keys hold 4 floats") != std::string::npos);
+  }
+  SECTION("an unknown key among known ones fails the request") {
+    send_many(0, pull_atom::value, {"a", "nope"}, {});
+    run();
+    auto msg = require_error(reply<floats>(), errc::unknown_key);
+    CHECK(msg.find("nope") != std::string::npos);
+    // The known key still works afterwards.
+    CHECK(pull(0, "a") == std::vector<float>{0, 0});
+  }
+  SECTION("no keys at all") {
+    send_many(0, push_pull_atom::value, {}, {});
+    run();
+    require_error(reply<floats>(), errc::bad_config);
+  }
 }
 
 TEST_CASE_METHOD(cluster_fixture, "worker: barrier releases everyone at once",

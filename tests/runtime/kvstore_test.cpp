@@ -191,6 +191,102 @@ TEST_CASE("kvstore: a tensor above the slicing bound round-trips exactly",
   CHECK(a == (g1 + g2));
 }
 
+TEST_CASE("kvstore: push_pull and several-key calls", "[integration]") {
+  auto type = GENERATE(as<std::string>{}, "local_async", "local_sync");
+  auto opts = local_options(1, 3);
+  opts.bigarray_bound = 100;
+  auto kv = make_store(type, opts);
+  // Five small keys and one sliced over the three shards.
+  std::vector<std::string> keys{"a", "b", "c", "d", "e", "big"};
+  std::vector<Eigen::VectorXf> values;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    auto n = keys[k] == "big" ? 1000 : 3;
+    values.push_back(Eigen::VectorXf::LinSpaced(n, k * 10.0f, k * 10.0f + 1));
+    require_ok(kv.init(keys[k], Eigen::VectorXf::Zero(n)));
+  }
+  std::vector<Eigen::Ref<const Eigen::VectorXf>> in(values.begin(),
+                                                    values.end());
+  std::vector<Eigen::VectorXf> outs;
+  for (auto& v : values)
+    outs.push_back(Eigen::VectorXf::Zero(v.size()));
+  std::vector<Eigen::Ref<Eigen::VectorXf>> out(outs.begin(), outs.end());
+  SECTION("push_many then pull_many") {
+    require_ok(kv.push_many(keys, in, 3));
+    auto t = kv.pull_many(keys, out);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    for (size_t k = 0; k < keys.size(); ++k)
+      CHECK(outs[k] == values[k]);
+  }
+  SECTION("push_pull_many returns what its pushes produced") {
+    auto t = kv.push_pull_many(keys, in, out);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    for (size_t k = 0; k < keys.size(); ++k)
+      CHECK(outs[k] == values[k]);
+  }
+  SECTION("push_pull on one key, ordered with single pushes and pulls") {
+    Eigen::VectorXf one = Eigen::VectorXf::Constant(1000, 1.0f);
+    Eigen::VectorXf two = Eigen::VectorXf::Constant(1000, 2.0f);
+    Eigen::VectorXf first(1000);
+    Eigen::VectorXf second(1000);
+    require_ok(kv.push("big", one));
+    auto t1 = kv.push_pull("big", two, first, 4);
+    REQUIRE(t1);
+    auto t2 = kv.pull("big", second);
+    REQUIRE(t2);
+    require_ok(kv.wait(*t2));
+    CHECK(first == two);
+    CHECK(second == two);
+  }
+  SECTION("mismatched lists and sizes are refused before anything is sent") {
+    require_code(kv.push_many(keys, {values[0]}), errc::shape_mismatch);
+    require_code(kv.push_many({}, {}), errc::bad_config);
+    std::vector<Eigen::Ref<Eigen::VectorXf>> swapped{out[5], out[0]};
+    auto t = kv.pull_many({"a", "big"}, swapped);
+    REQUIRE_FALSE(t);
+    require_code(t.error(), errc::shape_mismatch);
+    auto u = kv.push_pull_many({"a", "nope"}, {values[0], values[1]},
+                               {out[0], out[1]});
+    REQUIRE_FALSE(u);
+    require_code(u.error(), errc::unknown_key);
+    // Nothing was pushed.
+    auto p = kv.pull_many({"a"}, {out[0]});
+    REQUIRE(p);
+    require_ok(kv.wait(*p));
+    CHECK(outs[0] == Eigen::VectorXf::Zero(3));
+  }
+}
+
+TEST_CASE("kvstore: a sync push_pull sees its round's sum", "[integration]") {
+  auto kv = make_store("local_sync", local_options(3, 2));
+  auto hs = handles(kv);
+  auto err = run_workers(hs, [](kvstore& h) -> std::string {
+    std::vector<std::string> keys{"x", "y"};
+    for (auto& k : keys)
+      if (auto e = h.init(k, Eigen::VectorXf::Zero(2)))
+        return render(e);
+    Eigen::VectorXf x(2);
+    Eigen::VectorXf y(2);
+    for (int r = 0; r < 30; ++r) {
+      Eigen::VectorXf v = Eigen::VectorXf::Constant(2, h.rank() + 1.0f + r);
+      auto t = h.push_pull_many(keys, {v, v}, {x, y});
+      if (!t)
+        return render(t.error());
+      if (auto e = h.wait(*t))
+        return render(e);
+      // Sum over 3 ranks of (rank + 1 + r) = 6 + 3r.
+      auto want = 6.0f + 3.0f * r;
+      if (!(x.array() == want).all() || !(y.array() == want).all())
+        return "rank " + std::to_string(h.rank()) + " round "
+               + std::to_string(r) + " saw " + std::to_string(x[0]);
+    }
+    return {};
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
 TEST_CASE("kvstore: save and load restore training bit for bit",
           "[integration]") {
   auto opts = local_options(1, 3);

@@ -163,6 +163,16 @@ TEST_CASE("network: every message type crosses a real connection",
   self->send(worker, pull_atom::value, std::string{"w"}, int32_t{3});
   CHECK(require_reply<floats>(self).data
         == std::vector<float>{3, 4, 5, 6, 7, 8});
+  // A push-pull, and a two-key pull that travels as one batch through the
+  // relay (priority > 0).
+  self->send(worker, push_pull_atom::value, std::string{"w"}, int32_t{0},
+             floats{{1, 1, 1, 1, 1, 1}});
+  CHECK(require_reply<floats>(self).data
+        == std::vector<float>{4, 5, 6, 7, 8, 9});
+  self->send(worker, pull_atom::value, std::vector<std::string>{"w", "w"},
+             int32_t{2});
+  CHECK(require_reply<floats>(self).data
+        == std::vector<float>{4, 5, 6, 7, 8, 9, 4, 5, 6, 7, 8, 9});
   self->send(coord, command_atom::value, int32_t{0},
              std::string{"name=accumulate"});
   require_reply<caf::ok_atom>(self);
@@ -185,6 +195,13 @@ TEST_CASE("network: every message type crosses a real connection",
   require_reply<caf::ok_atom>(self);
   self->send(relay, pull_atom::value, slice_pull{make_slice_id(9, 0), 0, 1});
   CHECK(require_reply<floats>(self).data == std::vector<float>{2});
+  self->send(shard, batch_atom::value,
+             slice_batch{0,
+                         static_cast<uint8_t>(op_kind::push_pull),
+                         {make_slice_id(9, 0)},
+                         {2},
+                         floats{{5}}});
+  CHECK(require_reply<floats>(self).data == std::vector<float>{7});
   self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
   require_reply<caf::ok_atom>(self);
   self->send(shard, stats_atom::value);
