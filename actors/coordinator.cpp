@@ -286,7 +286,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         e.info.size = size;
         e.info.slices = core::make_layout(
           key, size, static_cast<uint32_t>(st.cfg.shards.size()),
-          st.cfg.bigarray_bound);
+          st.cfg.bigarray_bound, st.cfg.slice_floats);
         e.declared.assign(st.cfg.num_workers, false);
         st.names_by_id.push_back(key);
         i = st.keys.emplace(key, std::move(e)).first;

@@ -85,6 +85,8 @@ constexpr uint64_t max_key_floats = uint64_t{1} << 36;
 struct coordinator_config {
   uint32_t num_workers = 1;
   uint64_t bigarray_bound = uint64_t{1} << 20;
+  /// Largest slice of a sliced key, in floats (see core::make_layout).
+  uint64_t slice_floats = uint64_t{1} << 20;
   /// Timeout of each request the coordinator sends to a shard.
   std::chrono::milliseconds timeout{60000};
   std::vector<shard_actor> shards;

@@ -125,8 +125,6 @@ struct slice_state {
   uint64_t rounds_done = 0;
   std::map<uint64_t, round_sum> rounds;
   std::vector<waiting_pull> waiting;
-  // A round buffer kept for reuse, so steady-state rounds do not allocate.
-  std::vector<float> spare;
 };
 
 } // namespace
@@ -217,7 +215,6 @@ struct shard_state {
       if (i == s.rounds.end() || !round_complete(i->second))
         return;
       apply(s, i->second.sum.data());
-      s.spare = std::move(i->second.sum);
       s.rounds.erase(i);
       ++s.rounds_done;
       auto ready = [&](const waiting_pull& p) {
@@ -235,8 +232,10 @@ struct shard_state {
   // -- in-order processing ----------------------------------------------------
 
   // Applies (async) or adds to its round (sync) one push of `n` floats.
+  // `owned`, if set, holds those floats and may be taken over as the round's
+  // sum instead of copying them.
   caf::error do_push(slice_state& s, slice_id id, uint32_t worker,
-                     const float* g, std::size_t n) {
+                     const float* g, std::size_t n, std::vector<float>* owned) {
     ++stats.pushes;
     // Checked in order, so the refused push still uses its sequence number.
     if (!live[worker])
@@ -255,8 +254,10 @@ struct shard_state {
     auto round = s.pushes_of[worker]++;
     auto& r = s.rounds[round];
     if (r.contributors == 0) {
-      r.sum = std::move(s.spare);
-      r.sum.assign(g, g + n);
+      if (owned != nullptr)
+        r.sum = std::move(*owned);
+      else
+        r.sum.assign(g, g + n);
       r.contributed.assign(cfg.num_workers, false);
     } else {
       core::accumulate_into(r.sum.data(), g, n);
@@ -278,9 +279,9 @@ struct shard_state {
 
   // Runs one operation whose predecessors all ran.
   void run(slice_state& s, slice_id id, uint32_t worker, const float* g,
-           std::size_t n, op_target& t) {
+           std::size_t n, op_target& t, std::vector<float>* owned = nullptr) {
     if (t.kind != op_kind::pull) {
-      if (auto err = do_push(s, id, worker, g, n)) {
+      if (auto err = do_push(s, id, worker, g, n, owned)) {
         t.fail(std::move(err));
         return;
       }
@@ -303,15 +304,17 @@ struct shard_state {
       auto op = std::move(i->second);
       s.stash.erase(i);
       ++s.next_seq[worker];
-      run(s, id, worker, op.grad.data(), op.grad.size(), op.target);
+      run(s, id, worker, op.grad.data(), op.grad.size(), op.target, &op.grad);
     }
   }
 
   // Orders one operation among those of its worker on its slice: runs it
-  // now, or stashes it (with a copy of its pushed values) until its
-  // predecessors ran. Errors go to the operation's target.
+  // now, or stashes it (with its pushed values) until its predecessors ran.
+  // `owned`, if set, holds the pushed values and may be taken over. Errors go
+  // to the operation's target.
   void submit(const char* op, slice_id id, uint32_t worker, uint64_t seq,
-              const float* g, std::size_t n, op_target t) {
+              const float* g, std::size_t n, op_target t,
+              std::vector<float>* owned = nullptr) {
     auto admitted = admit(op, id, worker, seq);
     if (!admitted) {
       t.fail(std::move(admitted.error()));
@@ -319,12 +322,17 @@ struct shard_state {
     }
     auto [s, now] = *admitted;
     if (now) {
-      run(*s, id, worker, g, n, t);
+      run(*s, id, worker, g, n, t, owned);
       drain(*s, id, worker);
       return;
     }
-    stash(op, *s, id, worker, seq,
-          stashed_op{std::vector<float>(g, g + n), std::move(t)});
+    stashed_op x;
+    if (owned != nullptr)
+      x.grad = std::move(*owned);
+    else
+      x.grad.assign(g, g + n);
+    x.target = std::move(t);
+    stash(op, *s, id, worker, seq, std::move(x));
   }
 
   // Checks a push or pull and orders it among the operations of its worker
@@ -388,14 +396,16 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       st.stats.floats_stored += s.value.size();
       return caf::ok_atom::value;
     },
-    [self](push_atom, const slice_push& msg) -> caf::result<caf::ok_atom> {
+    // Takes the message by mutable reference: CAF then hands over its own
+    // copy only if the message is shared, so the shard may keep the buffer.
+    [self](push_atom, slice_push& msg) -> caf::result<caf::ok_atom> {
       op_target t;
       t.kind = op_kind::push;
       t.push_rp = self->make_response_promise<caf::ok_atom>();
       auto rp = t.push_rp;
-      const auto& g = msg.grad.data;
+      auto& g = msg.grad.data;
       self->state.submit("push", msg.slice, msg.worker, msg.seq, g.data(),
-                         g.size(), std::move(t));
+                         g.size(), std::move(t), &g);
       return rp;
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<floats> {

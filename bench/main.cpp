@@ -16,6 +16,7 @@
 #include "bench/child.hpp"
 #include "bench/limits.hpp"
 #include "messages/errors.hpp"
+#include "runtime/core/layout.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/network.hpp"
 
@@ -356,11 +357,13 @@ void write_json(std::ostream& out, const std::vector<result>& results,
 // -- local mode ---------------------------------------------------------------
 
 std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
-                      uint32_t shards, const system_options& sys,
-                      const round_plan& plan, std::vector<result>& results) {
+                      uint32_t shards, uint64_t slice_floats,
+                      const system_options& sys, const round_plan& plan,
+                      std::vector<result>& results) {
   store_options so;
   so.num_workers = workers;
   so.num_shards = shards;
+  so.slice_floats = slice_floats;
   so.threads = sys.threads;
   so.scheduler = sys.scheduler;
   auto kv = kvstore::create("local_sync", so);
@@ -400,12 +403,14 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
 
 // -- dist mode: the roles -----------------------------------------------------
 
-int role_coordinator(uint32_t workers, const system_options& sys) {
+int role_coordinator(uint32_t workers, uint64_t slice_floats,
+                     const system_options& sys) {
   coordinator_options opts;
   opts.token = token;
   opts.sync = true;
   opts.num_workers = workers;
   opts.num_servers = 1;
+  opts.slice_floats = slice_floats;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;
   auto err = run_coordinator(opts, [](uint16_t port) {
@@ -475,8 +480,9 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
 // -- dist mode: the harness side ----------------------------------------------
 
 std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
-                     uint32_t shards, const system_options& sys,
-                     const round_plan& plan, std::chrono::milliseconds timeout,
+                     uint32_t shards, uint64_t slice_floats,
+                     const system_options& sys, const round_plan& plan,
+                     std::chrono::milliseconds timeout,
                      std::vector<result>& results) {
   auto self = self_path();
   auto common = std::vector<std::string>{self,
@@ -486,6 +492,8 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
                                          std::to_string(plan.warmup),
                                          "--rounds",
                                          std::to_string(plan.rounds)};
+  common.push_back("--slice-floats");
+  common.push_back(std::to_string(slice_floats));
   common.push_back("--scheduler");
   common.push_back(to_string(sys.scheduler));
   auto with = [&](std::vector<std::string> extra) {
@@ -585,6 +593,7 @@ int main(int argc, char** argv) {
   std::string cases_text;
   uint32_t shards = 2;
   uint32_t bench_workers = 1;
+  uint64_t slice_floats = core::default_slice_floats;
   system_options sys;
   std::string scheduler = "auto";
   long timeout_s = 600;
@@ -606,6 +615,8 @@ int main(int argc, char** argv) {
     "worker counts to run, comma-separated")(
     "shards", po::value(&shards)->default_value(shards),
     "shards (local: in the process; dist: in the one server process)")(
+    "slice-floats", po::value(&slice_floats)->default_value(slice_floats),
+    "largest slice of a sliced key, in floats")(
     "warmup", po::value(&plan.warmup)->default_value(plan.warmup),
     "warm-up rounds per case (not measured)")(
     "rounds", po::value(&plan.rounds)->default_value(plan.rounds),
@@ -648,7 +659,7 @@ int main(int argc, char** argv) {
                        + scheduler + "'",
                      2);
   if (role == "coordinator")
-    return role_coordinator(bench_workers, sys);
+    return role_coordinator(bench_workers, slice_floats, sys);
   if (role == "server")
     return role_server(coordinator, shards, sys);
   if (role == "worker")
@@ -686,10 +697,12 @@ int main(int argc, char** argv) {
       return cli::fail(app, "--modes: unknown mode '" + m + "'", 2);
   }
   if (worker_counts.empty() || (!local && !dist) || plan.rounds == 0
-      || shards == 0 || timeout_s <= 0)
+      || shards == 0 || timeout_s <= 0 || slice_floats == 0
+      || slice_floats > core::max_slice_floats)
     return cli::fail(app,
                      "need at least one worker count and mode, --rounds, "
-                     "--shards and --timeout-s > 0",
+                     "--shards and --timeout-s > 0, --slice-floats 1.."
+                       + std::to_string(core::max_slice_floats),
                      2);
   machine_limits limits;
   if (!no_limits) {
@@ -701,10 +714,12 @@ int main(int argc, char** argv) {
   std::vector<result> results;
   for (auto w : worker_counts) {
     if (local)
-      if (auto e = run_local(cases, w, shards, sys, plan, results); !e.empty())
+      if (auto e = run_local(cases, w, shards, slice_floats, sys, plan,
+                             results);
+          !e.empty())
         return cli::fail(app, "local, " + std::to_string(w) + " workers: " + e);
     if (dist)
-      if (auto e = run_dist(cases, w, shards, sys, plan,
+      if (auto e = run_dist(cases, w, shards, slice_floats, sys, plan,
                             std::chrono::seconds{timeout_s}, results);
           !e.empty())
         return cli::fail(app, "dist, " + std::to_string(w) + " workers: " + e);

@@ -78,6 +78,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   coordinator_config cc;
   cc.num_workers = o.num_workers;
   cc.bigarray_bound = o.bigarray_bound;
+  cc.slice_floats = o.slice_floats;
   cc.timeout = o.timeout;
   cc.shards = shards;
   auto coordinator = spawn_coordinator(rt->sys, cc);
@@ -318,13 +319,11 @@ struct kvstore::impl {
     uint64_t total = 0;
     for (auto x : *n)
       total += x;
+    // Appended, not resized and overwritten: one pass over the memory.
     floats out;
-    out.data.resize(total);
-    auto at = out.data.data();
-    for (auto& v : values) {
-      Eigen::Map<Eigen::VectorXf>{at, v.size()} = v;
-      at += v.size();
-    }
+    out.data.reserve(total);
+    for (auto& v : values)
+      out.data.insert(out.data.end(), v.data(), v.data() + v.size());
     return out;
   }
 
@@ -403,6 +402,11 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
                         + std::to_string(opts.num_shards) + " shards");
   if (opts.bigarray_bound == 0)
     return make_error(errc::bad_config, "create: bigarray_bound must be > 0");
+  if (opts.slice_floats == 0 || opts.slice_floats > core::max_slice_floats)
+    return make_error(errc::bad_config,
+                      "create: slice_floats must be 1.."
+                        + std::to_string(core::max_slice_floats) + ", got "
+                        + std::to_string(opts.slice_floats));
   if (opts.timeout.count() <= 0 || opts.barrier_timeout.count() <= 0)
     return make_error(errc::bad_config, "create: timeouts must be > 0");
   if (!dist) {
@@ -481,11 +485,12 @@ kvstore::push(const std::string& key,
   for (auto& v : values)
     if (auto st = core::check_size("push", *info, v.size(), "push"); !st.ok())
       return to_error(st);
+  // The first value is copied in one pass (no zero-fill first); the others
+  // are added to it.
   floats sum;
-  sum.data.resize(info->size);
+  sum.data.assign(values[0].data(), values[0].data() + values[0].size());
   Eigen::Map<Eigen::VectorXf> acc{sum.data.data(),
                                   static_cast<Eigen::Index>(info->size)};
-  acc = values[0];
   for (size_t i = 1; i < values.size(); ++i)
     acc += values[i];
   d.throttle();

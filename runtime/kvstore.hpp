@@ -26,6 +26,8 @@ struct store_options {
   uint32_t num_shards = 2;
   /// Keys with at least this many floats are sliced over all shards.
   uint64_t bigarray_bound = uint64_t{1} << 20;
+  /// Local mode: largest slice of a sliced key, in floats (at most 2^25).
+  uint64_t slice_floats = uint64_t{1} << 20;
   /// Bound on every data or control operation.
   std::chrono::milliseconds timeout{60000};
   /// Bound on a barrier (other workers may legitimately be slow).

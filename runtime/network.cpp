@@ -18,6 +18,7 @@
 #include "actors/shard.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
+#include "runtime/core/layout.hpp"
 
 namespace actorps {
 
@@ -73,6 +74,14 @@ caf::error run_coordinator(const coordinator_options& opts,
     return make_error(errc::bad_config,
                       "coordinator: a job needs at least one worker and one "
                       "server");
+  if (opts.bigarray_bound == 0 || opts.slice_floats == 0
+      || opts.slice_floats > core::max_slice_floats)
+    return make_error(errc::bad_config,
+                      "coordinator: bigarray_bound must be > 0 and "
+                      "slice_floats 1.."
+                        + std::to_string(core::max_slice_floats) + " (got "
+                        + std::to_string(opts.bigarray_bound) + " and "
+                        + std::to_string(opts.slice_floats) + ")");
   auto sopts = opts.system;
   sopts.network = true;
   system_config cfg{sopts};
@@ -84,6 +93,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   cc.token = opts.token;
   cc.sync = opts.sync;
   cc.bigarray_bound = opts.bigarray_bound;
+  cc.slice_floats = opts.slice_floats;
   cc.timeout = opts.timeout;
   cc.heartbeat = sopts.heartbeat.count() > 0 ? sopts.heartbeat
                                              : std::chrono::milliseconds{1000};

@@ -46,6 +46,8 @@ struct coordinator_options {
   uint32_t num_workers = 1;
   uint32_t num_servers = 1;
   uint64_t bigarray_bound = uint64_t{1} << 20;
+  /// Largest slice of a sliced key, in floats (at most 2^25).
+  uint64_t slice_floats = uint64_t{1} << 20;
   /// Timeout of the coordinator's requests to shards.
   std::chrono::milliseconds timeout{60000};
   system_options system;

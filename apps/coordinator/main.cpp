@@ -5,6 +5,7 @@
 
 #include "apps/common/cli.hpp"
 #include "messages/errors.hpp"
+#include "runtime/core/layout.hpp"
 #include "runtime/network.hpp"
 
 namespace po = boost::program_options;
@@ -34,6 +35,9 @@ int main(int argc, char** argv) {
     "bigarray-bound",
     po::value(&opts.bigarray_bound)->default_value(opts.bigarray_bound),
     "keys with at least this many floats are sliced over all shards")(
+    "slice-floats",
+    po::value(&opts.slice_floats)->default_value(opts.slice_floats),
+    "largest slice of a sliced key, in floats (1..33554432)")(
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
     "timeout of the coordinator's requests to shards, in ms")(
     "threads", po::value(&opts.system.threads)->default_value(0),
@@ -53,6 +57,12 @@ int main(int argc, char** argv) {
       app, "--mode must be dist_sync or dist_async, got '" + mode + "'", 2);
   if (port > 65535 || timeout_ms <= 0)
     return cli::fail(app, "--port must be 0..65535 and --timeout-ms > 0", 2);
+  if (opts.bigarray_bound == 0 || opts.slice_floats == 0
+      || opts.slice_floats > actorps::core::max_slice_floats)
+    return cli::fail(app,
+                     "--bigarray-bound must be > 0 and --slice-floats 1.."
+                       + std::to_string(actorps::core::max_slice_floats),
+                     2);
   opts.port = static_cast<uint16_t>(port);
   opts.sync = mode == "dist_sync";
   opts.timeout = std::chrono::milliseconds{timeout_ms};

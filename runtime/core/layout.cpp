@@ -52,14 +52,14 @@ uint32_t jump_hash(uint64_t hash, uint32_t buckets) noexcept {
   return static_cast<uint32_t>(b);
 }
 
-std::vector<slice_range> make_layout(std::string_view key, uint64_t size,
-                                     uint32_t num_shards,
-                                     uint64_t bigarray_bound) {
+std::vector<slice_range>
+make_layout(std::string_view key, uint64_t size, uint32_t num_shards,
+            uint64_t bigarray_bound, uint64_t slice_floats) {
   const uint32_t first = jump_hash(key_hash(key), num_shards);
   if (size < bigarray_bound)
     return {slice_range{0, first, 0, size}};
   uint64_t parts = std::max<uint64_t>(
-    num_shards, size / max_slice_floats + (size % max_slice_floats != 0));
+    num_shards, size / slice_floats + (size % slice_floats != 0));
   // Only a tiny bigarray_bound makes size < num_shards; an empty part would
   // be a slice nobody can push to, so such keys get one float per part.
   parts = std::min(parts, size);

@@ -15,7 +15,7 @@
 /// hash: growing the shard count moves only the keys that must move. A key of
 /// `bigarray_bound` floats or more is cut into contiguous slices spread over
 /// all shards (BigDL's AllReduceParameter): max(num_shards,
-/// ceil(size / max_slice)) parts of near-equal length (lengths differ by at
+/// ceil(size / slice_floats)) parts of near-equal length (lengths differ by at
 /// most one, longer parts first), part i on shard (first + i) % num_shards
 /// where first is the key's hashed shard, so big keys do not all start on
 /// shard 0.
@@ -24,8 +24,14 @@ namespace actorps::core {
 /// Default bound above which a key is sliced (MXNet's bigarray_bound).
 constexpr uint64_t default_bigarray_bound = uint64_t{1} << 20;
 
-/// Largest slice, in floats: far below BASP's 4 GiB message limit.
+/// Largest slice size one may configure, in floats: far below BASP's 4 GiB
+/// message limit.
 constexpr uint64_t max_slice_floats = uint64_t{1} << 25;
+
+/// Default largest slice, in floats (4 MB): a big key becomes many slices
+/// that stream over all shards instead of one huge message per shard, and
+/// each message's buffers stay small enough for the allocator to reuse.
+constexpr uint64_t default_slice_floats = uint64_t{1} << 20;
 
 /// Stable 64-bit hash of a key name (FNV-1a with a final mix); the same on
 /// every machine and every run.
@@ -39,10 +45,12 @@ uint32_t jump_hash(uint64_t hash, uint32_t buckets) noexcept;
 /// part, covering [0, size) without gaps or overlap. No part is empty: with
 /// a tiny `bigarray_bound`, a key of fewer floats than shards gets `size`
 /// parts of one float each.
-/// Preconditions: size > 0, num_shards > 0, bigarray_bound > 0.
+/// Preconditions: size > 0, num_shards > 0, bigarray_bound > 0,
+/// 0 < slice_floats <= max_slice_floats.
 std::vector<slice_range>
 make_layout(std::string_view key, uint64_t size, uint32_t num_shards,
-            uint64_t bigarray_bound = default_bigarray_bound);
+            uint64_t bigarray_bound = default_bigarray_bound,
+            uint64_t slice_floats = default_slice_floats);
 
 /// Product of the dimensions of `shape` (1 for an empty shape); saturates
 /// at UINT64_MAX instead of wrapping around.

@@ -153,30 +153,40 @@ TEST_CASE("layout: big keys are sliced over all shards", "[core]") {
       CHECK(used.size() == shards);
     }
   }
-  SECTION("more parts than shards beyond num_shards * max_slice_floats") {
+  SECTION("more parts than shards beyond num_shards * default_slice_floats") {
     // Only the layout is computed; nothing of this size is allocated.
-    const uint64_t size = 4 * core::max_slice_floats + 1;
+    const uint64_t size = 4 * core::default_slice_floats + 1;
     auto layout = core::make_layout("huge", size, 4);
     REQUIRE(layout.size() == 5);
     check_layout(layout, size, 4);
     for (const auto& r : layout)
-      CHECK(r.length <= core::max_slice_floats);
+      CHECK(r.length <= core::default_slice_floats);
   }
-  SECTION("exactly num_shards * max_slice_floats needs no extra part") {
-    const uint64_t size = 4 * core::max_slice_floats;
+  SECTION("exactly num_shards * default_slice_floats needs no extra part") {
+    const uint64_t size = 4 * core::default_slice_floats;
     auto layout = core::make_layout("huge", size, 4);
     REQUIRE(layout.size() == 4);
     check_layout(layout, size, 4);
     for (const auto& r : layout)
-      CHECK(r.length == core::max_slice_floats);
+      CHECK(r.length == core::default_slice_floats);
   }
   SECTION("many parts on few shards") {
-    const uint64_t size = 10 * core::max_slice_floats + 7;
+    const uint64_t size = 10 * core::default_slice_floats + 7;
     auto layout = core::make_layout("huge", size, 3);
     REQUIRE(layout.size() == 11);
     check_layout(layout, size, 3);
     for (const auto& r : layout)
-      CHECK(r.length <= core::max_slice_floats);
+      CHECK(r.length <= core::default_slice_floats);
+  }
+  SECTION("a configured slice size bounds every part") {
+    auto layout = core::make_layout("w", 1000, 2, 100, 64);
+    REQUIRE(layout.size() == 16);
+    check_layout(layout, 1000, 2);
+    for (const auto& r : layout)
+      CHECK(r.length <= 64);
+    // Parts alternate between the shards.
+    CHECK(layout[0].shard != layout[1].shard);
+    CHECK(layout[0].shard == layout[2].shard);
   }
   SECTION("big keys do not all start on the same shard") {
     std::set<uint32_t> first_shards;

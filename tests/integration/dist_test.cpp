@@ -276,6 +276,9 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
                "mnist", "--lr-schedule", "step"}};
     CHECK_EXIT(g, 2, startup);
     CHECK(g.output().find("--lr-schedule") != std::string::npos);
+    process h{{ACTORPS_COORDINATOR_BIN, "--slice-floats", "0"}};
+    CHECK_EXIT(h, 2, startup);
+    CHECK(h.output().find("--slice-floats") != std::string::npos);
   }
   SECTION("a config file sets the same options as the flags") {
     auto path = "/tmp/actorps-coordinator-" + std::to_string(::getpid())

@@ -287,6 +287,28 @@ TEST_CASE("kvstore: a sync push_pull sees its round's sum", "[integration]") {
   CHECK(err.empty());
 }
 
+TEST_CASE("kvstore: small slices round-trip; bad slice sizes are refused",
+          "[integration]") {
+  auto opts = local_options(1, 2);
+  opts.bigarray_bound = 100;
+  opts.slice_floats = 64;
+  auto kv = make_store("local_sync", opts);
+  Eigen::VectorXf big = Eigen::VectorXf::LinSpaced(1000, -1.0f, 1.0f);
+  require_ok(kv.init("big", big));
+  Eigen::VectorXf out(1000);
+  auto t = kv.push_pull("big", big, out);
+  REQUIRE(t);
+  require_ok(kv.wait(*t));
+  CHECK(out == big);
+  for (uint64_t bad : {uint64_t{0}, (uint64_t{1} << 25) + 1}) {
+    opts.slice_floats = bad;
+    auto refused = kvstore::create("local", opts);
+    REQUIRE_FALSE(refused);
+    CHECK(code_of(refused.error()) == errc::bad_config);
+    CHECK(render(refused.error()).find("slice_floats") != std::string::npos);
+  }
+}
+
 TEST_CASE("kvstore: save and load restore training bit for bit",
           "[integration]") {
   auto opts = local_options(1, 3);
