@@ -149,11 +149,19 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
       gather(train, shard, step * opts.batch, opts.batch, x, y);
       clock.loss_sum += model.gradients(x, y.data(), grads);
       ++clock.steps;
-      for (size_t i = 0; i < layers; ++i)
-        if (auto err = kv.push(names[i], flat(grads[i]), priority(i)))
-          return fail("push " + names[i], err);
-      if (auto problem = pull_all(); !problem.empty())
-        return problem;
+      // One push_pull per layer: the same per-key order as pushing every
+      // layer and then pulling every layer, in half the requests.
+      std::vector<pull_ticket> tickets;
+      for (size_t i = 0; i < layers; ++i) {
+        auto t = kv.push_pull(names[i], flat(grads[i]), flat(params[i]),
+                              priority(i));
+        if (!t)
+          return fail("push_pull " + names[i], t.error());
+        tickets.push_back(*t);
+      }
+      for (auto& t : tickets)
+        if (auto err = kv.wait(t))
+          return fail("push_pull", err);
       if (rank == 0 && cb.on_progress
           && ((step + 1) % 20 == 0 || step + 1 == steps)) {
         auto done = (step + 1) * opts.batch * workers;
