@@ -308,20 +308,23 @@ struct shard_state {
     }
   }
 
-  // Orders one operation among those of its worker on its slice: runs it
-  // now, or stashes it (with its pushed values) until its predecessors ran.
-  // `owned`, if set, holds the pushed values and may be taken over. Errors go
-  // to the operation's target.
-  void submit(const char* op, slice_id id, uint32_t worker, uint64_t seq,
-              const float* g, std::size_t n, op_target t,
+  // Orders one operation on slice `id` (`s`, null if the slice does not
+  // exist here) among those of its worker: runs it now, or stashes it (with
+  // its pushed values) until its predecessors ran. `owned`, if set, holds the
+  // pushed values and may be taken over. Errors go to the operation's target.
+  void submit(const char* op, slice_state* s, slice_id id, uint32_t worker,
+              uint64_t seq, const float* g, std::size_t n, op_target t,
               std::vector<float>* owned = nullptr) {
-    auto admitted = admit(op, id, worker, seq);
-    if (!admitted) {
-      t.fail(std::move(admitted.error()));
+    if (s == nullptr) {
+      t.fail(not_initialized(op, id));
       return;
     }
-    auto [s, now] = *admitted;
-    if (now) {
+    auto now = admit(op, *s, id, worker, seq);
+    if (!now) {
+      t.fail(std::move(now.error()));
+      return;
+    }
+    if (*now) {
       run(*s, id, worker, g, n, t, owned);
       drain(*s, id, worker);
       return;
@@ -335,17 +338,14 @@ struct shard_state {
     stash(op, *s, id, worker, seq, std::move(x));
   }
 
-  // Checks a push or pull and orders it among the operations of its worker
-  // on its slice: returns the slice and whether the operation runs now (true)
-  // or must wait for an earlier one (false).
-  caf::expected<std::pair<slice_state*, bool>>
-  admit(const char* op, slice_id id, uint32_t worker, uint64_t seq) {
+  // Checks a push or pull on slice `s` and orders it among the operations of
+  // its worker: returns whether it runs now (true) or must wait for an
+  // earlier one (false).
+  caf::expected<bool> admit(const char* op, slice_state& s, slice_id id,
+                            uint32_t worker, uint64_t seq) {
     if (auto err = check_worker(op, id, worker))
       return err;
-    auto s = find(id);
-    if (s == nullptr)
-      return not_initialized(op, id);
-    auto expected_seq = s->next_seq[worker];
+    auto expected_seq = s.next_seq[worker];
     // A gap this large means lost messages or a restarted shard: waiting
     // for the missing operations would only pile up stashed copies.
     if (seq > expected_seq + max_seq_gap)
@@ -361,11 +361,11 @@ struct shard_state {
           + " of worker " + std::to_string(worker) + " on " + slice_name(id)
           + " was used before (next is " + std::to_string(expected_seq) + ")");
     if (seq == expected_seq) {
-      ++s->next_seq[worker];
-      return std::make_pair(s, true);
+      ++s.next_seq[worker];
+      return true;
     }
     ++stats.reordered;
-    return std::make_pair(s, false);
+    return false;
   }
 };
 
@@ -404,8 +404,9 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       t.push_rp = self->make_response_promise<caf::ok_atom>();
       auto rp = t.push_rp;
       auto& g = msg.grad.data;
-      self->state.submit("push", msg.slice, msg.worker, msg.seq, g.data(),
-                         g.size(), std::move(t), &g);
+      auto& st = self->state;
+      st.submit("push", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+                g.data(), g.size(), std::move(t), &g);
       return rp;
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<floats> {
@@ -413,8 +414,9 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       t.kind = op_kind::pull;
       t.pull_rp = self->make_response_promise<floats>();
       auto rp = t.pull_rp;
-      self->state.submit("pull", msg.slice, msg.worker, msg.seq, nullptr, 0,
-                         std::move(t));
+      auto& st = self->state;
+      st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+                nullptr, 0, std::move(t));
       return rp;
     },
     [self](batch_atom, const slice_batch& msg) -> caf::result<floats> {
@@ -436,11 +438,14 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       if (auto err = st.check_worker(op, msg.slices[0], msg.worker))
         return err;
       // Check every slice and the payload before running anything.
+      std::vector<slice_state*> found;
+      found.reserve(n);
       uint64_t total = 0;
       for (auto id : msg.slices) {
         auto s = st.find(id);
         if (s == nullptr)
           return st.not_initialized(op, id);
+        found.push_back(s);
         total += s->value.size();
       }
       auto pushes = kind != op_kind::pull;
@@ -458,13 +463,13 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       auto rp = reply->rp;
       uint64_t offset = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        auto len = st.find(msg.slices[i])->value.size();
+        auto len = found[i]->value.size();
         op_target t;
         t.kind = kind;
         t.batch = reply;
         t.offset = offset;
         const float* g = pushes ? msg.data.data.data() + offset : nullptr;
-        st.submit(op, msg.slices[i], msg.worker, msg.seqs[i], g,
+        st.submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
                   pushes ? len : 0, std::move(t));
         offset += len;
       }

@@ -92,15 +92,16 @@ void drain_backlog(self_ptr self) {
 
 // Runs `f` once every key of `keys` has a route, fetching missing ones from
 // the coordinator first; operations issued meanwhile wait behind it.
-void with_routes(self_ptr self, std::vector<std::string> keys,
+void with_routes(self_ptr self, const std::vector<std::string>& keys,
                  std::function<void()> f,
                  std::function<void(const caf::error&)> on_error) {
   auto& st = self->state;
   if (st.stalled) {
-    st.backlog.emplace_back([self, keys = std::move(keys), f = std::move(f),
-                             on_error = std::move(on_error)]() mutable {
-      with_routes(self, std::move(keys), std::move(f), std::move(on_error));
-    });
+    // Rare (a lookup is in flight): the keys are copied only here.
+    st.backlog.emplace_back(
+      [self, keys, f = std::move(f), on_error = std::move(on_error)]() mutable {
+        with_routes(self, keys, std::move(f), std::move(on_error));
+      });
     return;
   }
   std::vector<std::string> missing;
@@ -408,10 +409,13 @@ void data_op(self_ptr self, op_kind kind, std::vector<std::string> keys,
     return;
   }
   auto fail = [rp](const caf::error& err) mutable { rp.deliver(err); };
-  auto run = [self, kind, keys, priority, rp, fail,
+  // Shared by the operation and the route check: the key list (10000 keys in
+  // a large call) is not copied.
+  auto ks = std::make_shared<const std::vector<std::string>>(std::move(keys));
+  auto run = [self, kind, ks, priority, rp, fail,
               data = std::move(data)]() mutable {
     start_ops(
-      self, kind, keys, priority, std::move(data),
+      self, kind, *ks, priority, std::move(data),
       [rp](floats out) mutable {
         if constexpr (std::is_same_v<Promise,
                                      caf::typed_response_promise<floats>>)
@@ -421,7 +425,7 @@ void data_op(self_ptr self, op_kind kind, std::vector<std::string> keys,
       },
       fail);
   };
-  with_routes(self, std::move(keys), std::move(run), fail);
+  with_routes(self, *ks, std::move(run), fail);
 }
 
 // Rank 0 writes the value to every shard, then tells the coordinator. If a

@@ -283,41 +283,48 @@ struct kvstore::impl {
     return keys.emplace(key, std::move(info)).first->second;
   }
 
-  // Checks that `buffers` holds one buffer of the right size per key (`what`
-  // names them); returns each key's size.
-  template <class Buffers>
+  // The size of each key, in floats.
   caf::expected<std::vector<uint64_t>>
-  sizes(const char* op, const std::vector<std::string>& names,
-        const Buffers& buffers, const char* what) {
+  key_sizes(const char* op, const std::vector<std::string>& names) {
     if (names.empty())
       return make_error(errc::bad_config, std::string{op} + ": no keys given");
-    if (buffers.size() != names.size())
-      return make_error(errc::shape_mismatch,
-                        std::string{op} + ": " + std::to_string(names.size())
-                          + " keys but " + std::to_string(buffers.size()) + " "
-                          + what + "s");
     std::vector<uint64_t> out;
-    for (size_t i = 0; i < names.size(); ++i) {
-      auto info = meta(names[i]);
+    out.reserve(names.size());
+    for (auto& name : names) {
+      auto info = meta(name);
       if (!info)
         return std::move(info.error());
-      auto got = static_cast<uint64_t>(buffers[i].size());
-      if (auto st = core::check_size(op, *info, got, what); !st.ok())
-        return to_error(st);
       out.push_back(info->size);
     }
     return out;
   }
 
-  // Checks one value per key and lays the values out back to back.
-  caf::expected<floats>
-  pack(const char* op, const std::vector<std::string>& names,
+  // Checks that `buffers` holds one buffer of size `n[i]` per key (`what`
+  // names them).
+  template <class Buffers>
+  caf::error check_buffers(const char* op,
+                           const std::vector<std::string>& names,
+                           const std::vector<uint64_t>& n,
+                           const Buffers& buffers, const char* what) {
+    if (buffers.size() != names.size())
+      return make_error(errc::shape_mismatch,
+                        std::string{op} + ": " + std::to_string(names.size())
+                          + " keys but " + std::to_string(buffers.size()) + " "
+                          + what + "s");
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto got = static_cast<uint64_t>(buffers[i].size());
+      if (got != n[i])
+        return to_error(core::check_size(op, keys.at(names[i]), got, what));
+    }
+    return caf::none;
+  }
+
+  // Lays the values (checked against the key sizes `n`) out back to back.
+  static floats
+  pack(const std::vector<uint64_t>& n,
        const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values) {
-    auto n = sizes(op, names, values, "value");
-    if (!n)
-      return std::move(n.error());
     uint64_t total = 0;
-    for (auto x : *n)
+    for (auto x : n)
       total += x;
     // Appended, not resized and overwritten: one pass over the memory.
     floats out;
@@ -330,15 +337,12 @@ struct kvstore::impl {
   // Where each key's pulled floats go: one output per key.
   using target_list = std::vector<std::pair<float*, uint64_t>>;
 
-  caf::expected<target_list>
-  targets(const char* op, const std::vector<std::string>& names,
-          std::vector<Eigen::Ref<Eigen::VectorXf>>& outs) {
-    auto n = sizes(op, names, outs, "output");
-    if (!n)
-      return std::move(n.error());
+  // Where each key's pulled floats go (outputs checked against `n`).
+  static target_list targets(const std::vector<uint64_t>& n,
+                             std::vector<Eigen::Ref<Eigen::VectorXf>>& outs) {
     target_list out;
     for (size_t i = 0; i < outs.size(); ++i)
-      out.emplace_back(outs[i].data(), (*n)[i]);
+      out.emplace_back(outs[i].data(), n[i]);
     return out;
   }
 
@@ -550,12 +554,14 @@ kvstore::push_many(const std::vector<std::string>& keys,
   auto& d = *impl_;
   if (d.closed)
     return closed_error("push");
-  auto data = d.pack("push", keys, values);
-  if (!data)
-    return std::move(data.error());
+  auto n = d.key_sizes("push", keys);
+  if (!n)
+    return std::move(n.error());
+  if (auto err = d.check_buffers("push", keys, *n, values, "value"))
+    return err;
   d.throttle();
   d.start([](caf::ok_atom) {}, push_atom::value, keys,
-          static_cast<int32_t>(priority), std::move(*data));
+          static_cast<int32_t>(priority), impl::pack(*n, values));
   return caf::none;
 }
 
@@ -566,10 +572,12 @@ kvstore::pull_many(const std::vector<std::string>& keys,
   auto& d = *impl_;
   if (d.closed)
     return closed_error("pull");
-  auto dst = d.targets("pull", keys, outs);
-  if (!dst)
-    return std::move(dst.error());
-  return d.start_pull(std::move(*dst), pull_atom::value, keys,
+  auto n = d.key_sizes("pull", keys);
+  if (!n)
+    return std::move(n.error());
+  if (auto err = d.check_buffers("pull", keys, *n, outs, "output"))
+    return err;
+  return d.start_pull(impl::targets(*n, outs), pull_atom::value, keys,
                       static_cast<int32_t>(priority));
 }
 
@@ -580,14 +588,15 @@ caf::expected<pull_ticket> kvstore::push_pull_many(
   auto& d = *impl_;
   if (d.closed)
     return closed_error("push_pull");
-  auto data = d.pack("push_pull", keys, values);
-  if (!data)
-    return std::move(data.error());
-  auto dst = d.targets("push_pull", keys, outs);
-  if (!dst)
-    return std::move(dst.error());
-  return d.start_pull(std::move(*dst), push_pull_atom::value, keys,
-                      static_cast<int32_t>(priority), std::move(*data));
+  auto n = d.key_sizes("push_pull", keys);
+  if (!n)
+    return std::move(n.error());
+  if (auto err = d.check_buffers("push_pull", keys, *n, values, "value"))
+    return err;
+  if (auto err = d.check_buffers("push_pull", keys, *n, outs, "output"))
+    return err;
+  return d.start_pull(impl::targets(*n, outs), push_pull_atom::value, keys,
+                      static_cast<int32_t>(priority), impl::pack(*n, values));
 }
 
 caf::error kvstore::wait(pull_ticket ticket) {
