@@ -25,7 +25,8 @@ namespace actorps {
 namespace {
 
 using ok_promise = caf::typed_response_promise<caf::ok_atom>;
-using pull_promise = caf::typed_response_promise<floats>;
+using pull_promise = caf::typed_response_promise<shared_floats>;
+using batch_promise = caf::typed_response_promise<floats>;
 
 std::string slice_name(slice_id id) {
   return "slice " + std::to_string(key_of(id)) + "/"
@@ -35,7 +36,7 @@ std::string slice_name(slice_id id) {
 // The reply of a batch: the pulled values back to back, delivered once every
 // operation of the batch completed, or the first error at once.
 struct batch_reply {
-  pull_promise rp;
+  batch_promise rp;
   std::vector<float> out;
   std::size_t remaining = 0;
   bool failed = false;
@@ -72,9 +73,11 @@ struct op_target {
       push_rp.deliver(caf::ok_atom::value);
   }
 
-  void pulled(const std::vector<float>& value) {
+  // A single pull shares the slice's buffer (copy on write, see
+  // shared_floats); a batch copies the slice into its reply.
+  void pulled(const shared_floats& value) {
     if (!batch) {
-      pull_rp.deliver(floats{value});
+      pull_rp.deliver(value);
       return;
     }
     if (!batch->failed)
@@ -113,7 +116,7 @@ struct round_sum {
 };
 
 struct slice_state {
-  std::vector<float> value;
+  shared_floats value;
   std::vector<float> opt_state;
   uint64_t step = 0;
   // Next expected sequence number per worker.
@@ -137,6 +140,8 @@ struct shard_state {
 
   shard_config cfg;
   optimizer_config opt;
+  // The rule is "assign": a round's sum becomes the value as it is.
+  bool replaces = true;
   std::unordered_map<slice_id, slice_state> slices;
   std::vector<bool> live;
   shard_stats stats;
@@ -186,6 +191,7 @@ struct shard_state {
   // Replaces the update rule; every slice's state and step start afresh.
   void set_optimizer(const optimizer_config& x) {
     opt = x;
+    replaces = core::replaces_value(opt);
     for (auto& kvp : slices) {
       auto& s = kvp.second;
       s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
@@ -194,8 +200,22 @@ struct shard_state {
   }
 
   void apply(slice_state& s, const float* merged) {
-    core::apply_update(opt, s.value.data(), merged, s.opt_state.data(),
-                       s.value.size(), s.step);
+    auto& w = s.value.mutate();
+    core::apply_update(opt, w.data(), merged, s.opt_state.data(), w.size(),
+                       s.step);
+    ++s.step;
+    ++stats.updates;
+  }
+
+  // Applies a merged push held in `merged`, which may be taken over: under
+  // "assign" it becomes the value without a copy (readers of the old value
+  // keep theirs).
+  void apply(slice_state& s, std::vector<float>&& merged) {
+    if (!replaces) {
+      apply(s, merged.data());
+      return;
+    }
+    s.value = shared_floats{std::move(merged)};
     ++s.step;
     ++stats.updates;
   }
@@ -214,7 +234,7 @@ struct shard_state {
       auto i = s.rounds.find(s.rounds_done);
       if (i == s.rounds.end() || !round_complete(i->second))
         return;
-      apply(s, i->second.sum.data());
+      apply(s, std::move(i->second.sum));
       s.rounds.erase(i);
       ++s.rounds_done;
       auto ready = [&](const waiting_pull& p) {
@@ -248,7 +268,10 @@ struct shard_state {
                           + std::to_string(s.value.size())
                           + " floats but the push has " + std::to_string(n));
     if (!cfg.sync) {
-      apply(s, g);
+      if (owned != nullptr)
+        apply(s, std::move(*owned));
+      else
+        apply(s, g);
       return caf::none;
     }
     auto round = s.pushes_of[worker]++;
@@ -338,6 +361,13 @@ struct shard_state {
     stash(op, *s, id, worker, seq, std::move(x));
   }
 
+  // Submits a push or push_pull; the message's buffer may be taken over.
+  void submit(const char* op, slice_push& msg, op_target t) {
+    auto& g = msg.grad.data;
+    submit(op, find(msg.slice), msg.slice, msg.worker, msg.seq, g.data(),
+           g.size(), std::move(t), &g);
+  }
+
   // Checks a push or pull on slice `s` and orders it among the operations of
   // its worker: returns whether it runs now (true) or must wait for an
   // earlier one (false).
@@ -388,7 +418,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         return make_error(errc::shape_mismatch, "init: " + slice_name(msg.slice)
                                                   + " has an empty value");
       auto& s = st.slices[msg.slice];
-      s.value = msg.value.data;
+      s.value = shared_floats{msg.value.data};
       s.opt_state.assign(core::state_size(st.opt, s.value.size()), 0.0f);
       s.next_seq.assign(st.cfg.num_workers, 0);
       s.pushes_of.assign(st.cfg.num_workers, 0);
@@ -403,16 +433,23 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       t.kind = op_kind::push;
       t.push_rp = self->make_response_promise<caf::ok_atom>();
       auto rp = t.push_rp;
-      auto& g = msg.grad.data;
-      auto& st = self->state;
-      st.submit("push", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-                g.data(), g.size(), std::move(t), &g);
+      self->state.submit("push", msg, std::move(t));
       return rp;
     },
-    [self](pull_atom, const slice_pull& msg) -> caf::result<floats> {
+    // A push, then a pull of the value it produced (one large slice; small
+    // ones travel in batches).
+    [self](push_pull_atom, slice_push& msg) -> caf::result<shared_floats> {
+      op_target t;
+      t.kind = op_kind::push_pull;
+      t.pull_rp = self->make_response_promise<shared_floats>();
+      auto rp = t.pull_rp;
+      self->state.submit("push_pull", msg, std::move(t));
+      return rp;
+    },
+    [self](pull_atom, const slice_pull& msg) -> caf::result<shared_floats> {
       op_target t;
       t.kind = op_kind::pull;
-      t.pull_rp = self->make_response_promise<floats>();
+      t.pull_rp = self->make_response_promise<shared_floats>();
       auto rp = t.pull_rp;
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
@@ -493,7 +530,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         rec.key_id = key_of(id);
         rec.part = part_of(id);
         rec.step = s.step;
-        rec.value.data = s.value;
+        rec.value.data = s.value.vec();
         rec.state.data = s.opt_state;
         snap.slices.push_back(std::move(rec));
       }
@@ -537,7 +574,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
       st.set_optimizer(snap.optimizer);
       for (auto& rec : snap.slices) {
         auto& s = st.slices[make_slice_id(rec.key_id, rec.part)];
-        s.value = rec.value.data;
+        s.value = shared_floats{rec.value.data};
         s.opt_state = rec.state.data;
         s.step = rec.step;
       }
@@ -632,8 +669,13 @@ shard_actor::behavior_type relay_impl(shard_actor::pointer self,
     [=](push_atom a, slice_push& msg) {
       return relay_high<caf::ok_atom>(self, shard, observer, a, std::move(msg));
     },
+    [=](push_pull_atom a, slice_push& msg) {
+      return relay_high<shared_floats>(self, shard, observer, a,
+                                       std::move(msg));
+    },
     [=](pull_atom a, slice_pull& msg) {
-      return relay_high<floats>(self, shard, observer, a, std::move(msg));
+      return relay_high<shared_floats>(self, shard, observer, a,
+                                       std::move(msg));
     },
     [=](batch_atom a, slice_batch& msg) {
       return relay_high<floats>(self, shard, observer, a, std::move(msg));

@@ -28,9 +28,16 @@
 ///   `shape_mismatch` (length differs from the slice), `bad_config` (worker
 ///   out of range, sequence number reused or more than 65536 ahead),
 ///   `dead_node` (the worker is not live: it left or was declared dead).
-/// - `(pull_atom, slice_pull)` -> `floats`, a copy of the slice. In sync mode
-///   the reply waits until every round to which the same worker contributed
-///   before this pull has been applied. Errors: as for push.
+///   The shard keeps the pushed buffer when it can: as a round's sum, and,
+///   under "assign", as the new value.
+/// - `(pull_atom, slice_pull)` -> `shared_floats`: the slice's value, shared
+///   with the shard in the same process (copy on write: the shard copies its
+///   value before updating it only while a reader still holds it). In sync
+///   mode the reply waits until every round to which the same worker
+///   contributed before this pull has been applied. Errors: as for push.
+/// - `(push_pull_atom, slice_push)` -> `shared_floats`: the push, then a pull
+///   of the value it produced (in sync mode, once its round is applied), in
+///   one request. Errors: as for push.
 /// - `(batch_atom, slice_batch)` -> `floats`: several pushes, pulls or
 ///   push-pulls of one worker on this shard's slices, each ordered with the
 ///   worker's other operations on its slice by its sequence number; the reply
@@ -84,7 +91,8 @@ struct shard_config {
 using shard_actor = caf::typed_actor<
   caf::replies_to<init_atom, slice_init>::with<caf::ok_atom>,
   caf::replies_to<push_atom, slice_push>::with<caf::ok_atom>,
-  caf::replies_to<pull_atom, slice_pull>::with<floats>,
+  caf::replies_to<pull_atom, slice_pull>::with<shared_floats>,
+  caf::replies_to<push_pull_atom, slice_push>::with<shared_floats>,
   caf::replies_to<batch_atom, slice_batch>::with<floats>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,

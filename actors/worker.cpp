@@ -232,15 +232,14 @@ struct piece {
 };
 
 // One push, pull or push_pull on one or more keys, in flight: counts the
-// shards' replies and assembles the pulled values into one output.
+// shards' replies and collects the pulled slices as pieces of one output,
+// without copying them (see float_parts).
 struct gather {
   std::size_t remaining = 0;
   bool sealed = false;
   bool failed = false;
-  // The whole output comes in one reply: take it over instead of copying.
-  bool whole = false;
-  floats out;
-  std::function<void(floats)> finish;
+  float_parts out;
+  std::function<void(float_parts)> finish;
   std::function<void(caf::error)> on_error;
 
   void fail(caf::error err) {
@@ -255,32 +254,100 @@ struct gather {
       finish(std::move(out));
   }
 
-  // Copies (or takes over) one reply made of `pieces` back to back.
+  bool check(uint64_t got, uint64_t expected) {
+    if (got == expected)
+      return true;
+    fail(make_error(errc::shape_mismatch,
+                    "a shard returned " + std::to_string(got) + " floats where "
+                      + std::to_string(expected) + " were expected"));
+    return false;
+  }
+
+  // One slice's value, which belongs at `at` of the output: shared as it is.
+  void put(uint64_t at, uint64_t expected, shared_floats& x) {
+    if (failed || !check(x.size(), expected))
+      return;
+    out.pieces.push_back(
+      float_piece{static_cast<uint32_t>(out.buffers.size()), 0, at, expected});
+    out.buffers.push_back(std::move(x));
+    arrive();
+  }
+
+  // A batch reply: the slices of `pieces` back to back.
   void put(const std::vector<piece>& pieces, uint64_t expected, floats& x) {
-    if (failed)
+    if (failed || !check(x.data.size(), expected))
       return;
-    if (x.data.size() != expected) {
-      fail(make_error(errc::shape_mismatch,
-                      "a shard returned " + std::to_string(x.data.size())
-                        + " floats where " + std::to_string(expected)
-                        + " were expected"));
-      return;
-    }
-    if (whole) {
-      out = std::move(x);
-    } else {
-      uint64_t at = 0;
-      for (auto& p : pieces) {
-        std::memcpy(out.data.data() + p.offset, x.data.data() + at,
-                    p.length * sizeof(float));
-        at += p.length;
-      }
+    auto index = static_cast<uint32_t>(out.buffers.size());
+    out.buffers.emplace_back(std::move(x.data));
+    uint64_t from = 0;
+    for (auto& p : pieces) {
+      out.pieces.push_back(float_piece{index, from, p.offset, p.length});
+      from += p.length;
     }
     arrive();
   }
 };
 
 using gather_ptr = std::shared_ptr<gather>;
+
+// Reads a pushed value (contiguous pieces, checked) front to back, slice by
+// slice.
+class parts_reader {
+public:
+  explicit parts_reader(float_parts& src) : src_(src) {
+    uses_.assign(src_.buffers.size(), 0);
+    for (auto& p : src_.pieces)
+      ++uses_[p.buffer];
+  }
+
+  // The next `n` floats as a buffer of their own: a buffer that holds
+  // exactly them (and nothing else refers to) is taken over, else they are
+  // copied.
+  std::vector<float> take(uint64_t n) {
+    skip_empty();
+    if (pos_ == 0 && i_ < src_.pieces.size()) {
+      auto& p = src_.pieces[i_];
+      auto& buf = src_.buffers[p.buffer];
+      if (p.from == 0 && p.length == n && buf.size() == n
+          && uses_[p.buffer] == 1) {
+        ++i_;
+        return buf.take();
+      }
+    }
+    std::vector<float> out;
+    out.reserve(n);
+    append(out, n);
+    return out;
+  }
+
+  // Appends the next `n` floats to `out`.
+  void append(std::vector<float>& out, uint64_t n) {
+    while (n > 0) {
+      skip_empty();
+      auto& p = src_.pieces[i_];
+      auto k = std::min(n, p.length - pos_);
+      auto first = src_.buffers[p.buffer].data() + p.from + pos_;
+      out.insert(out.end(), first, first + k);
+      pos_ += k;
+      n -= k;
+      if (pos_ == p.length) {
+        ++i_;
+        pos_ = 0;
+      }
+    }
+  }
+
+private:
+  void skip_empty() {
+    while (i_ < src_.pieces.size() && src_.pieces[i_].length == 0)
+      ++i_;
+  }
+
+  float_parts& src_;
+  std::vector<uint32_t> uses_;
+  std::size_t i_ = 0;
+  uint64_t pos_ = 0;
+};
 
 // A batch being filled for one shard.
 struct batch_builder {
@@ -289,45 +356,67 @@ struct batch_builder {
   uint64_t floats = 0;
 };
 
-// Sends a batch, or its only operation as a plain push or pull.
+// Sends a batch, or its only operation as a plain push, pull or push_pull.
 void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
            batch_builder& b, const gather_ptr& g) {
   if (b.pieces.empty())
     return;
   ++g->remaining;
   auto fail = [g](caf::error& err) { g->fail(std::move(err)); };
-  // A push batch answers with no floats: nothing to place.
-  if (kind == op_kind::push) {
-    b.pieces.clear();
-    b.floats = 0;
-  }
-  auto on_floats = [g, pieces = std::move(b.pieces), expected = b.floats](
-                     floats& x) { g->put(pieces, expected, x); };
+  auto msg = std::move(b.msg);
+  auto pieces = std::move(b.pieces);
+  auto expected = b.floats;
+  b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}};
   b.pieces.clear();
   b.floats = 0;
-  auto msg = std::move(b.msg);
-  b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}};
-  if (msg.slices.size() == 1 && kind == op_kind::push)
-    to_shard<caf::ok_atom>(
-      self, shard, priority, [g](caf::ok_atom) { g->arrive(); }, fail,
-      push_atom::value,
-      slice_push{msg.slices[0], msg.worker, msg.seqs[0], std::move(msg.data)});
-  else if (msg.slices.size() == 1 && kind == op_kind::pull)
-    to_shard<floats>(self, shard, priority, on_floats, fail, pull_atom::value,
-                     slice_pull{msg.slices[0], msg.worker, msg.seqs[0]});
-  else
-    to_shard<floats>(self, shard, priority, on_floats, fail, batch_atom::value,
-                     std::move(msg));
+  if (msg.slices.size() == 1) {
+    auto at = pieces[0].offset;
+    auto on_value = [g, at, expected](shared_floats& x) {
+      g->put(at, expected, x);
+    };
+    switch (kind) {
+      case op_kind::push:
+        to_shard<caf::ok_atom>(
+          self, shard, priority, [g](caf::ok_atom) { g->arrive(); }, fail,
+          push_atom::value,
+          slice_push{msg.slices[0], msg.worker, msg.seqs[0],
+                     std::move(msg.data)});
+        return;
+      case op_kind::pull:
+        to_shard<shared_floats>(
+          self, shard, priority, on_value, fail, pull_atom::value,
+          slice_pull{msg.slices[0], msg.worker, msg.seqs[0]});
+        return;
+      case op_kind::push_pull:
+        to_shard<shared_floats>(self, shard, priority, on_value, fail,
+                                push_pull_atom::value,
+                                slice_push{msg.slices[0], msg.worker,
+                                           msg.seqs[0], std::move(msg.data)});
+        return;
+    }
+  }
+  // A push batch answers with no floats: nothing to place.
+  if (kind == op_kind::push) {
+    pieces.clear();
+    expected = 0;
+  }
+  to_shard<floats>(
+    self, shard, priority,
+    [g, pieces = std::move(pieces), expected](floats& x) {
+      g->put(pieces, expected, x);
+    },
+    fail, batch_atom::value, std::move(msg));
 }
 
 // Starts `kind` on `keys` (whose routes are known): checks the payload,
-// numbers each slice's operation, and sends each large slice on its own and
-// the small slices of each shard as batches. `finish` gets the pulled values
-// of all keys back to back (empty for pushes) once every shard answered;
+// numbers each slice's operation, and sends each large slice on its own (its
+// buffer moved along when the caller gave it one of its own) and the small
+// slices of each shard as batches. `finish` gets the pulled values of all
+// keys back to back (empty for pushes) once every shard answered;
 // `on_error` gets the first error instead.
 void start_ops(self_ptr self, op_kind kind,
                const std::vector<std::string>& keys, int32_t priority,
-               floats data, std::function<void(floats)> finish,
+               float_parts data, std::function<void(float_parts)> finish,
                std::function<void(caf::error)> on_error) {
   auto& st = self->state;
   auto op = op_name(kind);
@@ -338,24 +427,30 @@ void start_ops(self_ptr self, op_kind kind,
     rs.push_back(&st.routes.at(k));
     total += rs.back()->info.size;
   }
-  if (pushes && data.data.size() != total) {
+  if (pushes && data.size != total) {
     if (keys.size() == 1)
-      on_error(
-        to_error(core::check_size(op, rs[0]->info, data.data.size(), "push")));
+      on_error(to_error(core::check_size(op, rs[0]->info, data.size, "push")));
     else
       on_error(make_error(errc::shape_mismatch,
                           std::string{op} + ": " + std::to_string(keys.size())
                             + " keys hold " + std::to_string(total)
                             + " floats but the push has "
-                            + std::to_string(data.data.size())));
+                            + std::to_string(data.size)));
+    return;
+  }
+  if (pushes && !data.valid(true)) {
+    on_error(make_error(errc::shape_mismatch,
+                        std::string{op}
+                          + ": the pieces of the pushed value do not cover it "
+                            "in order"));
     return;
   }
   auto g = std::make_shared<gather>();
   g->finish = std::move(finish);
   g->on_error = std::move(on_error);
-  g->whole = keys.size() == 1 && rs[0]->info.slices.size() == 1;
-  if (kind != op_kind::push && !g->whole)
-    g->out.data.resize(total);
+  if (kind != op_kind::push)
+    g->out.size = total;
+  parts_reader in{data};
   auto rank = st.cfg.rank;
   auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
   std::vector<batch_builder> open(num_shards);
@@ -371,23 +466,21 @@ void start_ops(self_ptr self, op_kind kind,
       auto seq = r->seq[s.part]++;
       auto at = key_offset + s.offset;
       auto& b = open[s.shard];
-      if (s.length > bound || b.floats + s.length > cap)
+      auto alone = s.length > bound;
+      if (alone || b.floats + s.length > cap)
         flush(self, s.shard, priority, kind, b, g);
       b.msg.slices.push_back(id);
       b.msg.seqs.push_back(seq);
       b.pieces.push_back(piece{at, s.length});
       b.floats += s.length;
       if (pushes) {
-        if (g->whole)
-          b.msg.data = std::move(data);
+        if (alone)
+          b.msg.data.data = in.take(s.length);
         else
-          b.msg.data.data.insert(
-            b.msg.data.data.end(),
-            data.data.begin() + static_cast<std::ptrdiff_t>(at),
-            data.data.begin() + static_cast<std::ptrdiff_t>(at + s.length));
+          in.append(b.msg.data.data, s.length);
       }
       // A large slice travels alone, so big tensors stream over all shards.
-      if (s.length > bound)
+      if (alone)
         flush(self, s.shard, priority, kind, b, g);
     }
     key_offset += info.size;
@@ -402,7 +495,7 @@ void start_ops(self_ptr self, op_kind kind,
 // Runs `kind` on `keys` once their routes are known; delivers to `rp`.
 template <class Promise>
 void data_op(self_ptr self, op_kind kind, std::vector<std::string> keys,
-             int32_t priority, floats data, Promise rp) {
+             int32_t priority, float_parts data, Promise rp) {
   if (keys.empty()) {
     rp.deliver(make_error(errc::bad_config,
                           std::string{op_name(kind)} + ": no keys given"));
@@ -416,9 +509,9 @@ void data_op(self_ptr self, op_kind kind, std::vector<std::string> keys,
               data = std::move(data)]() mutable {
     start_ops(
       self, kind, *ks, priority, std::move(data),
-      [rp](floats out) mutable {
+      [rp](float_parts out) mutable {
         if constexpr (std::is_same_v<Promise,
-                                     caf::typed_response_promise<floats>>)
+                                     caf::typed_response_promise<float_parts>>)
           rp.deliver(std::move(out));
         else
           rp.deliver(caf::ok_atom::value);
@@ -510,41 +603,43 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
       return rp;
     },
     [self](push_atom, std::string& key, int32_t priority,
-           floats& grad) -> caf::result<caf::ok_atom> {
+           float_parts& grad) -> caf::result<caf::ok_atom> {
       auto rp = self->make_response_promise<caf::ok_atom>();
       data_op(self, op_kind::push, {std::move(key)}, priority, std::move(grad),
               rp);
       return rp;
     },
     [self](push_atom, std::vector<std::string>& keys, int32_t priority,
-           floats& grads) -> caf::result<caf::ok_atom> {
+           float_parts& grads) -> caf::result<caf::ok_atom> {
       auto rp = self->make_response_promise<caf::ok_atom>();
       data_op(self, op_kind::push, std::move(keys), priority, std::move(grads),
               rp);
       return rp;
     },
     [self](pull_atom, std::string& key,
-           int32_t priority) -> caf::result<floats> {
-      auto rp = self->make_response_promise<floats>();
-      data_op(self, op_kind::pull, {std::move(key)}, priority, floats{}, rp);
+           int32_t priority) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::pull, {std::move(key)}, priority, float_parts{},
+              rp);
       return rp;
     },
     [self](pull_atom, std::vector<std::string>& keys,
-           int32_t priority) -> caf::result<floats> {
-      auto rp = self->make_response_promise<floats>();
-      data_op(self, op_kind::pull, std::move(keys), priority, floats{}, rp);
+           int32_t priority) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::pull, std::move(keys), priority, float_parts{},
+              rp);
       return rp;
     },
     [self](push_pull_atom, std::string& key, int32_t priority,
-           floats& grad) -> caf::result<floats> {
-      auto rp = self->make_response_promise<floats>();
+           float_parts& grad) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::push_pull, {std::move(key)}, priority,
               std::move(grad), rp);
       return rp;
     },
     [self](push_pull_atom, std::vector<std::string>& keys, int32_t priority,
-           floats& grads) -> caf::result<floats> {
-      auto rp = self->make_response_promise<floats>();
+           float_parts& grads) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::push_pull, std::move(keys), priority,
               std::move(grads), rp);
       return rp;

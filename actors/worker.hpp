@@ -18,7 +18,7 @@
 ///
 /// The worker caches each key's routing entry (fetched from the coordinator on
 /// first use), numbers its operations per slice so that shards apply them in
-/// issue order whatever their priorities, slices pushes and assembles pulls.
+/// issue order whatever their priorities, slices pushes and gathers pulls.
 ///
 /// Messages:
 /// - `(init_atom, key, shape, floats)` -> `ok_atom` once every shard holds the
@@ -26,17 +26,21 @@
 ///   their value is ignored (MXNet semantics). Errors: `shape_mismatch`
 ///   (value size differs from the shape, or the shape from the registered
 ///   one), `already_initialized`.
-/// - `(push_atom, key, priority, floats)` -> `ok_atom` once every slice was
-///   accepted by its shard. Errors: `unknown_key`, `not_initialized`,
-///   `shape_mismatch`.
-/// - `(pull_atom, key, priority)` -> `floats`: the whole value, assembled from
-///   its slices; sees every earlier push of this worker. Errors: as push.
-/// - `(push_pull_atom, key, priority, floats)` -> `floats`: a push, then a
-///   pull of the value it produced, in one request per shard (MXNet's
+/// - `(push_atom, key, priority, float_parts)` -> `ok_atom` once every slice
+///   was accepted by its shard. A piece of the payload that holds exactly one
+///   large slice in a buffer of its own is moved to the shard, not copied.
+///   Errors: `unknown_key`, `not_initialized`, `shape_mismatch` (wrong size,
+///   or pieces not in order and contiguous).
+/// - `(pull_atom, key, priority)` -> `float_parts`: the whole value, as the
+///   pieces its shards returned (nothing is copied into one vector; a local
+///   shard's buffer is shared); sees every earlier push of this worker.
+///   Errors: as push.
+/// - `(push_pull_atom, key, priority, float_parts)` -> `float_parts`: a push,
+///   then a pull of the value it produced, in one request per shard (MXNet's
 ///   pushpull; in sync mode the reply waits for the push's round).
-/// - `(push_atom, keys, priority, floats)`, `(pull_atom, keys, priority)`,
-///   `(push_pull_atom, keys, priority, floats)` with `keys` a
-///   `std::vector<std::string>`: the same on several keys at once, their
+/// - `(push_atom, keys, priority, float_parts)`, `(pull_atom, keys,
+///   priority)`, `(push_pull_atom, keys, priority, float_parts)` with `keys`
+///   a `std::vector<std::string>`: the same on several keys at once, their
 ///   values back to back in `keys` order. Slices of at most
 ///   `worker_config::batch_floats` floats are sent as one batch per shard, so
 ///   a round of many small keys costs one message per shard, not per key.
@@ -62,6 +66,9 @@
 /// does every later request that needs it.
 namespace actorps {
 
+/// Default of `worker_config::batch_floats`.
+constexpr uint64_t default_batch_floats = uint64_t{1} << 16;
+
 /// Static configuration of one worker.
 struct worker_config {
   uint32_t rank = 0;
@@ -76,7 +83,7 @@ struct worker_config {
   std::chrono::milliseconds barrier_timeout{600000};
   /// Slices of at most this many floats travel in one batch message per
   /// shard; larger ones alone. 0 sends every slice alone.
-  uint64_t batch_floats = uint64_t{1} << 16;
+  uint64_t batch_floats = default_batch_floats;
 };
 
 /// Most floats one batch message carries; a fuller batch is split.
@@ -86,14 +93,17 @@ constexpr uint64_t max_batch_floats = uint64_t{1} << 20;
 using worker_actor = caf::typed_actor<
   caf::replies_to<init_atom, std::string, std::vector<uint64_t>,
                   floats>::with<caf::ok_atom>,
-  caf::replies_to<push_atom, std::string, int32_t, floats>::with<caf::ok_atom>,
-  caf::replies_to<pull_atom, std::string, int32_t>::with<floats>,
-  caf::replies_to<push_pull_atom, std::string, int32_t, floats>::with<floats>,
+  caf::replies_to<push_atom, std::string, int32_t,
+                  float_parts>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, std::string, int32_t>::with<float_parts>,
+  caf::replies_to<push_pull_atom, std::string, int32_t,
+                  float_parts>::with<float_parts>,
   caf::replies_to<push_atom, std::vector<std::string>, int32_t,
-                  floats>::with<caf::ok_atom>,
-  caf::replies_to<pull_atom, std::vector<std::string>, int32_t>::with<floats>,
+                  float_parts>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, std::vector<std::string>,
+                  int32_t>::with<float_parts>,
   caf::replies_to<push_pull_atom, std::vector<std::string>, int32_t,
-                  floats>::with<floats>,
+                  float_parts>::with<float_parts>,
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,
   caf::replies_to<leave_atom>::with<caf::ok_atom>,

@@ -16,6 +16,8 @@
 CAF_BEGIN_TYPE_ID_BLOCK(actorps, caf::first_custom_type_id)
 
 CAF_ADD_TYPE_ID(actorps, (actorps::floats))
+CAF_ADD_TYPE_ID(actorps, (actorps::shared_floats))
+CAF_ADD_TYPE_ID(actorps, (actorps::float_parts))
 CAF_ADD_TYPE_ID(actorps, (actorps::slice_init))
 CAF_ADD_TYPE_ID(actorps, (actorps::slice_push))
 CAF_ADD_TYPE_ID(actorps, (actorps::slice_pull))

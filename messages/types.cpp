@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "messages/types.hpp"
 
+#include <atomic>
+#include <cstring>
+#include <utility>
+
 #include "caf/deserializer.hpp"
 #include "caf/error.hpp"
 #include "caf/sec.hpp"
@@ -8,17 +12,20 @@
 
 namespace actorps {
 
-caf::error inspect(caf::serializer& f, floats& x) {
-  auto n = x.data.size();
+namespace {
+
+// Writes `n` floats from `data` as one length and one byte run.
+caf::error save_raw(caf::serializer& f, const float* data, size_t n) {
   if (auto err = f.begin_sequence(n))
     return err;
   if (n > 0)
-    if (auto err = f.apply_raw(n * sizeof(float), x.data.data()))
+    if (auto err = f.apply_raw(n * sizeof(float), const_cast<float*>(data)))
       return err;
   return f.end_sequence();
 }
 
-caf::error inspect(caf::deserializer& f, floats& x) {
+// Reads what save_raw wrote into `out`.
+caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
   size_t n = 0;
   if (auto err = f.begin_sequence(n))
     return err;
@@ -26,11 +33,133 @@ caf::error inspect(caf::deserializer& f, floats& x) {
   if (n > (size_t{1} << 30))
     return caf::make_error(caf::sec::invalid_argument,
                            "floats: sequence length exceeds 4 GiB");
-  x.data.resize(n);
+  out.resize(n);
   if (n > 0)
-    if (auto err = f.apply_raw(n * sizeof(float), x.data.data()))
+    if (auto err = f.apply_raw(n * sizeof(float), out.data()))
       return err;
   return f.end_sequence();
+}
+
+const std::vector<float> no_floats;
+
+} // namespace
+
+caf::error inspect(caf::serializer& f, floats& x) {
+  return save_raw(f, x.data.data(), x.data.size());
+}
+
+caf::error inspect(caf::deserializer& f, floats& x) {
+  return load_raw(f, x.data);
+}
+
+// -- shared_floats ------------------------------------------------------------
+
+shared_floats::shared_floats(std::vector<float> x)
+  : buf_(std::make_shared<std::vector<float>>(std::move(x))) {
+}
+
+const std::vector<float>& shared_floats::vec() const {
+  return buf_ ? *buf_ : no_floats;
+}
+
+bool shared_floats::unique() const noexcept {
+  if (!buf_ || buf_.use_count() != 1)
+    return false;
+  // use_count reads the count without ordering: make every access of the
+  // holder that let go of the buffer happen before what follows.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
+}
+
+std::vector<float>& shared_floats::mutate() {
+  if (!buf_)
+    buf_ = std::make_shared<std::vector<float>>();
+  else if (!unique())
+    buf_ = std::make_shared<std::vector<float>>(*buf_);
+  return *buf_;
+}
+
+std::vector<float> shared_floats::take() {
+  std::vector<float> out;
+  if (unique())
+    out = std::move(*buf_);
+  else if (buf_)
+    out = *buf_;
+  buf_.reset();
+  return out;
+}
+
+caf::error inspect(caf::serializer& f, shared_floats& x) {
+  return save_raw(f, x.data(), x.size());
+}
+
+caf::error inspect(caf::deserializer& f, shared_floats& x) {
+  std::vector<float> tmp;
+  if (auto err = load_raw(f, tmp))
+    return err;
+  x = shared_floats{std::move(tmp)};
+  return caf::none;
+}
+
+// -- float_parts --------------------------------------------------------------
+
+float_parts::float_parts(std::vector<float> x) {
+  append(shared_floats{std::move(x)});
+}
+
+void float_parts::append(shared_floats buf) {
+  auto n = static_cast<uint64_t>(buf.size());
+  if (n == 0)
+    return;
+  pieces.push_back(
+    float_piece{static_cast<uint32_t>(buffers.size()), 0, size, n});
+  buffers.push_back(std::move(buf));
+  size += n;
+}
+
+bool float_parts::valid(bool contiguous) const {
+  uint64_t next = 0;
+  for (auto& p : pieces) {
+    if (p.buffer >= buffers.size())
+      return false;
+    auto have = static_cast<uint64_t>(buffers[p.buffer].size());
+    if (p.from > have || p.length > have - p.from)
+      return false;
+    if (p.at > size || p.length > size - p.at)
+      return false;
+    if (contiguous && p.at != next)
+      return false;
+    next = p.at + p.length;
+  }
+  return !contiguous || next == size;
+}
+
+void float_parts::copy_to(float* dst) const {
+  for (auto& p : pieces)
+    std::memcpy(dst + p.at, buffers[p.buffer].data() + p.from,
+                p.length * sizeof(float));
+}
+
+std::vector<float> float_parts::flatten() const {
+  std::vector<float> out(size);
+  copy_to(out.data());
+  return out;
+}
+
+caf::error inspect(caf::serializer& f, float_parts& x) {
+  if (x.pieces.size() == 1 && x.pieces[0].length == x.size)
+    return save_raw(f, x.buffers[x.pieces[0].buffer].data() + x.pieces[0].from,
+                    x.size);
+  auto flat = x.flatten();
+  return save_raw(f, flat.data(), flat.size());
+}
+
+caf::error inspect(caf::deserializer& f, float_parts& x) {
+  std::vector<float> tmp;
+  if (auto err = load_raw(f, tmp))
+    return err;
+  x = float_parts{std::move(tmp)};
+  return caf::none;
 }
 
 } // namespace actorps

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,110 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, floats& x) {
   auto n = static_cast<uint64_t>(x.data.size());
   return f(caf::meta::type_name("floats"), n);
+}
+
+/// A float buffer shared by reference: copying a `shared_floats` (as CAF does
+/// with the messages that hold one) never copies the floats. While shared it
+/// is read-only; `mutate` and `take` copy it first if anyone else holds it,
+/// so a shard can hand its value to a reader and keep updating it safely
+/// (copy on write). Crosses the network as one raw byte run, like `floats`.
+class shared_floats {
+public:
+  shared_floats() = default;
+
+  /// Takes over `x` without copying it.
+  explicit shared_floats(std::vector<float> x);
+
+  const float* data() const noexcept {
+    return buf_ ? buf_->data() : nullptr;
+  }
+
+  std::size_t size() const noexcept {
+    return buf_ ? buf_->size() : 0;
+  }
+
+  bool empty() const noexcept {
+    return size() == 0;
+  }
+
+  /// The floats, read-only.
+  const std::vector<float>& vec() const;
+
+  /// True if no other `shared_floats` refers to this buffer.
+  bool unique() const noexcept;
+
+  /// The buffer for writing: copied first if it is shared.
+  std::vector<float>& mutate();
+
+  /// Moves the buffer out if this is its only holder, else copies it; this
+  /// object is empty afterwards.
+  std::vector<float> take();
+
+private:
+  std::shared_ptr<std::vector<float>> buf_;
+};
+
+caf::error inspect(caf::serializer& f, shared_floats& x);
+
+caf::error inspect(caf::deserializer& f, shared_floats& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shared_floats& x) {
+  auto n = static_cast<uint64_t>(x.size());
+  return f(caf::meta::type_name("shared_floats"), n);
+}
+
+/// `length` floats of buffer `buffer` of a `float_parts`, starting at
+/// `from` in that buffer, which hold the floats [at, at + length) of the
+/// value.
+struct float_piece {
+  uint32_t buffer = 0;
+  uint64_t from = 0;
+  uint64_t at = 0;
+  uint64_t length = 0;
+};
+
+/// A value of `size` floats held as pieces of shared buffers (a scatter /
+/// gather list): the payload between a client and its worker actor. Large
+/// slices travel in buffers of their own, moved or shared end to end
+/// instead of being packed into (and cut out of) one big vector; a pulled
+/// slice may share the shard's own buffer (see `shared_floats`).
+///
+/// A pushed value's pieces must be in order and contiguous (piece i starts
+/// where piece i-1 ends, the first at 0, the last ends at `size`); a pulled
+/// value's pieces cover every float once, in any order.
+struct float_parts {
+  uint64_t size = 0;
+  std::vector<shared_floats> buffers;
+  std::vector<float_piece> pieces;
+
+  float_parts() = default;
+
+  /// One buffer holding the whole value (tests, small values).
+  explicit float_parts(std::vector<float> x);
+
+  /// Appends all of `buf` as the floats [size, size + buf.size()).
+  void append(shared_floats buf);
+
+  /// Checks that every piece lies inside its buffer and inside [0, size);
+  /// with `contiguous`, also that the pieces are in order without gaps.
+  bool valid(bool contiguous) const;
+
+  /// Copies every piece to `dst + at` (`dst` holds `size` floats).
+  void copy_to(float* dst) const;
+
+  /// The value as one vector.
+  std::vector<float> flatten() const;
+};
+
+/// Serialized as the flattened value: one length, one byte run.
+caf::error inspect(caf::serializer& f, float_parts& x);
+
+caf::error inspect(caf::deserializer& f, float_parts& x);
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, float_parts& x) {
+  return f(caf::meta::type_name("float_parts"), x.size);
 }
 
 /// Identifies one contiguous slice of one key: `(key_id << 32) | part`.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/kvstore.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -283,87 +284,139 @@ struct kvstore::impl {
     return keys.emplace(key, std::move(info)).first->second;
   }
 
-  // The size of each key, in floats.
-  caf::expected<std::vector<uint64_t>>
-  key_sizes(const char* op, const std::vector<std::string>& names) {
+  // The routing entry of each key (pointers into `keys`, which keeps its
+  // elements in place).
+  caf::expected<std::vector<const key_info*>>
+  key_infos(const char* op, const std::vector<std::string>& names) {
     if (names.empty())
       return make_error(errc::bad_config, std::string{op} + ": no keys given");
-    std::vector<uint64_t> out;
+    std::vector<const key_info*> out;
     out.reserve(names.size());
     for (auto& name : names) {
-      auto info = meta(name);
-      if (!info)
+      if (auto info = meta(name); !info)
         return std::move(info.error());
-      out.push_back(info->size);
+      out.push_back(&keys.at(name));
     }
     return out;
   }
 
-  // Checks that `buffers` holds one buffer of size `n[i]` per key (`what`
-  // names them).
+  // Checks that `buffers` holds one buffer per key, of the key's size
+  // (`what` names them).
   template <class Buffers>
-  caf::error check_buffers(const char* op,
-                           const std::vector<std::string>& names,
-                           const std::vector<uint64_t>& n,
-                           const Buffers& buffers, const char* what) {
-    if (buffers.size() != names.size())
+  static caf::error check_buffers(const char* op,
+                                  const std::vector<const key_info*>& infos,
+                                  const Buffers& buffers, const char* what) {
+    if (buffers.size() != infos.size())
       return make_error(errc::shape_mismatch,
-                        std::string{op} + ": " + std::to_string(names.size())
+                        std::string{op} + ": " + std::to_string(infos.size())
                           + " keys but " + std::to_string(buffers.size()) + " "
                           + what + "s");
-    for (size_t i = 0; i < names.size(); ++i) {
+    for (size_t i = 0; i < infos.size(); ++i) {
       auto got = static_cast<uint64_t>(buffers[i].size());
-      if (got != n[i])
-        return to_error(core::check_size(op, keys.at(names[i]), got, what));
+      if (got != infos[i]->size)
+        return to_error(core::check_size(op, *infos[i], got, what));
     }
     return caf::none;
   }
 
-  // Lays the values (checked against the key sizes `n`) out back to back.
-  static floats
-  pack(const std::vector<uint64_t>& n,
-       const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values) {
-    uint64_t total = 0;
-    for (auto x : n)
-      total += x;
-    // Appended, not resized and overwritten: one pass over the memory.
-    floats out;
-    out.data.reserve(total);
-    for (auto& v : values)
-      out.data.insert(out.data.end(), v.data(), v.data() + v.size());
+  // Lays out a pushed value of the keys `infos`, back to back: each slice
+  // that the worker sends alone gets a buffer of its own, which then travels
+  // to its shard without another copy; the other slices are packed together.
+  // `fill(i, from, n, out)` appends the floats [from, from + n) of key i to
+  // `out` (appended, not resized and overwritten: one pass over the memory).
+  template <class Fill>
+  static float_parts
+  pack(const std::vector<const key_info*>& infos, Fill fill) {
+    uint64_t small = 0;
+    for (auto* info : infos)
+      for (auto& s : info->slices)
+        if (s.length <= default_batch_floats)
+          small += s.length;
+    float_parts out;
+    std::vector<float> run;
+    run.reserve(small);
+    auto end_run = [&] {
+      if (!run.empty())
+        out.append(shared_floats{std::move(run)});
+      run = std::vector<float>{};
+    };
+    for (size_t i = 0; i < infos.size(); ++i) {
+      for (auto& s : infos[i]->slices) {
+        if (s.length <= default_batch_floats) {
+          fill(i, s.offset, s.length, run);
+          continue;
+        }
+        end_run();
+        std::vector<float> own;
+        own.reserve(s.length);
+        fill(i, s.offset, s.length, own);
+        out.append(shared_floats{std::move(own)});
+      }
+    }
+    end_run();
     return out;
   }
 
-  // Where each key's pulled floats go: one output per key.
-  using target_list = std::vector<std::pair<float*, uint64_t>>;
+  // Packs one value per key.
+  static float_parts
+  pack(const std::vector<const key_info*>& infos,
+       const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values) {
+    return pack(infos, [&](size_t i, uint64_t from, uint64_t n,
+                           std::vector<float>& out) {
+      auto first = values[i].data() + from;
+      out.insert(out.end(), first, first + n);
+    });
+  }
 
-  // Where each key's pulled floats go (outputs checked against `n`).
-  static target_list targets(const std::vector<uint64_t>& n,
+  // Where pulled floats go: `n` floats of the value, from `at`, to `dst`.
+  struct target {
+    uint64_t at = 0;
+    uint64_t n = 0;
+    float* dst = nullptr;
+  };
+
+  // Sorted by `at`; ranges may coincide (one key pulled into several
+  // outputs) but not overlap partly.
+  using target_list = std::vector<target>;
+
+  // One output per key, the keys back to back (outputs checked).
+  static target_list targets(const std::vector<const key_info*>& infos,
                              std::vector<Eigen::Ref<Eigen::VectorXf>>& outs) {
     target_list out;
-    for (size_t i = 0; i < outs.size(); ++i)
-      out.emplace_back(outs[i].data(), n[i]);
+    uint64_t at = 0;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      out.push_back(target{at, infos[i]->size, outs[i].data()});
+      at += infos[i]->size;
+    }
     return out;
   }
 
-  // Starts a request whose reply is the pulled floats of `dst` back to back.
+  // Copies every piece of `x` into the outputs whose range holds it.
+  static void copy_out(const float_parts& x, const target_list& dst) {
+    for (auto& p : x.pieces) {
+      auto src = x.buffers[p.buffer].data() + p.from;
+      // The first output that ends after the piece's start.
+      auto t = std::partition_point(dst.begin(), dst.end(),
+                                    [&](const target& y) {
+                                      return y.at + y.n <= p.at;
+                                    });
+      for (; t != dst.end() && t->at <= p.at; ++t)
+        if (p.at + p.length <= t->at + t->n)
+          std::memcpy(t->dst + (p.at - t->at), src, p.length * sizeof(float));
+    }
+  }
+
+  // Starts a request whose reply holds the pulled floats of `dst`.
   template <class... Ts>
-  pull_ticket start_pull(target_list dst, Ts&&... xs) {
+  pull_ticket start_pull(target_list dst, uint64_t n, Ts&&... xs) {
     throttle();
-    uint64_t n = 0;
-    for (auto& t : dst)
-      n += t.second;
     auto id = start(
-      [this, dst = std::move(dst), n](floats& x) {
-        // The worker checked the length; outputs nobody waits for any more
+      [this, dst = std::move(dst), n](const float_parts& x) {
+        // The worker checked the sizes; outputs nobody waits for any more
         // (close after an error) are left alone.
-        if (x.data.size() != n || discarding)
+        if (x.size != n || discarding || !x.valid(false))
           return;
-        auto at = x.data.data();
-        for (auto& t : dst) {
-          std::memcpy(t.first, at, t.second * sizeof(float));
-          at += t.second;
-        }
+        copy_out(x, dst);
       },
       std::forward<Ts>(xs)...);
     return pull_ticket{id};
@@ -483,20 +536,25 @@ kvstore::push(const std::string& key,
   if (values.empty())
     return make_error(errc::shape_mismatch,
                       "push: no value given for key '" + key + "'");
-  auto info = d.meta(key);
-  if (!info)
-    return std::move(info.error());
+  auto infos = d.key_infos("push", {key});
+  if (!infos)
+    return std::move(infos.error());
   for (auto& v : values)
-    if (auto st = core::check_size("push", *info, v.size(), "push"); !st.ok())
+    if (auto st = core::check_size("push", *infos->front(), v.size(), "push");
+        !st.ok())
       return to_error(st);
   // The first value is copied in one pass (no zero-fill first); the others
   // are added to it.
-  floats sum;
-  sum.data.assign(values[0].data(), values[0].data() + values[0].size());
-  Eigen::Map<Eigen::VectorXf> acc{sum.data.data(),
-                                  static_cast<Eigen::Index>(info->size)};
-  for (size_t i = 1; i < values.size(); ++i)
-    acc += values[i];
+  auto sum = impl::pack(*infos, [&](size_t, uint64_t from, uint64_t n,
+                                    std::vector<float>& out) {
+    auto start = out.size();
+    out.insert(out.end(), values[0].data() + from, values[0].data() + from + n);
+    Eigen::Map<Eigen::VectorXf> acc{out.data() + start,
+                                    static_cast<Eigen::Index>(n)};
+    for (size_t i = 1; i < values.size(); ++i)
+      acc += values[i].segment(static_cast<Eigen::Index>(from),
+                               static_cast<Eigen::Index>(n));
+  });
   d.throttle();
   d.start([](caf::ok_atom) {}, push_atom::value, key,
           static_cast<int32_t>(priority), std::move(sum));
@@ -521,23 +579,15 @@ kvstore::pull(const std::string& key,
   auto info = d.meta(key);
   if (!info)
     return std::move(info.error());
-  std::vector<float*> targets;
+  auto n = info->size;
+  impl::target_list targets;
   for (auto& o : outs) {
     if (auto st = core::check_size("pull", *info, o.size(), "output"); !st.ok())
       return to_error(st);
-    targets.push_back(o.data());
+    targets.push_back(impl::target{0, n, o.data()});
   }
-  auto n = info->size;
-  d.throttle();
-  auto id = d.start(
-    [&d, targets, n](floats& x) {
-      // The worker checked the length; copy into each output.
-      if (x.data.size() == n && !d.discarding)
-        for (auto t : targets)
-          std::memcpy(t, x.data.data(), n * sizeof(float));
-    },
-    pull_atom::value, key, static_cast<int32_t>(priority));
-  return pull_ticket{id};
+  return d.start_pull(std::move(targets), n, pull_atom::value, key,
+                      static_cast<int32_t>(priority));
 }
 
 caf::expected<pull_ticket>
@@ -554,14 +604,14 @@ kvstore::push_many(const std::vector<std::string>& keys,
   auto& d = *impl_;
   if (d.closed)
     return closed_error("push");
-  auto n = d.key_sizes("push", keys);
-  if (!n)
-    return std::move(n.error());
-  if (auto err = d.check_buffers("push", keys, *n, values, "value"))
+  auto infos = d.key_infos("push", keys);
+  if (!infos)
+    return std::move(infos.error());
+  if (auto err = impl::check_buffers("push", *infos, values, "value"))
     return err;
   d.throttle();
   d.start([](caf::ok_atom) {}, push_atom::value, keys,
-          static_cast<int32_t>(priority), impl::pack(*n, values));
+          static_cast<int32_t>(priority), impl::pack(*infos, values));
   return caf::none;
 }
 
@@ -572,12 +622,14 @@ kvstore::pull_many(const std::vector<std::string>& keys,
   auto& d = *impl_;
   if (d.closed)
     return closed_error("pull");
-  auto n = d.key_sizes("pull", keys);
-  if (!n)
-    return std::move(n.error());
-  if (auto err = d.check_buffers("pull", keys, *n, outs, "output"))
+  auto infos = d.key_infos("pull", keys);
+  if (!infos)
+    return std::move(infos.error());
+  if (auto err = impl::check_buffers("pull", *infos, outs, "output"))
     return err;
-  return d.start_pull(impl::targets(*n, outs), pull_atom::value, keys,
+  auto dst = impl::targets(*infos, outs);
+  auto n = dst.back().at + dst.back().n;
+  return d.start_pull(std::move(dst), n, pull_atom::value, keys,
                       static_cast<int32_t>(priority));
 }
 
@@ -588,15 +640,18 @@ caf::expected<pull_ticket> kvstore::push_pull_many(
   auto& d = *impl_;
   if (d.closed)
     return closed_error("push_pull");
-  auto n = d.key_sizes("push_pull", keys);
-  if (!n)
-    return std::move(n.error());
-  if (auto err = d.check_buffers("push_pull", keys, *n, values, "value"))
+  auto infos = d.key_infos("push_pull", keys);
+  if (!infos)
+    return std::move(infos.error());
+  if (auto err = impl::check_buffers("push_pull", *infos, values, "value"))
     return err;
-  if (auto err = d.check_buffers("push_pull", keys, *n, outs, "output"))
+  if (auto err = impl::check_buffers("push_pull", *infos, outs, "output"))
     return err;
-  return d.start_pull(impl::targets(*n, outs), push_pull_atom::value, keys,
-                      static_cast<int32_t>(priority), impl::pack(*n, values));
+  auto dst = impl::targets(*infos, outs);
+  auto n = dst.back().at + dst.back().n;
+  return d.start_pull(std::move(dst), n, push_pull_atom::value, keys,
+                      static_cast<int32_t>(priority),
+                      impl::pack(*infos, values));
 }
 
 caf::error kvstore::wait(pull_ticket ticket) {

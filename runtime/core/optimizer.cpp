@@ -236,6 +236,11 @@ status validate(const optimizer_config& cfg) {
   return validate_schedule(cfg);
 }
 
+bool replaces_value(const optimizer_config& cfg) {
+  kind k = kind::assign;
+  return parse_kind(cfg.name, k) && k == kind::assign;
+}
+
 std::size_t state_size(const optimizer_config& cfg, std::size_t n) {
   kind k = kind::assign;
   parse_kind(cfg.name, k);

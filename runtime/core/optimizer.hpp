@@ -51,6 +51,10 @@ status parse_optimizer(const std::string& text, optimizer_config& out);
 /// Renders `cfg` in the syntax `parse_optimizer` reads.
 std::string to_string(const optimizer_config& cfg);
 
+/// True if the rule sets the weights to the merged push as it is ("assign"),
+/// so a shard may take the push's buffer over instead of copying it.
+bool replaces_value(const optimizer_config& cfg);
+
 /// Number of state floats an optimizer keeps for `n` weights (0, n or 2n).
 /// Precondition: `validate(cfg).ok()`.
 std::size_t state_size(const optimizer_config& cfg, std::size_t n);

@@ -46,10 +46,10 @@ struct shard_fixture : test::deterministic_fixture {
                                          uint64_t seq) {
     self->send(shard, pull_atom::value, slice_pull{id, worker, seq});
     run();
-    auto r = reply<floats>();
+    auto r = reply<shared_floats>();
     if (!r)
       return r.error();
-    return std::move(r->data);
+    return r->take();
   }
 
   void send_batch(op_kind kind, uint32_t worker, std::vector<slice_id> ids,
@@ -166,11 +166,11 @@ TEST_CASE_METHOD(shard_fixture,
   run();
   auto first = reply<caf::ok_atom>();
   auto second = reply<caf::ok_atom>();
-  auto value = reply<floats>();
+  auto value = reply<shared_floats>();
   REQUIRE(first);
   REQUIRE(second);
   REQUIRE(value);
-  CHECK(value->data == std::vector<float>{20});
+  CHECK(value->vec() == std::vector<float>{20});
   auto st = stats();
   REQUIRE(st);
   CHECK(st->reordered == 2);
@@ -193,7 +193,7 @@ TEST_CASE_METHOD(shard_fixture,
     int acks = 0;
     for (int i = 0; i < 21; ++i)
       self->receive([&](caf::ok_atom) { ++acks; },
-                    [&](floats& x) { seen = x.data.at(0); },
+                    [&](shared_floats& x) { seen = x.vec().at(0); },
                     caf::after(std::chrono::seconds(0)) >> [] {});
     CHECK(acks == 20);
     return seen;
@@ -208,6 +208,40 @@ TEST_CASE_METHOD(shard_fixture,
     self->send(shard, pull_atom::value, slice_pull{slice_a, 1, 0});
     run();
     CHECK(pulled_value() == 20.0f);
+  }
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: a pulled value is shared, and later updates leave it "
+                 "alone",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {1, 2}));
+  auto pull_shared = [this](uint64_t seq) {
+    self->send(shard, pull_atom::value, slice_pull{slice_a, 0, seq});
+    run();
+    auto r = reply<shared_floats>();
+    REQUIRE(r);
+    return *r;
+  };
+  SECTION("an update in place copies a value a reader still holds") {
+    optimizer_config acc;
+    acc.name = "accumulate";
+    REQUIRE(set_optimizer(acc));
+    auto held = pull_shared(0);
+    auto* where = held.data();
+    // Two pulls in a row share one buffer: nothing was copied.
+    CHECK(pull_shared(1).data() == where);
+    REQUIRE(push(slice_a, 0, 2, {10, 10}));
+    CHECK(held.vec() == std::vector<float>{1, 2});
+    CHECK(pull(slice_a, 0, 3) == std::vector<float>{11, 12});
+  }
+  SECTION("assign takes the pushed buffer as the new value") {
+    auto held = pull_shared(0);
+    REQUIRE(push(slice_a, 0, 1, {5, 6}));
+    CHECK(held.vec() == std::vector<float>{1, 2});
+    auto now = pull_shared(2);
+    CHECK(now.vec() == std::vector<float>{5, 6});
+    CHECK(now.data() != held.data());
   }
 }
 
@@ -254,18 +288,18 @@ TEST_CASE_METHOD(sync_fixture,
   CHECK(st->waiting_pulls == 1);
   SECTION("the round completes when the last worker pushes") {
     REQUIRE(push(slice_a, 1, 0, {10, 20}));
-    auto value = reply<floats>();
+    auto value = reply<shared_floats>();
     REQUIRE(value);
-    CHECK(value->data == std::vector<float>{11, 22});
+    CHECK(value->vec() == std::vector<float>{11, 22});
     // A pull of worker 1 after its push sees the same round.
     CHECK(pull(slice_a, 1, 1) == std::vector<float>{11, 22});
   }
   SECTION("a worker ahead of the others goes into the next round") {
     REQUIRE(push(slice_a, 0, 2, {100, 100}));
     REQUIRE(push(slice_a, 1, 0, {10, 20}));
-    auto value = reply<floats>();
+    auto value = reply<shared_floats>();
     REQUIRE(value);
-    CHECK(value->data == std::vector<float>{11, 22});
+    CHECK(value->vec() == std::vector<float>{11, 22});
     REQUIRE(push(slice_a, 1, 1, {1, 1}));
     CHECK(pull(slice_a, 1, 2) == std::vector<float>{101, 101});
   }
@@ -273,7 +307,7 @@ TEST_CASE_METHOD(sync_fixture,
     self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
     run();
     REQUIRE(reply<caf::ok_atom>());
-    REQUIRE(reply<floats>());
+    REQUIRE(reply<shared_floats>());
     require_error(push(slice_a, 1, 0, {1, 1}), errc::dead_node);
     SECTION("and when it comes back it joins the current round") {
       self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 1});
@@ -288,10 +322,10 @@ TEST_CASE_METHOD(sync_fixture,
     self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
     run();
     auto ok = reply<caf::ok_atom>();
-    auto value = reply<floats>();
+    auto value = reply<shared_floats>();
     REQUIRE(ok);
     REQUIRE(value);
-    CHECK(value->data == std::vector<float>{1, 2});
+    CHECK(value->vec() == std::vector<float>{1, 2});
     self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 9});
     run();
     require_error(reply<caf::ok_atom>(), errc::bad_config);
@@ -344,11 +378,11 @@ TEST_CASE_METHOD(shard_fixture,
   self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 3});
   run();
   auto from_batch = reply<floats>();
-  auto single = reply<floats>();
+  auto single = reply<shared_floats>();
   REQUIRE(from_batch);
   REQUIRE(single);
   CHECK(from_batch->data == std::vector<float>{7});
-  CHECK(single->data == std::vector<float>{7});
+  CHECK(single->vec() == std::vector<float>{7});
 }
 
 TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",

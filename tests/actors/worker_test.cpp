@@ -62,7 +62,7 @@ struct cluster_fixture : test::deterministic_fixture {
                                    std::vector<float> value,
                                    int32_t priority = 0) {
     self->send(workers[rank], push_atom::value, key, priority,
-               floats{std::move(value)});
+               float_parts{std::move(value)});
     run();
     return reply<caf::ok_atom>();
   }
@@ -71,10 +71,10 @@ struct cluster_fixture : test::deterministic_fixture {
                                          const std::string& key) {
     self->send(workers[rank], pull_atom::value, key, int32_t{0});
     run();
-    auto r = reply<floats>();
+    auto r = reply<float_parts>();
     if (!r)
       return r.error();
-    return std::move(r->data);
+    return r->flatten();
   }
 
   shard_stats stats_of(uint32_t shard) {
@@ -97,7 +97,7 @@ struct cluster_fixture : test::deterministic_fixture {
       self->send(workers[rank], atom, std::move(keys), int32_t{0});
     else
       self->send(workers[rank], atom, std::move(keys), int32_t{0},
-                 floats{std::move(data)});
+                 float_parts{std::move(data)});
   }
 };
 
@@ -196,18 +196,18 @@ TEST_CASE_METHOD(cluster_fixture,
   CHECK(stats_of(0).pushes + stats_of(1).pushes == 10 + 2);
   send_many(1, pull_atom::value, keys, {});
   run();
-  auto pulled = reply<floats>();
+  auto pulled = reply<float_parts>();
   REQUIRE(pulled);
-  CHECK(pulled->data == values);
+  CHECK(pulled->flatten() == values);
   CHECK(pull(0, "k3") == std::vector<float>{7, 8});
   // A push-pull returns what its pushes produced, in keys order.
   std::vector<std::string> two{"big", "k0"};
   auto next = iota(102, 500);
   send_many(0, push_pull_atom::value, two, next);
   run();
-  auto both = reply<floats>();
+  auto both = reply<float_parts>();
   REQUIRE(both);
-  CHECK(both->data == next);
+  CHECK(both->flatten() == next);
 }
 
 TEST_CASE_METHOD(cluster_fixture,
@@ -221,9 +221,9 @@ TEST_CASE_METHOD(cluster_fixture,
   self->send(workers[1], pull_atom::value, std::string{"b"}, int32_t{0});
   run();
   REQUIRE(reply<caf::ok_atom>());
-  auto value = reply<floats>();
+  auto value = reply<float_parts>();
   REQUIRE(value);
-  CHECK(value->data == std::vector<float>{4});
+  CHECK(value->flatten() == std::vector<float>{4});
 }
 
 TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
@@ -238,7 +238,7 @@ TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
   SECTION("an unknown key among known ones fails the request") {
     send_many(0, pull_atom::value, {"a", "nope"}, {});
     run();
-    auto msg = require_error(reply<floats>(), errc::unknown_key);
+    auto msg = require_error(reply<float_parts>(), errc::unknown_key);
     CHECK(msg.find("nope") != std::string::npos);
     // The known key still works afterwards.
     CHECK(pull(0, "a") == std::vector<float>{0, 0});
@@ -246,8 +246,59 @@ TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
   SECTION("no keys at all") {
     send_many(0, push_pull_atom::value, {}, {});
     run();
-    require_error(reply<floats>(), errc::bad_config);
+    require_error(reply<float_parts>(), errc::bad_config);
   }
+  SECTION("pieces that leave a gap") {
+    float_parts gap;
+    gap.size = 2;
+    gap.buffers.emplace_back(std::vector<float>{1, 2});
+    gap.pieces.push_back(float_piece{0, 0, 1, 1});
+    self->send(workers[0], push_atom::value, std::string{"a"}, int32_t{0},
+               std::move(gap));
+    run();
+    auto msg = require_error(reply<caf::ok_atom>(), errc::shape_mismatch);
+    CHECK(msg.find("in order") != std::string::npos);
+  }
+}
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: pushed pieces may split or join the slices",
+                 "[worker][batch]") {
+  // "big" has 100 floats in slices of at most 64 (the fixture's bound).
+  REQUIRE(init(0, "big", iota(100, 0)));
+  REQUIRE(init(0, "s", {0, 0}));
+  auto values = iota(102, 1);
+  SECTION("one piece per float") {
+    float_parts each;
+    for (auto x : values)
+      each.append(shared_floats{std::vector<float>{x}});
+    self->send(workers[0], push_atom::value,
+               std::vector<std::string>{"big", "s"}, int32_t{0},
+               std::move(each));
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+  }
+  SECTION("pieces of one shared buffer, out of step with the slices") {
+    shared_floats buf{values};
+    float_parts odd;
+    odd.size = values.size();
+    odd.buffers.push_back(buf);
+    odd.pieces.push_back(float_piece{0, 0, 0, 30});
+    odd.pieces.push_back(float_piece{0, 30, 30, 72});
+    self->send(workers[0], push_atom::value,
+               std::vector<std::string>{"big", "s"}, int32_t{0},
+               std::move(odd));
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    // The caller's buffer is still intact: the worker copied from it.
+    CHECK(buf.vec() == values);
+  }
+  send_many(0, pull_atom::value, {"big", "s"}, {});
+  run();
+  auto pulled = reply<float_parts>();
+  REQUIRE(pulled);
+  CHECK(pulled->valid(false));
+  CHECK(pulled->flatten() == values);
 }
 
 TEST_CASE_METHOD(cluster_fixture, "worker: barrier releases everyone at once",

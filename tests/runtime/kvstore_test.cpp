@@ -309,6 +309,49 @@ TEST_CASE("kvstore: small slices round-trip; bad slice sizes are refused",
   }
 }
 
+TEST_CASE("kvstore: slices above the batch bound travel in buffers of their "
+          "own",
+          "[integration]") {
+  auto type = GENERATE(as<std::string>{}, "local_async", "local_sync");
+  auto opts = local_options(1, 2);
+  opts.bigarray_bound = 1000;
+  opts.slice_floats = 100000;
+  auto kv = make_store(type, opts);
+  // "big": three slices above the worker's batch bound (2^16 floats), between
+  // two small keys whose floats are packed together.
+  const Eigen::Index n = 250000;
+  std::vector<std::string> keys{"a", "big", "b"};
+  std::vector<Eigen::VectorXf> values{
+    Eigen::VectorXf::LinSpaced(5, 1.0f, 5.0f),
+    Eigen::VectorXf::LinSpaced(n, -7.0f, 9.0f),
+    Eigen::VectorXf::LinSpaced(3, 20.0f, 22.0f)};
+  for (size_t k = 0; k < keys.size(); ++k)
+    require_ok(kv.init(keys[k], Eigen::VectorXf::Zero(values[k].size())));
+  std::vector<Eigen::VectorXf> outs;
+  for (auto& v : values)
+    outs.push_back(Eigen::VectorXf::Zero(v.size()));
+  std::vector<Eigen::Ref<const Eigen::VectorXf>> in(values.begin(),
+                                                    values.end());
+  std::vector<Eigen::Ref<Eigen::VectorXf>> out(outs.begin(), outs.end());
+  auto t = kv.push_pull_many(keys, in, out);
+  REQUIRE(t);
+  require_ok(kv.wait(*t));
+  for (size_t k = 0; k < keys.size(); ++k)
+    CHECK(outs[k] == values[k]);
+  // The sum of two device gradients, then a pull into two outputs.
+  Eigen::VectorXf g = Eigen::VectorXf::Constant(n, 0.5f);
+  require_ok(kv.push("big", {values[1], g}));
+  Eigen::VectorXf x(n);
+  Eigen::VectorXf y(n);
+  auto u = kv.pull("big", {x, y});
+  REQUIRE(u);
+  require_ok(kv.wait(*u));
+  CHECK(x == values[1] + g);
+  CHECK(y == x);
+  // The caller's buffers were only read.
+  CHECK(g == Eigen::VectorXf::Constant(n, 0.5f));
+}
+
 TEST_CASE("kvstore: save and load restore training bit for bit",
           "[integration]") {
   auto opts = local_options(1, 3);

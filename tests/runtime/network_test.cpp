@@ -157,21 +157,21 @@ TEST_CASE("network: every message type crosses a real connection",
   require_reply<caf::ok_atom>(self);
   for (int32_t priority : {0, 5}) {
     self->send(worker, push_atom::value, std::string{"w"}, priority,
-               floats{{1, 1, 1, 1, 1, 1}});
+               float_parts{{1, 1, 1, 1, 1, 1}});
     require_reply<caf::ok_atom>(self);
   }
   self->send(worker, pull_atom::value, std::string{"w"}, int32_t{3});
-  CHECK(require_reply<floats>(self).data
+  CHECK(require_reply<float_parts>(self).flatten()
         == std::vector<float>{3, 4, 5, 6, 7, 8});
   // A push-pull, and a two-key pull that travels as one batch through the
   // relay (priority > 0).
   self->send(worker, push_pull_atom::value, std::string{"w"}, int32_t{0},
-             floats{{1, 1, 1, 1, 1, 1}});
-  CHECK(require_reply<floats>(self).data
+             float_parts{{1, 1, 1, 1, 1, 1}});
+  CHECK(require_reply<float_parts>(self).flatten()
         == std::vector<float>{4, 5, 6, 7, 8, 9});
   self->send(worker, pull_atom::value, std::vector<std::string>{"w", "w"},
              int32_t{2});
-  CHECK(require_reply<floats>(self).data
+  CHECK(require_reply<float_parts>(self).flatten()
         == std::vector<float>{4, 5, 6, 7, 8, 9, 4, 5, 6, 7, 8, 9});
   self->send(coord, command_atom::value, int32_t{0},
              std::string{"name=accumulate"});
@@ -194,7 +194,7 @@ TEST_CASE("network: every message type crosses a real connection",
              slice_push{make_slice_id(9, 0), 0, 0, floats{{2}}});
   require_reply<caf::ok_atom>(self);
   self->send(relay, pull_atom::value, slice_pull{make_slice_id(9, 0), 0, 1});
-  CHECK(require_reply<floats>(self).data == std::vector<float>{2});
+  CHECK(require_reply<shared_floats>(self).vec() == std::vector<float>{2});
   self->send(shard, batch_atom::value,
              slice_batch{0,
                          static_cast<uint8_t>(op_kind::push_pull),
@@ -202,6 +202,12 @@ TEST_CASE("network: every message type crosses a real connection",
                          {2},
                          floats{{5}}});
   CHECK(require_reply<floats>(self).data == std::vector<float>{7});
+  self->send(shard, push_pull_atom::value,
+             slice_push{make_slice_id(9, 0), 0, 3, floats{{1}}});
+  CHECK(require_reply<shared_floats>(self).vec() == std::vector<float>{8});
+  self->send(relay, push_pull_atom::value,
+             slice_push{make_slice_id(9, 0), 0, 4, floats{{1}}});
+  CHECK(require_reply<shared_floats>(self).vec() == std::vector<float>{9});
   self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
   require_reply<caf::ok_atom>(self);
   self->send(shard, stats_atom::value);
@@ -297,7 +303,7 @@ TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
     int acks = 0;
     for (int i = 0; i < 21; ++i)
       self->receive([&](caf::ok_atom) { ++acks; },
-                    [&](floats& x) { seen = x.data.at(0); },
+                    [&](shared_floats& x) { seen = x.vec().at(0); },
                     caf::after(10s) >> [] {});
     CHECK(acks == 20);
     caf::anon_send_exit(blocker, caf::exit_reason::kill);

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Payload types: shared_floats (copy on write) and float_parts (pieces of
+// shared buffers), in memory and through CAF's binary serialization.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "caf/binary_deserializer.hpp"
+#include "caf/binary_serializer.hpp"
+
+#include "messages/types.hpp"
+
+using namespace actorps;
+
+namespace {
+
+// Serializes through the base classes, as CAF does (the concrete inspector
+// types would pick the generic, printing overload).
+template <class T>
+std::vector<char> save(T& x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  REQUIRE(!inspect(static_cast<caf::serializer&>(sink), x));
+  return buf;
+}
+
+template <class T>
+T round_trip(T x) {
+  auto buf = save(x);
+  T out;
+  caf::binary_deserializer source{nullptr, buf};
+  REQUIRE(!inspect(static_cast<caf::deserializer&>(source), out));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("shared_floats: copies share, writes copy first", "[payload]") {
+  shared_floats a{std::vector<float>{1, 2, 3}};
+  auto* first = a.data();
+  CHECK(a.unique());
+  shared_floats b = a;
+  CHECK(b.data() == first);
+  CHECK(!a.unique());
+  SECTION("mutate on a shared buffer leaves the other holder alone") {
+    a.mutate()[0] = 9;
+    CHECK(a.vec() == std::vector<float>{9, 2, 3});
+    CHECK(b.vec() == std::vector<float>{1, 2, 3});
+    CHECK(a.data() != first);
+    // Now each holds its own buffer: writing does not copy again.
+    auto* own = a.data();
+    a.mutate()[1] = 8;
+    CHECK(a.data() == own);
+  }
+  SECTION("take copies a shared buffer and moves a sole one") {
+    auto copied = a.take();
+    CHECK(copied == std::vector<float>{1, 2, 3});
+    CHECK(copied.data() != first);
+    CHECK(a.empty());
+    CHECK(b.unique());
+    auto moved = b.take();
+    CHECK(moved.data() == first);
+    CHECK(b.empty());
+  }
+}
+
+TEST_CASE("shared_floats: serialized as the raw floats", "[payload]") {
+  shared_floats a{std::vector<float>{1.5f, -2, 3e7f}};
+  CHECK(round_trip(a).vec() == a.vec());
+  CHECK(round_trip(shared_floats{}).empty());
+  // The same bytes as floats: either end may use either type.
+  floats f{a.vec()};
+  CHECK(save(a) == save(f));
+  CHECK(save(a).size() > 3 * sizeof(float));
+}
+
+TEST_CASE("float_parts: pieces, checks and flattening", "[payload]") {
+  float_parts p;
+  p.append(shared_floats{std::vector<float>{1, 2}});
+  p.append(shared_floats{});
+  p.append(shared_floats{std::vector<float>{3, 4, 5}});
+  CHECK(p.size == 5);
+  CHECK(p.pieces.size() == 2);
+  CHECK(p.valid(true));
+  CHECK(p.flatten() == std::vector<float>{1, 2, 3, 4, 5});
+  SECTION("a scattered value: pieces in any order, from inside buffers") {
+    float_parts s;
+    s.size = 4;
+    s.buffers.emplace_back(std::vector<float>{0, 10, 20, 30});
+    s.pieces.push_back(float_piece{0, 0, 2, 2});
+    s.pieces.push_back(float_piece{0, 2, 0, 2});
+    CHECK(s.valid(false));
+    // Not in order of their place in the value: no good as a push.
+    CHECK(!s.valid(true));
+    CHECK(s.flatten() == std::vector<float>{20, 30, 0, 10});
+    CHECK(round_trip(s).flatten() == s.flatten());
+  }
+  SECTION("pieces outside their buffer or the value are refused") {
+    auto bad = p;
+    bad.pieces[1].length = 4;
+    CHECK(!bad.valid(false));
+    bad = p;
+    bad.pieces[1].at = 3;
+    CHECK(!bad.valid(false));
+    bad = p;
+    bad.pieces[0].buffer = 7;
+    CHECK(!bad.valid(false));
+    bad = p;
+    bad.size = 6;
+    CHECK(!bad.valid(true));
+  }
+  SECTION("serialized flat") {
+    auto back = round_trip(p);
+    CHECK(back.size == 5);
+    CHECK(back.pieces.size() == 1);
+    CHECK(back.flatten() == p.flatten());
+  }
+}
