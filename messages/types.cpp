@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "messages/types.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
+#include "caf/binary_deserializer.hpp"
 #include "caf/deserializer.hpp"
 #include "caf/error.hpp"
 #include "caf/sec.hpp"
@@ -33,10 +36,36 @@ caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
   if (n > (size_t{1} << 30))
     return caf::make_error(caf::sec::invalid_argument,
                            "floats: sequence length exceeds 4 GiB");
+  out.clear();
+  if (n == 0)
+    return f.end_sequence();
+  auto bytes = n * sizeof(float);
+  // BASP reads from a byte buffer: copy the floats straight out of it, in one
+  // pass (resize would zero-fill the vector first, a second pass over memory
+  // that is often freshly mapped).
+  if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
+      bin != nullptr && bin->remaining() >= bytes) {
+    auto src = reinterpret_cast<const char*>(bin->remainder().data());
+    out.reserve(n);
+    if (reinterpret_cast<std::uintptr_t>(src) % alignof(float) == 0) {
+      auto first = reinterpret_cast<const float*>(src);
+      out.insert(out.end(), first, first + n);
+    } else {
+      // Unaligned: through a small buffer that stays in the L1 cache.
+      constexpr size_t chunk = 1024;
+      float tmp[chunk];
+      for (size_t i = 0; i < n; i += chunk) {
+        auto k = std::min(chunk, n - i);
+        std::memcpy(tmp, src + i * sizeof(float), k * sizeof(float));
+        out.insert(out.end(), tmp, tmp + k);
+      }
+    }
+    bin->skip(bytes);
+    return f.end_sequence();
+  }
   out.resize(n);
-  if (n > 0)
-    if (auto err = f.apply_raw(n * sizeof(float), out.data()))
-      return err;
+  if (auto err = f.apply_raw(bytes, out.data()))
+    return err;
   return f.end_sequence();
 }
 

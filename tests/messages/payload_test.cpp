@@ -74,6 +74,34 @@ TEST_CASE("shared_floats: serialized as the raw floats", "[payload]") {
   CHECK(save(a).size() > 3 * sizeof(float));
 }
 
+TEST_CASE("floats: read back exactly at every alignment", "[payload]") {
+  // Longer than the reader's 1024-float chunks, and not a multiple of them.
+  std::vector<float> xs(3001);
+  for (size_t i = 0; i < xs.size(); ++i)
+    xs[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  floats in{xs};
+  auto bytes = save(in);
+  // k junk bytes in front move the floats to every offset modulo 4.
+  for (size_t k = 0; k < 4; ++k) {
+    std::vector<char> buf(k, 'x');
+    buf.insert(buf.end(), bytes.begin(), bytes.end());
+    caf::binary_deserializer source{nullptr, buf};
+    source.skip(k);
+    floats out;
+    out.data.assign(5, 1.0f);
+    REQUIRE(!inspect(static_cast<caf::deserializer&>(source), out));
+    CHECK(out.data == xs);
+    CHECK(source.remaining() == 0);
+  }
+  SECTION("a length beyond the bytes that follow is an error") {
+    auto cut = bytes;
+    cut.resize(cut.size() - 1);
+    caf::binary_deserializer source{nullptr, cut};
+    floats out;
+    CHECK(inspect(static_cast<caf::deserializer&>(source), out));
+  }
+}
+
 TEST_CASE("float_parts: pieces, checks and flattening", "[payload]") {
   float_parts p;
   p.append(shared_floats{std::vector<float>{1, 2}});
