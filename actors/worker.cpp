@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <type_traits>
 #include <unordered_map>
@@ -33,6 +34,29 @@ struct route {
   std::vector<uint64_t> seq;
 };
 
+// One request to a shard waiting in that shard's outbox.
+struct outgoing {
+  int32_t priority = 0;
+  // Issue order: among equal priorities, earlier requests go first.
+  uint64_t order = 0;
+  // Bytes it holds of the shard's bound while in flight (0: none).
+  uint64_t bytes = 0;
+  // The slices it acts on, sorted: a request never overtakes an earlier one
+  // on the same slice, so the shard never waits for a request still here.
+  std::vector<slice_id> slices;
+  // Sends the request; its reply (or error) must call `release`.
+  std::function<void()> send;
+};
+
+// Requests to one shard not sent yet, highest priority first, and the bytes
+// of the requests sent and not answered yet.
+struct outbox {
+  std::map<std::pair<int64_t, uint64_t>, outgoing> queue;
+  uint64_t in_flight = 0;
+  // Set while pump runs: a send that fails at once re-enters release.
+  bool pumping = false;
+};
+
 } // namespace
 
 struct worker_state {
@@ -51,6 +75,9 @@ struct worker_state {
   std::vector<std::unordered_map<uint64_t, std::function<void(caf::error&)>>>
     in_flight;
   uint64_t next_request = 0;
+  // Per shard: requests waiting for room under cfg.max_bytes_in_flight.
+  std::vector<outbox> outboxes;
+  uint64_t next_order = 0;
 
   caf::duration timeout() const {
     return caf::duration{cfg.timeout};
@@ -195,6 +222,86 @@ void to_shard(self_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
       .then(ok, fail);
 }
 
+// Sends the requests at the head of shard `index`'s outbox while they fit
+// under the bound on bytes in flight (one always may go if none is in
+// flight, however large).
+void pump(self_ptr self, uint32_t index) {
+  auto& box = self->state.outboxes[index];
+  if (box.pumping)
+    return;
+  box.pumping = true;
+  auto bound = self->state.cfg.max_bytes_in_flight;
+  while (!box.queue.empty()) {
+    auto i = box.queue.begin();
+    auto bytes = i->second.bytes;
+    if (bytes > 0 && box.in_flight > 0 && box.in_flight + bytes > bound)
+      break;
+    box.in_flight += bytes;
+    auto send = std::move(i->second.send);
+    box.queue.erase(i);
+    send();
+  }
+  box.pumping = false;
+}
+
+// A request of `bytes` to shard `index` was answered (or failed).
+void release(self_ptr self, uint32_t index, uint64_t bytes) {
+  self->state.outboxes[index].in_flight -= bytes;
+  pump(self, index);
+}
+
+bool share_slice(const std::vector<slice_id>& a,
+                 const std::vector<slice_id>& b) {
+  auto i = a.begin();
+  auto j = b.begin();
+  while (i != a.end() && j != b.end()) {
+    if (*i == *j)
+      return true;
+    if (*i < *j)
+      ++i;
+    else
+      ++j;
+  }
+  return false;
+}
+
+// Queues a request to shard `index` behind those of higher priority (and
+// earlier ones of equal priority), then sends what fits. Queued requests of
+// lower priority on the same slices are raised to `x.priority` first
+// (priority inheritance), so the new one never overtakes them.
+void enqueue(self_ptr self, uint32_t index, outgoing x) {
+  auto& st = self->state;
+  auto& box = st.outboxes[index];
+  x.order = st.next_order++;
+  std::sort(x.slices.begin(), x.slices.end());
+  // Raising one request may require raising its own predecessors: repeat
+  // until nothing changes (queues are short; equal priorities skip this).
+  std::vector<const std::vector<slice_id>*> raised{&x.slices};
+  while (!raised.empty()) {
+    auto of = raised.back();
+    raised.pop_back();
+    std::vector<outgoing> lifted;
+    for (auto i = box.queue.begin(); i != box.queue.end();) {
+      if (i->second.priority < x.priority
+          && share_slice(i->second.slices, *of)) {
+        lifted.push_back(std::move(i->second));
+        i = box.queue.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    for (auto& y : lifted) {
+      y.priority = x.priority;
+      auto key = std::make_pair(-static_cast<int64_t>(y.priority), y.order);
+      auto& placed = box.queue.emplace(key, std::move(y)).first->second;
+      raised.push_back(&placed.slices);
+    }
+  }
+  auto key = std::make_pair(-static_cast<int64_t>(x.priority), x.order);
+  box.queue.emplace(key, std::move(x));
+  pump(self, index);
+}
+
 // A shard (or its relay) went down: fail everything in flight to it.
 void on_down(self_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
@@ -211,6 +318,8 @@ void on_down(self_ptr self, const caf::down_msg& dm) {
       auto err = dead_shard(i);
       kvp.second(err);
     }
+    // Queued requests fail as they are sent (the shard is marked dead).
+    pump(self, i);
   }
 }
 
@@ -356,19 +465,67 @@ struct batch_builder {
   uint64_t floats = 0;
 };
 
-// Sends a batch, or its only operation as a plain push, pull or push_pull.
+// Bytes a request holds of its shard's bound while in flight: what it
+// carries there and back. Requests whose reply may wait for other workers
+// (pulls and push-pulls in sync mode wait for their round) hold only their
+// pushed bytes or none, so that they never keep this worker's pushes, which
+// those rounds need, from being sent.
+uint64_t bytes_held(const worker_config& cfg, op_kind kind, uint64_t floats) {
+  auto bytes = floats * sizeof(float);
+  switch (kind) {
+    case op_kind::push:
+      return bytes;
+    case op_kind::pull:
+      return cfg.sync ? 0 : bytes;
+    default:
+      return cfg.sync ? 0 : 2 * bytes;
+  }
+}
+
+// Queues a request for `shard` (see enqueue); `send(on_ok, on_err)` sends it
+// with handlers that release its bytes first.
+template <class Reply, class OnOk, class Send>
+void submit(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
+            uint64_t floats, std::vector<slice_id> slices, OnOk on_ok,
+            std::function<void(caf::error&)> on_err, Send send) {
+  auto bytes = bytes_held(self->state.cfg, kind, floats);
+  outgoing x;
+  x.priority = priority;
+  x.bytes = bytes;
+  x.slices = std::move(slices);
+  x.send = [self, shard, bytes, on_ok = std::move(on_ok),
+            on_err = std::move(on_err), send = std::move(send)]() mutable {
+    send(
+      [self, shard, bytes, on_ok](Reply& r) mutable {
+        release(self, shard, bytes);
+        on_ok(r);
+      },
+      std::function<void(caf::error&)>{
+        [self, shard, bytes, on_err](caf::error& err) {
+          release(self, shard, bytes);
+          on_err(err);
+        }});
+  };
+  enqueue(self, shard, std::move(x));
+}
+
+// Sends a batch, or its only operation as a plain push, pull or push_pull,
+// through the shard's outbox.
 void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
            batch_builder& b, const gather_ptr& g) {
   if (b.pieces.empty())
     return;
   ++g->remaining;
-  auto fail = [g](caf::error& err) { g->fail(std::move(err)); };
+  std::function<void(caf::error&)> fail = [g](caf::error& err) {
+    g->fail(std::move(err));
+  };
   auto msg = std::move(b.msg);
   auto pieces = std::move(b.pieces);
   auto expected = b.floats;
   b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}};
   b.pieces.clear();
   b.floats = 0;
+  auto slices = msg.slices;
   if (msg.slices.size() == 1) {
     auto at = pieces[0].offset;
     auto on_value = [g, at, expected](shared_floats& x) {
@@ -376,36 +533,58 @@ void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
     };
     switch (kind) {
       case op_kind::push:
-        to_shard<caf::ok_atom>(
-          self, shard, priority, [g](caf::ok_atom) { g->arrive(); }, fail,
-          push_atom::value,
-          slice_push{msg.slices[0], msg.worker, msg.seqs[0],
-                     std::move(msg.data)});
+        submit<caf::ok_atom>(
+          self, shard, priority, kind, expected, std::move(slices),
+          [g](caf::ok_atom) { g->arrive(); }, fail,
+          [self, shard, priority, msg = std::move(msg)](auto ok,
+                                                        auto err) mutable {
+            to_shard<caf::ok_atom>(
+              self, shard, priority, ok, err, push_atom::value,
+              slice_push{msg.slices[0], msg.worker, msg.seqs[0],
+                         std::move(msg.data)});
+          });
         return;
       case op_kind::pull:
-        to_shard<shared_floats>(
-          self, shard, priority, on_value, fail, pull_atom::value,
-          slice_pull{msg.slices[0], msg.worker, msg.seqs[0]});
+        submit<shared_floats>(
+          self, shard, priority, kind, expected, std::move(slices), on_value,
+          fail,
+          [self, shard, priority, msg = std::move(msg)](auto ok,
+                                                        auto err) mutable {
+            to_shard<shared_floats>(
+              self, shard, priority, ok, err, pull_atom::value,
+              slice_pull{msg.slices[0], msg.worker, msg.seqs[0]});
+          });
         return;
       case op_kind::push_pull:
-        to_shard<shared_floats>(self, shard, priority, on_value, fail,
-                                push_pull_atom::value,
-                                slice_push{msg.slices[0], msg.worker,
-                                           msg.seqs[0], std::move(msg.data)});
+        submit<shared_floats>(self, shard, priority, kind, expected,
+                              std::move(slices), on_value, fail,
+                              [self, shard, priority, msg = std::move(msg)](
+                                auto ok, auto err) mutable {
+                                to_shard<shared_floats>(
+                                  self, shard, priority, ok, err,
+                                  push_pull_atom::value,
+                                  slice_push{msg.slices[0], msg.worker,
+                                             msg.seqs[0], std::move(msg.data)});
+                              });
         return;
     }
   }
   // A push batch answers with no floats: nothing to place.
+  auto sent = expected;
   if (kind == op_kind::push) {
     pieces.clear();
     expected = 0;
   }
-  to_shard<floats>(
-    self, shard, priority,
+  submit<floats>(
+    self, shard, priority, kind, sent, std::move(slices),
     [g, pieces = std::move(pieces), expected](floats& x) {
       g->put(pieces, expected, x);
     },
-    fail, batch_atom::value, std::move(msg));
+    fail,
+    [self, shard, priority, msg = std::move(msg)](auto ok, auto err) mutable {
+      to_shard<floats>(self, shard, priority, ok, err, batch_atom::value,
+                       std::move(msg));
+    });
 }
 
 // Starts `kind` on `keys` (whose routes are known): checks the payload,
@@ -569,6 +748,7 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
   st.cfg = std::move(cfg);
   st.dead.assign(st.cfg.shards.size(), false);
   st.in_flight.resize(st.cfg.shards.size());
+  st.outboxes.resize(st.cfg.shards.size());
   for (auto& x : st.cfg.shards)
     self->monitor(x);
   for (auto& x : st.cfg.relays)

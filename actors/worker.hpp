@@ -84,6 +84,15 @@ struct worker_config {
   /// Slices of at most this many floats travel in one batch message per
   /// shard; larger ones alone. 0 sends every slice alone.
   uint64_t batch_floats = default_batch_floats;
+  /// Per shard: bytes of requests sent and not answered yet beyond which
+  /// further requests wait in the worker, highest priority first (a single
+  /// larger request still goes alone). Bounds what queues up in the network
+  /// buffers and the shard's mailbox, so a high-priority request overtakes
+  /// a backlog of low-priority ones here instead of waiting behind it.
+  uint64_t max_bytes_in_flight = uint64_t{8} << 20;
+  /// The job is synchronous: pulls and push-pulls may wait for a round, so
+  /// they hold no room under `max_bytes_in_flight` (see worker.cpp).
+  bool sync = false;
 };
 
 /// Most floats one batch message carries; a fuller batch is split.

@@ -42,8 +42,19 @@ struct bench_case {
   uint64_t floats = 0;
   // One push_pull request per round instead of a push and a pull.
   bool fused = false;
+  // Priority cases (priority >= 0): each round pushes `backlog` floats at
+  // priority 0, then pulls the one key of `floats` floats at `priority`; the
+  // time is that pull's latency.
+  int32_t priority = -1;
+  uint64_t backlog = 0;
 
-  const char* round() const {
+  bool priority_case() const {
+    return priority >= 0;
+  }
+
+  std::string round() const {
+    if (priority_case())
+      return "prio" + std::to_string(priority);
     return fused ? "fused" : "split";
   }
 
@@ -112,7 +123,7 @@ std::vector<std::string> split(const std::string& text, char sep) {
 // Builds the case list from --sizes ("4K,256K") and --many ("1000x1024",
 // keys x floats). Returns an error text or an empty string.
 std::string make_cases(const std::string& sizes, const std::string& many,
-                       const std::string& rounds,
+                       const std::string& rounds, const std::string& backlog,
                        std::vector<bench_case>& out) {
   std::vector<bool> kinds;
   for (const auto& r : split(rounds, ',')) {
@@ -149,17 +160,32 @@ std::string make_cases(const std::string& sizes, const std::string& many,
       out.push_back(c);
       out.back().fused = fused;
     }
+  if (backlog != "0") {
+    uint64_t bytes = 0;
+    if (!parse_size(backlog, bytes))
+      return "--backlog: '" + backlog
+             + "' is not a size such as 256M (or 0 for no priority cases)";
+    // The same pull at priority 10 and at the backlog's priority 0.
+    for (int32_t prio : {10, 0}) {
+      bench_case c{"4 KB pull, " + human_bytes(bytes) + " queued", 1, 1024};
+      c.priority = prio;
+      c.backlog = bytes / sizeof(float);
+      out.push_back(c);
+    }
+  }
   if (out.empty())
     return "no cases: give --sizes and/or --many";
   return {};
 }
 
-// Cases travel to the worker processes as "keys:floats;keys:floats".
+// Cases travel to the worker processes as
+// "keys:floats:fused:priority:backlog;...".
 std::string encode_cases(const std::vector<bench_case>& cases) {
   std::string out;
   for (const auto& c : cases)
     out += std::to_string(c.keys) + ":" + std::to_string(c.floats) + ":"
-           + (c.fused ? "1" : "0") + ";";
+           + (c.fused ? "1" : "0") + ":" + std::to_string(c.priority + 1) + ":"
+           + std::to_string(c.backlog) + ";";
   return out;
 }
 
@@ -169,19 +195,78 @@ std::vector<bench_case> decode_cases(const std::string& text) {
     auto parts = split(item, ':');
     uint64_t keys = 0;
     uint64_t floats = 0;
-    if (parts.size() == 3 && parse_count(parts[0], keys)
-        && parse_count(parts[1], floats))
+    uint64_t prio = 0;
+    uint64_t backlog = 0;
+    if (parts.size() == 5 && parse_count(parts[0], keys)
+        && parse_count(parts[1], floats) && parse_count(parts[3], prio)
+        && parse_count(parts[4], backlog)) {
       out.push_back({"", static_cast<uint32_t>(keys), floats, parts[2] == "1"});
+      out.back().priority = static_cast<int32_t>(prio) - 1;
+      out.back().backlog = backlog;
+    }
   }
   return out;
 }
 
 // -- rounds -------------------------------------------------------------------
 
+// Store settings every mode uses.
+struct tuning {
+  uint64_t slice_floats = core::default_slice_floats;
+  uint64_t max_inflight = store_options{}.max_bytes_in_flight;
+};
+
 struct round_plan {
   uint32_t warmup = 3;
   uint32_t rounds = 10;
 };
+
+// Runs a priority case: each round pushes the backlog (one key, priority 0;
+// the push returns at once, its slices queue up in the worker), then pulls
+// the small key at the case's priority and times that pull alone
+// (wait_only), then waits for the backlog before the next round.
+std::string run_priority_case(kvstore& kv, size_t index, const bench_case& c,
+                              const round_plan& plan,
+                              std::vector<double>& times) {
+  auto fail = [&](const std::string& what, const caf::error& err) {
+    return "rank " + std::to_string(kv.rank()) + ", case "
+           + std::to_string(index) + ": " + what + ": " + render(err);
+  };
+  auto big = "c" + std::to_string(index) + ".backlog";
+  auto small = "c" + std::to_string(index) + ".small";
+  const auto n = static_cast<Eigen::Index>(c.backlog);
+  const auto m = static_cast<Eigen::Index>(c.floats);
+  Eigen::VectorXf grad = Eigen::VectorXf::Constant(n, 1.0f);
+  Eigen::VectorXf out = Eigen::VectorXf::Zero(m);
+  if (auto err = kv.init(big, Eigen::VectorXf::Zero(n)))
+    return fail("init", err);
+  if (auto err = kv.init(small, Eigen::VectorXf::Constant(m, 3.0f)))
+    return fail("init", err);
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
+    if (auto err = kv.push(big, grad, 0))
+      return fail("push", err);
+    auto start = clock_type::now();
+    auto t = kv.pull(small, out, c.priority);
+    if (!t)
+      return fail("pull", t.error());
+    if (auto err = kv.wait_only(*t))
+      return fail("pull", err);
+    auto took = std::chrono::duration<double>(clock_type::now() - start);
+    if (auto err = kv.wait_all())
+      return fail("push", err);
+    if (out[0] != 3.0f)
+      return "rank " + std::to_string(kv.rank()) + ", case "
+             + std::to_string(index) + ": pulled " + std::to_string(out[0])
+             + ", expected 3";
+    if (r >= plan.warmup)
+      times.push_back(took.count());
+  }
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  return {};
+}
 
 // Runs one case on one handle (every worker of the store runs it at the
 // same time): init, barrier, warm-up and measured rounds, barrier. A split
@@ -191,6 +276,8 @@ struct round_plan {
 // text or an empty string.
 std::string run_case(kvstore& kv, size_t index, const bench_case& c,
                      const round_plan& plan, std::vector<double>& times) {
+  if (c.priority_case())
+    return run_priority_case(kv, index, c, plan, times);
   auto fail = [&](const std::string& what, const caf::error& err) {
     return "rank " + std::to_string(kv.rank()) + ", case "
            + std::to_string(index) + ": " + what + ": " + render(err);
@@ -276,6 +363,8 @@ struct result {
 // against loopback TCP bandwidth (large payloads) and round trip (small).
 std::string versus_limit(const result& r, const machine_limits& m) {
   char buf[64];
+  if (r.what.priority_case())
+    return "-";
   if (m.tcp_gbps <= 0)
     return "-";
   if (r.mode == "local")
@@ -299,11 +388,23 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
   std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s  %s\n", "mode", "case",
               "round", "workers", "median us", "min us", "max us", "GB/s",
               "vs limit");
-  for (const auto& r : results)
+  for (const auto& r : results) {
+    auto vs = versus_limit(r, m);
+    // A priority-10 pull against the same pull at the backlog's priority.
+    if (r.what.priority > 0)
+      for (const auto& e : results)
+        if (e.what.priority == 0 && e.mode == r.mode && e.workers == r.workers
+            && e.what.backlog == r.what.backlog) {
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), "%.1fx sooner than prio0",
+                        e.median() / r.median());
+          vs = buf;
+        }
     std::printf("%-6s %-26s %-6s %7u %12.1f %12.1f %12.1f %9.3f  %s\n",
-                r.mode.c_str(), r.what.name.c_str(), r.what.round(), r.workers,
-                r.median() * 1e6, r.min() * 1e6, r.max() * 1e6, r.gbps(),
-                versus_limit(r, m).c_str());
+                r.mode.c_str(), r.what.name.c_str(), r.what.round().c_str(),
+                r.workers, r.median() * 1e6, r.min() * 1e6, r.max() * 1e6,
+                r.gbps(), vs.c_str());
+  }
 }
 
 std::string json_escape(const std::string& s) {
@@ -332,14 +433,16 @@ void write_json(std::ostream& out, const std::vector<result>& results,
     const auto& r = results[i];
     out << (i == 0 ? "\n" : ",\n") << "    {\"mode\": \"" << r.mode
         << "\", \"case\": \"" << json_escape(r.what.name) << "\", \"round\": \""
-        << r.what.round() << "\", \"keys\": " << r.what.keys
+        << r.what.round() << "\", \"priority\": " << r.what.priority
+        << ", \"backlog_bytes\": " << r.what.backlog * sizeof(float)
+        << ", \"keys\": " << r.what.keys
         << ", \"floats_per_key\": " << r.what.floats
         << ", \"payload_bytes\": " << r.what.payload_bytes()
         << ", \"workers\": " << r.workers
         << ", \"round_us\": {\"median\": " << r.median() * 1e6
         << ", \"min\": " << r.min() * 1e6 << ", \"max\": " << r.max() * 1e6
         << "}, \"gbps\": " << r.gbps();
-    if (limits && m.tcp_gbps > 0) {
+    if (limits && m.tcp_gbps > 0 && !r.what.priority_case()) {
       if (r.mode == "local")
         out << ", \"fraction_of_memcpy\": " << r.gbps() / m.memcpy_gbps;
       else
@@ -357,13 +460,14 @@ void write_json(std::ostream& out, const std::vector<result>& results,
 // -- local mode ---------------------------------------------------------------
 
 std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
-                      uint32_t shards, uint64_t slice_floats,
+                      uint32_t shards, const tuning& tune,
                       const system_options& sys, const round_plan& plan,
                       std::vector<result>& results) {
   store_options so;
   so.num_workers = workers;
   so.num_shards = shards;
-  so.slice_floats = slice_floats;
+  so.slice_floats = tune.slice_floats;
+  so.max_bytes_in_flight = tune.max_inflight;
   so.threads = sys.threads;
   so.scheduler = sys.scheduler;
   auto kv = kvstore::create("local_sync", so);
@@ -393,7 +497,7 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
         return e;
     results.push_back(std::move(res));
     std::fprintf(stderr, "  local %s, %s, %u workers: %.1f us\n",
-                 cases[i].name.c_str(), cases[i].round(), workers,
+                 cases[i].name.c_str(), cases[i].round().c_str(), workers,
                  results.back().median() * 1e6);
   }
   for (auto& h : others)
@@ -446,8 +550,10 @@ int role_server(const std::string& coordinator, uint32_t shards,
 
 // Rank 0 prints "result INDEX T1 T2 ..." (seconds) per case.
 int role_worker(const std::string& coordinator, const std::string& cases_text,
-                const round_plan& plan, const system_options& sys) {
+                const round_plan& plan, const tuning& tune,
+                const system_options& sys) {
   store_options so;
+  so.max_bytes_in_flight = tune.max_inflight;
   so.coordinator = coordinator;
   so.token = token;
   so.threads = sys.threads;
@@ -480,7 +586,7 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
 // -- dist mode: the harness side ----------------------------------------------
 
 std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
-                     uint32_t shards, uint64_t slice_floats,
+                     uint32_t shards, const tuning& tune,
                      const system_options& sys, const round_plan& plan,
                      std::chrono::milliseconds timeout,
                      std::vector<result>& results) {
@@ -493,7 +599,11 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
                                          "--rounds",
                                          std::to_string(plan.rounds)};
   common.push_back("--slice-floats");
-  common.push_back(std::to_string(slice_floats));
+  common.push_back(std::to_string(tune.slice_floats));
+  common.push_back("--max-inflight");
+  common.push_back(tune.max_inflight % 1024 == 0
+                     ? std::to_string(tune.max_inflight / 1024) + "K"
+                     : std::to_string(tune.max_inflight));
   common.push_back("--scheduler");
   common.push_back(to_string(sys.scheduler));
   auto with = [&](std::vector<std::string> extra) {
@@ -551,8 +661,8 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       while (in >> t)
         res.times.push_back(t);
       std::fprintf(stderr, "  dist %s, %s, %u workers: %.1f us\n",
-                   cases[index].name.c_str(), cases[index].round(), workers,
-                   res.median() * 1e6);
+                   cases[index].name.c_str(), cases[index].round().c_str(),
+                   workers, res.median() * 1e6);
       mine.push_back(std::move(res));
     }
   }
@@ -587,13 +697,15 @@ int main(int argc, char** argv) {
   std::string many = "1000x1024,10000x1";
   std::string workers_text = "1,2";
   std::string round_kinds = "fused,split";
+  std::string backlog = "256M";
   std::string json_path;
   std::string role;
   std::string coordinator;
   std::string cases_text;
   uint32_t shards = 2;
   uint32_t bench_workers = 1;
-  uint64_t slice_floats = core::default_slice_floats;
+  tuning tune;
+  std::string max_inflight = std::to_string(tune.max_inflight);
   system_options sys;
   std::string scheduler = "auto";
   long timeout_s = 600;
@@ -611,12 +723,20 @@ int main(int argc, char** argv) {
     "round", po::value(&round_kinds)->default_value(round_kinds),
     "round kinds, comma-separated: fused (one push_pull request per round) "
     "and/or split (a push request, wait, a pull request, wait)")(
-    "workers", po::value(&workers_text)->default_value(workers_text),
-    "worker counts to run, comma-separated")(
+    "backlog", po::value(&backlog)->default_value(backlog),
+    "priority cases: the latency of a 4 KB pull at priority 10, and at "
+    "priority 0, issued right after a push of this size at priority 0 (0: "
+    "no priority cases)")("workers",
+                          po::value(&workers_text)->default_value(workers_text),
+                          "worker counts to run, comma-separated")(
     "shards", po::value(&shards)->default_value(shards),
     "shards (local: in the process; dist: in the one server process)")(
-    "slice-floats", po::value(&slice_floats)->default_value(slice_floats),
+    "slice-floats",
+    po::value(&tune.slice_floats)->default_value(tune.slice_floats),
     "largest slice of a sliced key, in floats")(
+    "max-inflight", po::value(&max_inflight)->default_value(max_inflight),
+    "per shard, bytes a worker keeps in flight before further requests wait "
+    "in it, by priority (K, M suffixes)")(
     "warmup", po::value(&plan.warmup)->default_value(plan.warmup),
     "warm-up rounds per case (not measured)")(
     "rounds", po::value(&plan.rounds)->default_value(plan.rounds),
@@ -628,7 +748,7 @@ int main(int argc, char** argv) {
     "network, else work stealing), sharing or stealing")(
     "quick", po::bool_switch(&quick),
     "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
-    "--warmup 1 --rounds 3, quick limits")(
+    "--backlog 1M --warmup 1 --rounds 3, quick limits")(
     "no-limits", po::bool_switch(&no_limits),
     "skip measuring memcpy and loopback TCP")(
     "json", po::value(&json_path), "also write the results as JSON here")(
@@ -658,12 +778,17 @@ int main(int argc, char** argv) {
                      "--scheduler: expected auto, sharing or stealing, got '"
                        + scheduler + "'",
                      2);
+  if (!parse_size(max_inflight, tune.max_inflight))
+    return cli::fail(app,
+                     "--max-inflight: '" + max_inflight
+                       + "' is not a size such as 8M (a multiple of 4 bytes)",
+                     2);
   if (role == "coordinator")
-    return role_coordinator(bench_workers, slice_floats, sys);
+    return role_coordinator(bench_workers, tune.slice_floats, sys);
   if (role == "server")
     return role_server(coordinator, shards, sys);
   if (role == "worker")
-    return role_worker(coordinator, cases_text, plan, sys);
+    return role_worker(coordinator, cases_text, plan, tune, sys);
   if (!role.empty())
     return cli::fail(app, "--role: unknown role '" + role + "'", 2);
   if (quick) {
@@ -675,9 +800,11 @@ int main(int argc, char** argv) {
       plan.warmup = 1;
     if (vm["rounds"].defaulted())
       plan.rounds = 3;
+    if (vm["backlog"].defaulted())
+      backlog = "1M";
   }
   std::vector<bench_case> cases;
-  if (auto e = make_cases(sizes, many, round_kinds, cases); !e.empty())
+  if (auto e = make_cases(sizes, many, round_kinds, backlog, cases); !e.empty())
     return cli::fail(app, e, 2);
   std::vector<uint32_t> worker_counts;
   for (const auto& w : split(workers_text, ',')) {
@@ -697,8 +824,8 @@ int main(int argc, char** argv) {
       return cli::fail(app, "--modes: unknown mode '" + m + "'", 2);
   }
   if (worker_counts.empty() || (!local && !dist) || plan.rounds == 0
-      || shards == 0 || timeout_s <= 0 || slice_floats == 0
-      || slice_floats > core::max_slice_floats)
+      || shards == 0 || timeout_s <= 0 || tune.slice_floats == 0
+      || tune.slice_floats > core::max_slice_floats)
     return cli::fail(app,
                      "need at least one worker count and mode, --rounds, "
                      "--shards and --timeout-s > 0, --slice-floats 1.."
@@ -714,12 +841,11 @@ int main(int argc, char** argv) {
   std::vector<result> results;
   for (auto w : worker_counts) {
     if (local)
-      if (auto e = run_local(cases, w, shards, slice_floats, sys, plan,
-                             results);
+      if (auto e = run_local(cases, w, shards, tune, sys, plan, results);
           !e.empty())
         return cli::fail(app, "local, " + std::to_string(w) + " workers: " + e);
     if (dist)
-      if (auto e = run_dist(cases, w, shards, slice_floats, sys, plan,
+      if (auto e = run_dist(cases, w, shards, tune, sys, plan,
                             std::chrono::seconds{timeout_s}, results);
           !e.empty())
         return cli::fail(app, "dist, " + std::to_string(w) + " workers: " + e);

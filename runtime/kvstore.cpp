@@ -90,6 +90,8 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
     wc.shards = shards;
     wc.timeout = o.timeout;
     wc.barrier_timeout = o.barrier_timeout;
+    wc.max_bytes_in_flight = o.max_bytes_in_flight;
+    wc.sync = sync;
     rt->workers.emplace(r, rt->own(spawn_worker(rt->sys, wc)));
   }
   rt->own(coordinator);
@@ -148,6 +150,8 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     wc.relays.push_back(caf::actor_cast<shard_actor>(x));
   wc.timeout = o.timeout;
   wc.barrier_timeout = o.barrier_timeout;
+  wc.max_bytes_in_flight = o.max_bytes_in_flight;
+  wc.sync = job.sync;
   rt->num_workers = job.num_workers;
   rt->sync = job.sync;
   rt->opts.bigarray_bound = job.bigarray_bound;
@@ -663,6 +667,22 @@ caf::error kvstore::wait(pull_ticket ticket) {
                                           + std::to_string(ticket.id())
                                           + " was not issued by this handle");
   return d.finish_until(ticket.id());
+}
+
+caf::error kvstore::wait_only(pull_ticket ticket) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("wait_only");
+  if (ticket.id() >= d.next_ticket)
+    return make_error(errc::bad_config, "wait_only: ticket "
+                                          + std::to_string(ticket.id())
+                                          + " was not issued by this handle");
+  auto i = d.pending.find(ticket.id());
+  if (i == d.pending.end())
+    return caf::none;
+  auto f = std::move(i->second);
+  d.pending.erase(i);
+  return f();
 }
 
 caf::error kvstore::wait_all() {

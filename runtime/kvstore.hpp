@@ -32,6 +32,10 @@ struct store_options {
   std::chrono::milliseconds timeout{60000};
   /// Bound on a barrier (other workers may legitimately be slow).
   std::chrono::milliseconds barrier_timeout{600000};
+  /// Per shard: bytes of requests a worker keeps in flight before further
+  /// ones wait in the worker, highest priority first (see
+  /// worker_config::max_bytes_in_flight).
+  uint64_t max_bytes_in_flight = uint64_t{8} << 20;
   /// Pushes a handle keeps in flight before `push` waits for the oldest.
   std::size_t max_pending = 1024;
   /// Scheduler threads of the local actor system; 0 keeps CAF's default.
@@ -173,6 +177,14 @@ public:
   /// Waits for the pull of `ticket` and every operation issued before it;
   /// returns the first error among them.
   caf::error wait(pull_ticket ticket);
+
+  /// Waits for the pull of `ticket` only: operations issued before it may
+  /// still be in flight, and their errors surface at a later `wait` or
+  /// `wait_all`. With priorities, this is how a high-priority pull returns
+  /// before a backlog of lower-priority pushes issued earlier (the pull still
+  /// sees every earlier push of this handle on its own keys). A ticket that
+  /// was already waited for returns at once.
+  caf::error wait_only(pull_ticket ticket);
 
   /// Waits for every operation issued so far; returns the first error.
   caf::error wait_all();

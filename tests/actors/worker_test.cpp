@@ -301,6 +301,100 @@ TEST_CASE_METHOD(cluster_fixture,
   CHECK(pulled->flatten() == values);
 }
 
+namespace {
+
+// One shard, one worker that keeps at most one request in flight (any request
+// exceeds a bound of one byte, and one always may go alone).
+struct outbox_fixture : test::deterministic_fixture {
+  shard_actor shard;
+  coordinator_actor coord;
+  worker_actor worker;
+
+  outbox_fixture() {
+    shard = guard(spawn_shard(sys, test::shard_cfg(0, 1, false)));
+    coordinator_config cc;
+    cc.num_workers = 1;
+    cc.shards = {shard};
+    coord = guard(spawn_coordinator(sys, cc));
+    worker_config wc;
+    wc.coordinator = coord;
+    wc.shards = {shard};
+    wc.max_bytes_in_flight = 1;
+    worker = guard(spawn_worker(sys, wc));
+    for (auto key : {"a", "b", "c", "d"}) {
+      self->send(worker, init_atom::value, std::string{key},
+                 std::vector<uint64_t>{1}, floats{{0}});
+      run();
+      REQUIRE(reply<caf::ok_atom>());
+    }
+  }
+
+  void push(const char* key, float x, int32_t priority = 0) {
+    self->send(worker, push_atom::value, std::string{key}, priority,
+               float_parts{{x}});
+  }
+
+  void pull(const char* key, int32_t priority) {
+    self->send(worker, pull_atom::value, std::string{key}, priority);
+  }
+
+  // The replies in the order they arrived: "ok" for a push, the pulled
+  // value for a pull.
+  std::vector<std::string> replies() {
+    std::vector<std::string> out;
+    for (bool more = true; more;)
+      self->receive(
+        [&](caf::ok_atom) { out.emplace_back("ok"); },
+        [&](float_parts& x) {
+          out.push_back(std::to_string(static_cast<int>(x.flatten().at(0))));
+        },
+        [&](caf::error& err) { out.push_back(render(err)); },
+        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return out;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(outbox_fixture,
+                 "worker: a high-priority request overtakes queued ones",
+                 "[worker][priority]") {
+  self->send(shard, set_opt_atom::value, optimizer_config{"accumulate"});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  push("d", 7);
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  // The push of a goes at once; b and c wait for it in the worker.
+  push("a", 1);
+  push("b", 1);
+  push("c", 1);
+  SECTION("priority 10: the pull goes next") {
+    pull("d", 10);
+    run();
+    CHECK(replies() == std::vector<std::string>{"ok", "7", "ok", "ok"});
+  }
+  SECTION("equal priorities: issue order") {
+    pull("d", 0);
+    run();
+    CHECK(replies() == std::vector<std::string>{"ok", "ok", "ok", "7"});
+  }
+}
+
+TEST_CASE_METHOD(outbox_fixture,
+                 "worker: a high-priority request never overtakes earlier ones "
+                 "on its key",
+                 "[worker][priority]") {
+  push("a", 1);
+  push("a", 2);
+  push("b", 5);
+  // The second push of a is raised to the pull's priority and goes first:
+  // the pull sees it.
+  pull("a", 10);
+  run();
+  CHECK(replies() == std::vector<std::string>{"ok", "ok", "2", "ok"});
+}
+
 TEST_CASE_METHOD(cluster_fixture, "worker: barrier releases everyone at once",
                  "[worker]") {
   self->send(workers[0], barrier_atom::value);

@@ -40,14 +40,18 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   buf << in.rdbuf();
   auto text = buf.str();
   std::filesystem::remove(json);
-  // 4 quick cases x 2 round kinds x 2 modes x 2 worker counts, each checked
-  // by the harness itself (every pulled value is the round's sum).
-  CHECK(count(text, "\"mode\": \"local\"") == 16);
-  CHECK(count(text, "\"mode\": \"dist\"") == 16);
-  CHECK(count(text, "\"workers\": 2") == 16);
+  // (4 quick cases x 2 round kinds + 2 priority cases) x 2 modes x 2 worker
+  // counts, each checked by the harness itself (every pulled value is the
+  // round's sum, or the small key's value).
+  CHECK(count(text, "\"mode\": \"local\"") == 20);
+  CHECK(count(text, "\"mode\": \"dist\"") == 20);
+  CHECK(count(text, "\"workers\": 2") == 20);
   CHECK(count(text, "\"round\": \"fused\"") == 16);
+  CHECK(count(text, "\"round\": \"prio10\"") == 4);
+  CHECK(count(text, "\"backlog_bytes\": 1048576") == 8);
   CHECK(text.find("\"tcp_rtt_us\"") != std::string::npos);
   // The table names the machine's limits and every case.
   CHECK(bench.output().find("loopback TCP") != std::string::npos);
-  CHECK(count(bench.output(), "dist   4 KB") == 4);
+  CHECK(count(bench.output(), "dist   4 KB pull, 1 MB queued") == 4);
+  CHECK(count(bench.output(), "sooner than prio0") == 4);
 }

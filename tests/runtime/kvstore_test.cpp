@@ -352,6 +352,34 @@ TEST_CASE("kvstore: slices above the batch bound travel in buffers of their "
   CHECK(g == Eigen::VectorXf::Constant(n, 0.5f));
 }
 
+TEST_CASE("kvstore: wait_only waits for one pull, not the backlog before it",
+          "[integration][priority]") {
+  auto opts = local_options(1, 2);
+  opts.bigarray_bound = 1000;
+  opts.slice_floats = 1000;
+  // One request in flight per shard: the pushes queue up in the worker.
+  opts.max_bytes_in_flight = 4;
+  auto kv = make_store("local_async", opts);
+  const Eigen::Index n = 100000;
+  require_ok(kv.init("big", Eigen::VectorXf::Zero(n)));
+  require_ok(kv.init("small", Eigen::VectorXf::Constant(4, 3.0f)));
+  Eigen::VectorXf g = Eigen::VectorXf::LinSpaced(n, 0.0f, 1.0f);
+  require_ok(kv.push("big", g));
+  Eigen::VectorXf small(4);
+  auto t = kv.pull("small", small, 10);
+  REQUIRE(t);
+  require_ok(kv.wait_only(*t));
+  CHECK(small == Eigen::VectorXf::Constant(4, 3.0f));
+  // Waiting again is harmless; the push still completes.
+  require_ok(kv.wait_only(*t));
+  require_ok(kv.wait_all());
+  Eigen::VectorXf big(n);
+  auto u = kv.pull("big", big);
+  REQUIRE(u);
+  require_ok(kv.wait_only(*u));
+  CHECK(big == g);
+}
+
 TEST_CASE("kvstore: save and load restore training bit for bit",
           "[integration]") {
   auto opts = local_options(1, 3);
