@@ -407,7 +407,8 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
   st.cfg = cfg;
   st.live.assign(cfg.num_workers, true);
   return {
-    [self](init_atom, const slice_init& msg) -> caf::result<caf::ok_atom> {
+    // Takes the message by mutable reference to keep its buffer (see push).
+    [self](init_atom, slice_init& msg) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
       if (st.find(msg.slice) != nullptr)
         return make_error(errc::already_initialized,
@@ -418,7 +419,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         return make_error(errc::shape_mismatch, "init: " + slice_name(msg.slice)
                                                   + " has an empty value");
       auto& s = st.slices[msg.slice];
-      s.value = shared_floats{msg.value.data};
+      s.value = shared_floats{std::move(msg.value.data)};
       s.opt_state.assign(core::state_size(st.opt, s.value.size()), 0.0f);
       s.next_seq.assign(st.cfg.num_workers, 0);
       s.pushes_of.assign(st.cfg.num_workers, 0);

@@ -41,6 +41,9 @@ struct outgoing {
   uint64_t order = 0;
   // Bytes it holds of the shard's bound while in flight (0: none).
   uint64_t bytes = 0;
+  // Bytes of a sync push-pull: counted while in flight, but never keeping
+  // another request back (see fits).
+  uint64_t soft = 0;
   // The slices it acts on, sorted: a request never overtakes an earlier one
   // on the same slice, so the shard never waits for a request still here.
   std::vector<slice_id> slices;
@@ -53,6 +56,7 @@ struct outgoing {
 struct outbox {
   std::map<std::pair<int64_t, uint64_t>, outgoing> queue;
   uint64_t in_flight = 0;
+  uint64_t soft = 0;
   // Set while pump runs: a send that fails at once re-enters release.
   bool pumping = false;
 };
@@ -237,6 +241,7 @@ void pump(self_ptr self, uint32_t index) {
     if (bytes > 0 && box.in_flight > 0 && box.in_flight + bytes > bound)
       break;
     box.in_flight += bytes;
+    box.soft += i->second.soft;
     auto send = std::move(i->second.send);
     box.queue.erase(i);
     send();
@@ -245,8 +250,9 @@ void pump(self_ptr self, uint32_t index) {
 }
 
 // A request of `bytes` to shard `index` was answered (or failed).
-void release(self_ptr self, uint32_t index, uint64_t bytes) {
+void release(self_ptr self, uint32_t index, uint64_t bytes, uint64_t soft) {
   self->state.outboxes[index].in_flight -= bytes;
+  self->state.outboxes[index].soft -= soft;
   pump(self, index);
 }
 
@@ -482,6 +488,15 @@ uint64_t bytes_held(const worker_config& cfg, op_kind kind, uint64_t floats) {
   }
 }
 
+// True if a request of `bytes` to `shard` would be sent at once, with
+// nothing queued before it (sync push-pulls in flight count here).
+bool fits(self_ptr self, uint32_t shard, uint64_t bytes) {
+  auto& box = self->state.outboxes[shard];
+  auto busy = box.in_flight + box.soft;
+  return box.queue.empty()
+         && (busy == 0 || busy + bytes <= self->state.cfg.max_bytes_in_flight);
+}
+
 // Queues a request for `shard` (see enqueue); `send(on_ok, on_err)` sends it
 // with handlers that release its bytes first.
 template <class Reply, class OnOk, class Send>
@@ -489,20 +504,24 @@ void submit(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
             uint64_t floats, std::vector<slice_id> slices, OnOk on_ok,
             std::function<void(caf::error&)> on_err, Send send) {
   auto bytes = bytes_held(self->state.cfg, kind, floats);
+  auto soft = self->state.cfg.sync && kind == op_kind::push_pull
+                ? 2 * floats * sizeof(float)
+                : 0;
   outgoing x;
   x.priority = priority;
   x.bytes = bytes;
+  x.soft = soft;
   x.slices = std::move(slices);
-  x.send = [self, shard, bytes, on_ok = std::move(on_ok),
+  x.send = [self, shard, bytes, soft, on_ok = std::move(on_ok),
             on_err = std::move(on_err), send = std::move(send)]() mutable {
     send(
-      [self, shard, bytes, on_ok](Reply& r) mutable {
-        release(self, shard, bytes);
+      [self, shard, bytes, soft, on_ok](Reply& r) mutable {
+        release(self, shard, bytes, soft);
         on_ok(r);
       },
       std::function<void(caf::error&)>{
-        [self, shard, bytes, on_err](caf::error& err) {
-          release(self, shard, bytes);
+        [self, shard, bytes, soft, on_err](caf::error& err) {
+          release(self, shard, bytes, soft);
           on_err(err);
         }});
   };
@@ -648,6 +667,32 @@ void start_ops(self_ptr self, op_kind kind,
       auto alone = s.length > bound;
       if (alone || b.floats + s.length > cap)
         flush(self, s.shard, priority, kind, b, g);
+      // In sync mode, a large push-pull that has to wait goes as a push
+      // (which holds room until the shard took it, never longer) and a pull
+      // (which holds none while it waits for its round): a fused one could
+      // hold room while its round waits for this worker's queued pushes.
+      if (alone && kind == op_kind::push_pull && st.cfg.sync
+          && !fits(self, s.shard, 2 * s.length * sizeof(float))) {
+        batch_builder push_part;
+        push_part.msg = slice_batch{rank,
+                                    static_cast<uint8_t>(op_kind::push),
+                                    {id},
+                                    {seq},
+                                    {in.take(s.length)}};
+        push_part.pieces.push_back(piece{at, s.length});
+        push_part.floats = s.length;
+        flush(self, s.shard, priority, op_kind::push, push_part, g);
+        batch_builder pull_part;
+        pull_part.msg = slice_batch{rank,
+                                    static_cast<uint8_t>(op_kind::pull),
+                                    {id},
+                                    {r->seq[s.part]++},
+                                    {}};
+        pull_part.pieces.push_back(piece{at, s.length});
+        pull_part.floats = s.length;
+        flush(self, s.shard, priority, op_kind::pull, pull_part, g);
+        continue;
+      }
       b.msg.slices.push_back(id);
       b.msg.seqs.push_back(seq);
       b.pieces.push_back(piece{at, s.length});

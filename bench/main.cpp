@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -359,6 +360,26 @@ struct result {
   }
 };
 
+// The server process of one dist run: its peak RSS and the weights it held
+// (every case's keys; "assign" keeps no optimizer state).
+struct server_memory {
+  uint32_t workers = 1;
+  double peak_mb = 0;
+  double weights_mb = 0;
+
+  // The bound: 1.3 x (weights + optimizer state) + 50 MB.
+  double bound_mb() const {
+    return 1.3 * weights_mb + 50;
+  }
+};
+
+double weights_mb(const std::vector<bench_case>& cases) {
+  uint64_t bytes = 0;
+  for (const auto& c : cases)
+    bytes += c.payload_bytes() + c.backlog * sizeof(float);
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
+
 // How a result compares with the machine: local against memcpy, dist
 // against loopback TCP bandwidth (large payloads) and round trip (small).
 std::string versus_limit(const result& r, const machine_limits& m) {
@@ -418,6 +439,7 @@ std::string json_escape(const std::string& s) {
 }
 
 void write_json(std::ostream& out, const std::vector<result>& results,
+                const std::vector<server_memory>& memory,
                 const machine_limits& m, bool limits, const round_plan& plan,
                 uint32_t shards) {
   out << "{\n  \"tool\": \"actorps-bench\",\n";
@@ -454,6 +476,12 @@ void write_json(std::ostream& out, const std::vector<result>& results,
       out << (k == 0 ? "" : ", ") << r.times[k] * 1e6;
     out << "]}";
   }
+  out << "\n  ],\n  \"server_memory\": [";
+  for (size_t i = 0; i < memory.size(); ++i)
+    out << (i == 0 ? "\n" : ",\n") << "    {\"workers\": " << memory[i].workers
+        << ", \"peak_rss_mb\": " << memory[i].peak_mb
+        << ", \"weights_mb\": " << memory[i].weights_mb
+        << ", \"bound_mb\": " << memory[i].bound_mb() << "}";
   out << "\n  ]\n}\n";
 }
 
@@ -507,6 +535,16 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
 
 // -- dist mode: the roles -----------------------------------------------------
 
+// This process's peak resident set (VmHWM), in KiB; 0 if unknown.
+uint64_t peak_rss_kb() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::strtoull(line.c_str() + 6, nullptr, 10);
+  return 0;
+}
+
 int role_coordinator(uint32_t workers, uint64_t slice_floats,
                      const system_options& sys) {
   coordinator_options opts;
@@ -545,6 +583,7 @@ int role_server(const std::string& coordinator, uint32_t shards,
     std::cout << "error " << render(err) << std::endl;
     return 1;
   }
+  std::cout << "peak_rss_kb " << peak_rss_kb() << std::endl;
   return 0;
 }
 
@@ -585,11 +624,11 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
 
 // -- dist mode: the harness side ----------------------------------------------
 
-std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
-                     uint32_t shards, const tuning& tune,
-                     const system_options& sys, const round_plan& plan,
-                     std::chrono::milliseconds timeout,
-                     std::vector<result>& results) {
+std::string
+run_dist(const std::vector<bench_case>& cases, uint32_t workers,
+         uint32_t shards, const tuning& tune, const system_options& sys,
+         const round_plan& plan, std::chrono::milliseconds timeout,
+         std::vector<result>& results, std::vector<server_memory>& memory) {
   auto self = self_path();
   auto common = std::vector<std::string>{self,
                                          "--threads",
@@ -681,6 +720,16 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
              + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
              + "); " + explain("it", *c);
   }
+  // The server reports its peak RSS as it exits.
+  while (server.next_line(std::chrono::milliseconds{200})) {
+  }
+  const auto& said = server.transcript();
+  if (auto at = said.find("peak_rss_kb "); at != std::string::npos)
+    memory.push_back(
+      {workers,
+       static_cast<double>(std::strtoull(said.c_str() + at + 12, nullptr, 10))
+         / 1024.0,
+       weights_mb(cases)});
   if (mine.size() != cases.size())
     return "dist: got results for " + std::to_string(mine.size()) + " of "
            + std::to_string(cases.size()) + " cases";
@@ -839,6 +888,7 @@ int main(int argc, char** argv) {
       return cli::fail(app, "measuring the machine's limits: " + e);
   }
   std::vector<result> results;
+  std::vector<server_memory> memory;
   for (auto w : worker_counts) {
     if (local)
       if (auto e = run_local(cases, w, shards, tune, sys, plan, results);
@@ -846,14 +896,18 @@ int main(int argc, char** argv) {
         return cli::fail(app, "local, " + std::to_string(w) + " workers: " + e);
     if (dist)
       if (auto e = run_dist(cases, w, shards, tune, sys, plan,
-                            std::chrono::seconds{timeout_s}, results);
+                            std::chrono::seconds{timeout_s}, results, memory);
           !e.empty())
         return cli::fail(app, "dist, " + std::to_string(w) + " workers: " + e);
   }
   print_table(results, limits, !no_limits);
+  for (const auto& m : memory)
+    std::printf("dist server, %u workers: peak RSS %.1f MB, weights %.1f MB "
+                "(bound 1.3 x weights + 50 MB = %.1f MB)\n",
+                m.workers, m.peak_mb, m.weights_mb, m.bound_mb());
   if (!json_path.empty()) {
     std::ofstream out{json_path};
-    write_json(out, results, limits, !no_limits, plan, shards);
+    write_json(out, results, memory, limits, !no_limits, plan, shards);
     out.close();
     if (!out)
       return cli::fail(app, "cannot write " + json_path);

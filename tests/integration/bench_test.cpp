@@ -45,7 +45,10 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   // round's sum, or the small key's value).
   CHECK(count(text, "\"mode\": \"local\"") == 20);
   CHECK(count(text, "\"mode\": \"dist\"") == 20);
-  CHECK(count(text, "\"workers\": 2") == 20);
+  // ... and the server's peak memory of each dist run.
+  CHECK(count(text, "\"workers\": 2") == 20 + 1);
+  CHECK(count(text, "\"peak_rss_mb\"") == 2);
+  CHECK(count(bench.output(), "dist server, ") == 2);
   CHECK(count(text, "\"round\": \"fused\"") == 16);
   CHECK(count(text, "\"round\": \"prio10\"") == 4);
   CHECK(count(text, "\"backlog_bytes\": 1048576") == 8);
