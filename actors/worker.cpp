@@ -9,6 +9,7 @@
 #include <memory>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "caf/actor_system.hpp"
@@ -44,7 +45,7 @@ struct outgoing {
   // Bytes of a sync push-pull: counted while in flight, but never keeping
   // another request back (see fits).
   uint64_t soft = 0;
-  // The slices it acts on, sorted: a request never overtakes an earlier one
+  // The slices it acts on: a request never overtakes an earlier one
   // on the same slice, so the shard never waits for a request still here.
   std::vector<slice_id> slices;
   // Sends the request; its reply (or error) must call `release`.
@@ -256,19 +257,14 @@ void release(self_ptr self, uint32_t index, uint64_t bytes, uint64_t soft) {
   pump(self, index);
 }
 
+// Only asked when priorities differ (rare), so the lists stay unsorted.
 bool share_slice(const std::vector<slice_id>& a,
                  const std::vector<slice_id>& b) {
-  auto i = a.begin();
-  auto j = b.begin();
-  while (i != a.end() && j != b.end()) {
-    if (*i == *j)
-      return true;
-    if (*i < *j)
-      ++i;
-    else
-      ++j;
-  }
-  return false;
+  const auto& small = a.size() < b.size() ? a : b;
+  const auto& large = a.size() < b.size() ? b : a;
+  std::unordered_set<slice_id> seen(small.begin(), small.end());
+  return std::any_of(large.begin(), large.end(),
+                     [&](slice_id x) { return seen.count(x) > 0; });
 }
 
 // Queues a request to shard `index` behind those of higher priority (and
@@ -279,7 +275,6 @@ void enqueue(self_ptr self, uint32_t index, outgoing x) {
   auto& st = self->state;
   auto& box = st.outboxes[index];
   x.order = st.next_order++;
-  std::sort(x.slices.begin(), x.slices.end());
   // Raising one request may require raising its own predecessors: repeat
   // until nothing changes (queues are short; equal priorities skip this).
   std::vector<const std::vector<slice_id>*> raised{&x.slices};
@@ -497,12 +492,12 @@ bool fits(self_ptr self, uint32_t shard, uint64_t bytes) {
          && (busy == 0 || busy + bytes <= self->state.cfg.max_bytes_in_flight);
 }
 
-// Queues a request for `shard` (see enqueue); `send(on_ok, on_err)` sends it
-// with handlers that release its bytes first.
-template <class Reply, class OnOk, class Send>
+// Queues the request `(atom, msg)` for `shard` (see enqueue); its reply or
+// error releases its bytes, then goes to `on_ok` or `on_err`.
+template <class Reply, class OnOk, class Atom, class Msg>
 void submit(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
-            uint64_t floats, std::vector<slice_id> slices, OnOk on_ok,
-            std::function<void(caf::error&)> on_err, Send send) {
+            uint64_t floats, OnOk on_ok,
+            std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
   auto bytes = bytes_held(self->state.cfg, kind, floats);
   auto soft = self->state.cfg.sync && kind == op_kind::push_pull
                 ? 2 * floats * sizeof(float)
@@ -511,19 +506,23 @@ void submit(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
   x.priority = priority;
   x.bytes = bytes;
   x.soft = soft;
-  x.slices = std::move(slices);
-  x.send = [self, shard, bytes, soft, on_ok = std::move(on_ok),
-            on_err = std::move(on_err), send = std::move(send)]() mutable {
-    send(
+  if constexpr (std::is_same_v<Msg, slice_batch>)
+    x.slices = msg.slices;
+  else
+    x.slices = {msg.slice};
+  x.send = [self, shard, priority, bytes, soft, on_ok = std::move(on_ok),
+            on_err = std::move(on_err), atom, msg = std::move(msg)]() mutable {
+    to_shard<Reply>(
+      self, shard, priority,
       [self, shard, bytes, soft, on_ok](Reply& r) mutable {
         release(self, shard, bytes, soft);
         on_ok(r);
       },
-      std::function<void(caf::error&)>{
-        [self, shard, bytes, soft, on_err](caf::error& err) {
-          release(self, shard, bytes, soft);
-          on_err(err);
-        }});
+      [self, shard, bytes, soft, on_err](caf::error& err) {
+        release(self, shard, bytes, soft);
+        on_err(err);
+      },
+      atom, std::move(msg));
   };
   enqueue(self, shard, std::move(x));
 }
@@ -544,47 +543,28 @@ void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
   b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}};
   b.pieces.clear();
   b.floats = 0;
-  auto slices = msg.slices;
   if (msg.slices.size() == 1) {
     auto at = pieces[0].offset;
     auto on_value = [g, at, expected](shared_floats& x) {
       g->put(at, expected, x);
     };
+    auto one = slice_push{msg.slices[0], msg.worker, msg.seqs[0],
+                          std::move(msg.data)};
     switch (kind) {
       case op_kind::push:
         submit<caf::ok_atom>(
-          self, shard, priority, kind, expected, std::move(slices),
-          [g](caf::ok_atom) { g->arrive(); }, fail,
-          [self, shard, priority, msg = std::move(msg)](auto ok,
-                                                        auto err) mutable {
-            to_shard<caf::ok_atom>(
-              self, shard, priority, ok, err, push_atom::value,
-              slice_push{msg.slices[0], msg.worker, msg.seqs[0],
-                         std::move(msg.data)});
-          });
+          self, shard, priority, kind, expected,
+          [g](caf::ok_atom) { g->arrive(); }, fail, push_atom::value,
+          std::move(one));
         return;
       case op_kind::pull:
-        submit<shared_floats>(
-          self, shard, priority, kind, expected, std::move(slices), on_value,
-          fail,
-          [self, shard, priority, msg = std::move(msg)](auto ok,
-                                                        auto err) mutable {
-            to_shard<shared_floats>(
-              self, shard, priority, ok, err, pull_atom::value,
-              slice_pull{msg.slices[0], msg.worker, msg.seqs[0]});
-          });
+        submit<shared_floats>(self, shard, priority, kind, expected, on_value,
+                              fail, pull_atom::value,
+                              slice_pull{one.slice, one.worker, one.seq});
         return;
       case op_kind::push_pull:
-        submit<shared_floats>(self, shard, priority, kind, expected,
-                              std::move(slices), on_value, fail,
-                              [self, shard, priority, msg = std::move(msg)](
-                                auto ok, auto err) mutable {
-                                to_shard<shared_floats>(
-                                  self, shard, priority, ok, err,
-                                  push_pull_atom::value,
-                                  slice_push{msg.slices[0], msg.worker,
-                                             msg.seqs[0], std::move(msg.data)});
-                              });
+        submit<shared_floats>(self, shard, priority, kind, expected, on_value,
+                              fail, push_pull_atom::value, std::move(one));
         return;
     }
   }
@@ -595,15 +575,11 @@ void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
     expected = 0;
   }
   submit<floats>(
-    self, shard, priority, kind, sent, std::move(slices),
+    self, shard, priority, kind, sent,
     [g, pieces = std::move(pieces), expected](floats& x) {
       g->put(pieces, expected, x);
     },
-    fail,
-    [self, shard, priority, msg = std::move(msg)](auto ok, auto err) mutable {
-      to_shard<floats>(self, shard, priority, ok, err, batch_atom::value,
-                       std::move(msg));
-    });
+    fail, batch_atom::value, std::move(msg));
 }
 
 // Starts `kind` on `keys` (whose routes are known): checks the payload,
@@ -673,24 +649,16 @@ void start_ops(self_ptr self, op_kind kind,
       // hold room while its round waits for this worker's queued pushes.
       if (alone && kind == op_kind::push_pull && st.cfg.sync
           && !fits(self, s.shard, 2 * s.length * sizeof(float))) {
-        batch_builder push_part;
-        push_part.msg = slice_batch{rank,
-                                    static_cast<uint8_t>(op_kind::push),
-                                    {id},
-                                    {seq},
-                                    {in.take(s.length)}};
-        push_part.pieces.push_back(piece{at, s.length});
-        push_part.floats = s.length;
-        flush(self, s.shard, priority, op_kind::push, push_part, g);
-        batch_builder pull_part;
-        pull_part.msg = slice_batch{rank,
-                                    static_cast<uint8_t>(op_kind::pull),
-                                    {id},
-                                    {r->seq[s.part]++},
-                                    {}};
-        pull_part.pieces.push_back(piece{at, s.length});
-        pull_part.floats = s.length;
-        flush(self, s.shard, priority, op_kind::pull, pull_part, g);
+        auto part = [&](op_kind k, uint64_t part_seq, floats data) {
+          batch_builder one;
+          one.msg = slice_batch{
+            rank, static_cast<uint8_t>(k), {id}, {part_seq}, std::move(data)};
+          one.pieces.push_back(piece{at, s.length});
+          one.floats = s.length;
+          flush(self, s.shard, priority, k, one, g);
+        };
+        part(op_kind::push, seq, floats{in.take(s.length)});
+        part(op_kind::pull, r->seq[s.part]++, floats{});
         continue;
       }
       b.msg.slices.push_back(id);
