@@ -33,6 +33,10 @@ namespace {
 struct route {
   key_info info;
   std::vector<uint64_t> seq;
+  // The key's compression and, for 2-bit, each part's residual (allocated
+  // at the part's first push).
+  compression comp;
+  std::vector<std::vector<float>> residual;
 };
 
 // One request to a shard waiting in that shard's outbox.
@@ -69,6 +73,8 @@ struct worker_state {
 
   worker_config cfg;
   std::unordered_map<std::string, route> routes;
+  // Keys with a compression setting of their own (see compress_atom).
+  std::unordered_map<std::string, compression> key_compression;
   // While a lookup is in flight, every later operation waits here, so that
   // operations take effect in issue order (lookups happen once per key).
   bool stalled = false;
@@ -108,6 +114,9 @@ void add_route(self_ptr self, key_info info) {
   auto name = info.name;
   route r;
   r.seq.assign(info.slices.size(), 0);
+  auto c = self->state.key_compression.find(name);
+  r.comp = c != self->state.key_compression.end() ? c->second
+                                                  : self->state.cfg.compression;
   r.info = std::move(info);
   routes.emplace(std::move(name), std::move(r));
 }
@@ -459,6 +468,41 @@ private:
   uint64_t pos_ = 0;
 };
 
+// Sets the compression of `r`; a new codec starts from zero residuals.
+void set_compression(route& r, const compression& c) {
+  if (r.comp == c)
+    return;
+  r.comp = c;
+  r.residual.clear();
+}
+
+// Runs the compression filter of `r` over the `n` floats of part `part`
+// about to be pushed (in place; 2-bit updates the part's residual).
+void quantize_part(route& r, uint32_t part, float* x, uint64_t n) {
+  if (r.comp.kind == codec::none)
+    return;
+  float* residual = nullptr;
+  if (r.comp.kind == codec::two_bit) {
+    if (r.residual.size() < r.info.slices.size())
+      r.residual.resize(r.info.slices.size());
+    auto& res = r.residual[part];
+    if (res.size() != n)
+      res.assign(n, 0.0f);
+    residual = res.data();
+  }
+  quantize(r.comp, x, residual, n);
+}
+
+// The encoding of a payload that holds slices of several keys: theirs if
+// they all share it, else none (the values are quantized all the same, so
+// they only cross the network unpacked).
+void merge_encoding(floats& payload, bool first, const compression& c) {
+  if (first)
+    payload.encoding = c;
+  else if (payload.encoding != c)
+    payload.encoding = compression{};
+}
+
 // A batch being filled for one shard.
 struct batch_builder {
   slice_batch msg;
@@ -657,7 +701,9 @@ void start_ops(self_ptr self, op_kind kind,
           one.floats = s.length;
           flush(self, s.shard, priority, k, one, g);
         };
-        part(op_kind::push, seq, floats{in.take(s.length)});
+        auto pushed = in.take(s.length);
+        quantize_part(*r, s.part, pushed.data(), s.length);
+        part(op_kind::push, seq, floats{std::move(pushed), r->comp});
         part(op_kind::pull, r->seq[s.part]++, floats{});
         continue;
       }
@@ -666,10 +712,15 @@ void start_ops(self_ptr self, op_kind kind,
       b.pieces.push_back(piece{at, s.length});
       b.floats += s.length;
       if (pushes) {
+        auto& dst = b.msg.data;
+        auto first = b.msg.slices.size() == 1;
         if (alone)
-          b.msg.data.data = in.take(s.length);
+          dst.data = in.take(s.length);
         else
-          in.append(b.msg.data.data, s.length);
+          in.append(dst.data, s.length);
+        quantize_part(*r, s.part, dst.data.data() + dst.data.size() - s.length,
+                      s.length);
+        merge_encoding(dst, first, r->comp);
       }
       // A large slice travels alone, so big tensors stream over all shards.
       if (alone)
@@ -835,6 +886,31 @@ worker_actor::behavior_type worker_impl(self_ptr self, worker_config cfg) {
       auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::push_pull, std::move(keys), priority,
               std::move(grads), rp);
+      return rp;
+    },
+    [self](compress_atom, std::string& key,
+           compression c) -> caf::result<caf::ok_atom> {
+      if (auto why = check(c); !why.empty())
+        return make_error(errc::bad_config, "set_gradient_compression: " + why);
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      // Through with_routes (with no keys): behind every operation that
+      // waits for a lookup, so it takes effect in issue order.
+      auto apply = [self, key = std::move(key), c, rp]() mutable {
+        auto& st = self->state;
+        if (key.empty()) {
+          st.cfg.compression = c;
+          for (auto& kvp : st.routes)
+            if (st.key_compression.count(kvp.first) == 0)
+              set_compression(kvp.second, c);
+        } else {
+          st.key_compression[key] = c;
+          if (auto i = st.routes.find(key); i != st.routes.end())
+            set_compression(i->second, c);
+        }
+        rp.deliver(caf::ok_atom::value);
+      };
+      with_routes(self, {}, std::move(apply),
+                  [rp](const caf::error& err) mutable { rp.deliver(err); });
       return rp;
     },
     [self](lookup_atom, const std::string& key) -> caf::result<key_info> {

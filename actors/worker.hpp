@@ -45,6 +45,13 @@
 ///   `worker_config::batch_floats` floats are sent as one batch per shard, so
 ///   a round of many small keys costs one message per shard, not per key.
 ///   Errors: as for one key; `shape_mismatch` names the total size.
+/// - `(compress_atom, key, compression)` -> `ok_atom`: pushes of `key` from
+///   now on go through `compression` (see messages/compression.hpp); an
+///   empty `key` sets it for every key without a setting of its own
+///   (initially `worker_config::compression`). The key need not exist yet.
+///   Changing a key's codec drops its 2-bit residuals. Takes effect after
+///   every operation issued before it. Errors: `bad_config` (a bad
+///   threshold).
 /// - `(lookup_atom, key)` -> `key_info`. Errors: `unknown_key`,
 ///   `not_initialized`.
 /// - `(barrier_atom)` -> `ok_atom` once every live worker reached the barrier.
@@ -93,6 +100,10 @@ struct worker_config {
   /// The job is synchronous: pulls and push-pulls may wait for a round, so
   /// they hold no room under `max_bytes_in_flight` (see worker.cpp).
   bool sync = false;
+  /// Compression of pushed values for keys without a setting of their own.
+  /// The worker quantizes each pushed slice (keeping 2-bit residuals per
+  /// slice); the values then cross the network packed.
+  actorps::compression compression{};
 };
 
 /// Most floats one batch message carries; a fuller batch is split.
@@ -113,6 +124,7 @@ using worker_actor = caf::typed_actor<
                   int32_t>::with<float_parts>,
   caf::replies_to<push_pull_atom, std::vector<std::string>, int32_t,
                   float_parts>::with<float_parts>,
+  caf::replies_to<compress_atom, std::string, compression>::with<caf::ok_atom>,
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,
   caf::replies_to<leave_atom>::with<caf::ok_atom>,

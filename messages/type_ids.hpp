@@ -15,6 +15,7 @@
 // process boundary is listed, including the standard containers.
 CAF_BEGIN_TYPE_ID_BLOCK(actorps, caf::first_custom_type_id)
 
+CAF_ADD_TYPE_ID(actorps, (actorps::compression))
 CAF_ADD_TYPE_ID(actorps, (actorps::floats))
 CAF_ADD_TYPE_ID(actorps, (actorps::shared_floats))
 CAF_ADD_TYPE_ID(actorps, (actorps::float_parts))
@@ -60,5 +61,6 @@ CAF_ADD_ATOM(actorps, actorps, dead_atom, "dead_nodes")
 CAF_ADD_ATOM(actorps, actorps, command_atom, "command")
 CAF_ADD_ATOM(actorps, actorps, node_down_atom, "node_down")
 CAF_ADD_ATOM(actorps, actorps, forwarded_atom, "forwarded")
+CAF_ADD_ATOM(actorps, actorps, compress_atom, "compress")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

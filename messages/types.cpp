@@ -27,15 +27,22 @@ caf::error save_raw(caf::serializer& f, const float* data, size_t n) {
   return f.end_sequence();
 }
 
-// Reads what save_raw wrote into `out`.
-caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
-  size_t n = 0;
+// Reads the length of a float sequence into `n`.
+caf::error begin_floats(caf::deserializer& f, size_t& n) {
   if (auto err = f.begin_sequence(n))
     return err;
   // The length comes from the peer: never trust it beyond what BASP can carry.
   if (n > (size_t{1} << 30))
     return caf::make_error(caf::sec::invalid_argument,
                            "floats: sequence length exceeds 4 GiB");
+  return caf::none;
+}
+
+// Reads what save_raw wrote into `out`.
+caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
+  size_t n = 0;
+  if (auto err = begin_floats(f, n))
+    return err;
   out.clear();
   if (n == 0)
     return f.end_sequence();
@@ -71,14 +78,78 @@ caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
 
 const std::vector<float> no_floats;
 
+// Floats per chunk of an encoded payload: a multiple of 16, so that 2-bit
+// chunks end on the codec's block boundaries.
+constexpr size_t codec_chunk = 4096;
+
+// Writes `n` floats from `data` packed by `c`: one length, then the bytes
+// of `encode`, written a chunk at a time.
+caf::error save_encoded(caf::serializer& f, const float* data, size_t n,
+                        const compression& c) {
+  if (auto err = f.begin_sequence(n))
+    return err;
+  uint8_t buf[codec_chunk * sizeof(float)];
+  for (size_t i = 0; i < n; i += codec_chunk) {
+    auto k = std::min(codec_chunk, n - i);
+    encode(c, data + i, k, buf);
+    if (auto err = f.apply_raw(encoded_size(c, k), buf))
+      return err;
+  }
+  return f.end_sequence();
+}
+
+// Reads what save_encoded wrote into `out`.
+caf::error load_encoded(caf::deserializer& f, std::vector<float>& out,
+                        const compression& c) {
+  size_t n = 0;
+  if (auto err = begin_floats(f, n))
+    return err;
+  out.clear();
+  out.reserve(n);
+  uint8_t buf[codec_chunk * sizeof(float)];
+  float tmp[codec_chunk];
+  for (size_t i = 0; i < n; i += codec_chunk) {
+    auto k = std::min(codec_chunk, n - i);
+    if (auto err = f.apply_raw(encoded_size(c, k), buf))
+      return err;
+    decode(c, buf, k, tmp);
+    out.insert(out.end(), tmp, tmp + k);
+  }
+  return f.end_sequence();
+}
+
 } // namespace
 
 caf::error inspect(caf::serializer& f, floats& x) {
-  return save_raw(f, x.data.data(), x.data.size());
+  auto kind = static_cast<uint8_t>(x.encoding.kind);
+  if (auto err = f(kind))
+    return err;
+  if (x.encoding.kind == codec::none)
+    return save_raw(f, x.data.data(), x.data.size());
+  if (x.encoding.kind == codec::two_bit)
+    if (auto err = f(x.encoding.threshold))
+      return err;
+  return save_encoded(f, x.data.data(), x.data.size(), x.encoding);
 }
 
 caf::error inspect(caf::deserializer& f, floats& x) {
-  return load_raw(f, x.data);
+  uint8_t kind = 0;
+  if (auto err = f(kind))
+    return err;
+  if (kind > static_cast<uint8_t>(codec::two_bit))
+    return caf::make_error(caf::sec::invalid_argument,
+                           "floats: unknown codec " + std::to_string(kind));
+  compression c{static_cast<codec>(kind), 0.5f};
+  if (c.kind == codec::two_bit) {
+    if (auto err = f(c.threshold))
+      return err;
+    if (auto why = check(c); !why.empty())
+      return caf::make_error(caf::sec::invalid_argument, "floats: " + why);
+  }
+  x.encoding = c;
+  if (c.kind == codec::none)
+    return load_raw(f, x.data);
+  return load_encoded(f, x.data, c);
 }
 
 // -- shared_floats ------------------------------------------------------------

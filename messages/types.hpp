@@ -7,8 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "caf/error.hpp"
 #include "caf/fwd.hpp"
+#include "caf/meta/load_callback.hpp"
 #include "caf/meta/type_name.hpp"
+#include "caf/sec.hpp"
+
+#include "messages/compression.hpp"
 
 /// Plain message structs exchanged by the actors of actorps. Each has an
 /// `inspect` overload beside it; all of them are registered once through
@@ -16,16 +21,37 @@
 /// `std::vector<float>` inside `floats`, read through `Eigen::Map`.
 namespace actorps {
 
-/// A dense float32 payload. Crosses the network as one raw byte run (both
-/// ends must share endianness), not element by element.
+/// A codec and its threshold (see messages/compression.hpp).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, compression& x) {
+  auto kind = static_cast<uint8_t>(x.kind);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    if (kind > static_cast<uint8_t>(codec::two_bit))
+      return caf::make_error(caf::sec::invalid_argument,
+                             "compression: unknown codec "
+                               + std::to_string(kind));
+    x.kind = static_cast<codec>(kind);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("compression"), kind, x.threshold, load);
+}
+
+/// A dense float32 payload. Crosses the network as one codec tag and one
+/// raw byte run (both ends must share endianness), not element by element.
+/// With an `encoding` other than none, the floats must already be quantized
+/// by it (see `quantize`): they then cross the network packed, 2 bytes
+/// (fp16) or 2 bits (two_bit) a value, and arrive as the same floats.
 struct floats {
   std::vector<float> data;
+  compression encoding{};
 };
 
-/// Raw-byte serialization of a payload: one length, one byte run.
+/// Serialization of a payload: the codec (and threshold), one length, one
+/// byte run of `encoded_size` bytes.
 caf::error inspect(caf::serializer& f, floats& x);
 
-/// Raw-byte deserialization of a payload: one length, one byte run.
+/// Deserialization of a payload; fails on an unknown codec or a bad
+/// threshold.
 caf::error inspect(caf::deserializer& f, floats& x);
 
 /// Generic inspection (printing, comparison): shows the element count only,

@@ -92,6 +92,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
     wc.barrier_timeout = o.barrier_timeout;
     wc.max_bytes_in_flight = o.max_bytes_in_flight;
     wc.sync = sync;
+    wc.compression = o.compression;
     rt->workers.emplace(r, rt->own(spawn_worker(rt->sys, wc)));
   }
   rt->own(coordinator);
@@ -152,6 +153,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   wc.barrier_timeout = o.barrier_timeout;
   wc.max_bytes_in_flight = o.max_bytes_in_flight;
   wc.sync = job.sync;
+  wc.compression = o.compression;
   rt->num_workers = job.num_workers;
   rt->sync = job.sync;
   rt->opts.bigarray_bound = job.bigarray_bound;
@@ -470,6 +472,8 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
                         + std::to_string(opts.slice_floats));
   if (opts.timeout.count() <= 0 || opts.barrier_timeout.count() <= 0)
     return make_error(errc::bad_config, "create: timeouts must be > 0");
+  if (auto why = check(opts.compression); !why.empty())
+    return make_error(errc::bad_config, "create: " + why);
   if (!dist) {
     auto rt = make_local(opts, sync);
     return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
@@ -711,6 +715,21 @@ caf::error kvstore::set_optimizer(const optimizer_config& cfg) {
     return err;
   return d.call(
     d.timeout(), [](caf::ok_atom) {}, set_opt_atom::value, cfg);
+}
+
+caf::error kvstore::set_gradient_compression(const compression& c) {
+  return set_gradient_compression(std::string{}, c);
+}
+
+caf::error kvstore::set_gradient_compression(const std::string& key,
+                                             const compression& c) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("set_gradient_compression");
+  if (auto why = check(c); !why.empty())
+    return make_error(errc::bad_config, "set_gradient_compression: " + why);
+  return d.call(
+    d.timeout(), [](caf::ok_atom) {}, compress_atom::value, key, c);
 }
 
 caf::error kvstore::save_optimizer_states(const std::string& path) {

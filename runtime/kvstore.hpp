@@ -36,6 +36,11 @@ struct store_options {
   /// ones wait in the worker, highest priority first (see
   /// worker_config::max_bytes_in_flight).
   uint64_t max_bytes_in_flight = uint64_t{8} << 20;
+  /// Compression of pushed values (gradients) for every key without a
+  /// setting of its own: `codec::fp16` (BigDL) or `codec::two_bit` with error
+  /// feedback (MXNet); see messages/compression.hpp and
+  /// `kvstore::set_gradient_compression`.
+  actorps::compression compression{};
   /// Pushes a handle keeps in flight before `push` waits for the oldest.
   std::size_t max_pending = 1024;
   /// Scheduler threads of the local actor system; 0 keeps CAF's default.
@@ -194,6 +199,24 @@ public:
 
   /// Sets the update rule on every shard; resets optimizer states.
   caf::error set_optimizer(const optimizer_config& cfg);
+
+  /// Compresses this handle's later pushes (MXNet's
+  /// set_gradient_compression), for every key without a setting of its own.
+  /// The handle quantizes each pushed value before it leaves: fp16 keeps the
+  /// upper 16 bits of each float; 2-bit sends +threshold, -threshold or 0 and
+  /// adds what it left out to the key's next push (error feedback). In a
+  /// distributed store the values cross the network packed (2 bytes or 2 bits
+  /// a value); a local store sees the same values. Pulls and `init` are never
+  /// compressed. Errors: `bad_config` (a threshold that is not a finite
+  /// number > 0).
+  caf::error set_gradient_compression(const compression& c);
+
+  /// The same for `key` only (which need not be initialized yet); overrides
+  /// the store-wide setting for that key. Keys pushed together in one call
+  /// with different settings are each quantized by their own, but cross the
+  /// network unpacked.
+  caf::error set_gradient_compression(const std::string& key,
+                                      const compression& c);
 
   /// Saves weights and optimizer states of the whole store to `path`
   /// (atomically: temporary file, fsync, rename).

@@ -83,6 +83,28 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
   return std::nullopt;
 }
 
+void add_compression_option(po::options_description& desc, std::string& text) {
+  desc.add_options()(
+    "compression", po::value(&text)->default_value("none"),
+    "compression of pushed gradients: none, fp16 (upper 16 bits of each "
+    "float, as BigDL), or 2bit[:THRESHOLD] (+THRESHOLD, -THRESHOLD or 0 a "
+    "value with error feedback, as MXNet; THRESHOLD defaults to 0.5)");
+}
+
+std::optional<int> check_compression(const std::string& app,
+                                     const std::string& text,
+                                     compression& out) {
+  auto c = parse_compression(text);
+  if (!c)
+    return fail(app,
+                "--compression must be none, fp16, 2bit or 2bit:THRESHOLD "
+                "(a finite number > 0), got '"
+                  + text + "'",
+                2);
+  out = *c;
+  return std::nullopt;
+}
+
 int fail(const std::string& app, const std::string& message, int code) {
   std::cerr << app << ": " << message << std::endl;
   return code;

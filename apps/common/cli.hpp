@@ -7,6 +7,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "messages/compression.hpp"
 #include "runtime/scheduler_policy.hpp"
 
 namespace actorps::apps {
@@ -68,6 +69,15 @@ void add_train_options(boost::program_options::options_description& desc,
 /// Validates the training flags; an exit code (2, with one line on stderr)
 /// if a value is bad.
 std::optional<int> check(const std::string& app, const train_options& opts);
+
+/// Adds --compression (text into `text`) to `desc`.
+void add_compression_option(boost::program_options::options_description& desc,
+                            std::string& text);
+
+/// Parses the --compression text into `out`; an exit code (2, with one line
+/// on stderr) if it is not none, fp16, 2bit or 2bit:THRESHOLD.
+std::optional<int> check_compression(const std::string& app,
+                                     const std::string& text, compression& out);
 
 /// Prints "app: message" on stderr and returns `code`.
 int fail(const std::string& app, const std::string& message, int code = 1);

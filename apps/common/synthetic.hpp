@@ -20,6 +20,9 @@ struct synthetic_options {
   bool check_rounds = true;
   /// Do not check values (some workers may die on purpose).
   bool tolerate_deaths = false;
+  /// Check the keys' values (off when pushes are lossy: 2-bit compression).
+  /// The barrier's arrival count is always checked, uncompressed.
+  bool check_values = true;
   /// Print "rank R round r" after each round.
   bool progress = false;
 };

@@ -165,6 +165,8 @@ int main(int argc, char** argv) {
     "actor-system scheduler threads (0: the cores the training threads "
     "leave, at least 1)");
   cli::add_train_options(desc, train);
+  std::string compression_text;
+  cli::add_compression_option(desc, compression_text);
   po::variables_map vm;
   if (auto rc = cli::parse(
         argc, argv, desc, vm, app,
@@ -177,6 +179,9 @@ int main(int argc, char** argv) {
     return cli::fail(app, "--mode must be async or sync, got '" + mode + "'",
                      2);
   if (auto rc = cli::check(app, train))
+    return *rc;
+  if (auto rc = cli::check_compression(app, compression_text,
+                                       store.compression))
     return *rc;
   if (store.num_workers == 0 || store.num_shards == 0 || limit_train < 0
       || limit_test < 0)

@@ -226,6 +226,69 @@ TEST_CASE_METHOD(cluster_fixture,
   CHECK(value->flatten() == std::vector<float>{4});
 }
 
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: compression quantizes pushes and keeps residuals",
+                 "[worker][compression]") {
+  // "w" is sliced over both shards; the shards assign what is pushed, so a
+  // pull shows exactly what the worker sent.
+  REQUIRE(init(0, "w", std::vector<float>(100, 0.0f)));
+  REQUIRE(init(0, "b", {0, 0, 0}));
+  auto set = [&](std::string key, compression c) {
+    self->send(workers[0], compress_atom::value, std::move(key), c);
+    run();
+    return reply<caf::ok_atom>();
+  };
+  REQUIRE(set("w", compression{codec::two_bit, 0.5f}));
+  // Even values 0.25, odd 0.75: 2-bit with threshold 0.5 sends 0 and 0.5
+  // first, keeping 0.25 of each; the second push sends 0.5 everywhere
+  // (0.25 + 0.25 and 0.25 + 0.75), keeping 0 and 0.5.
+  std::vector<float> g(100);
+  std::vector<float> first(100);
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = i % 2 == 1 ? 0.75f : 0.25f;
+    first[i] = i % 2 == 1 ? 0.5f : 0.0f;
+  }
+  REQUIRE(push(0, "w", g));
+  CHECK(pull(0, "w") == first);
+  REQUIRE(push(0, "w", g));
+  CHECK(pull(0, "w") == std::vector<float>(100, 0.5f));
+  // A third push: even 0 + 0.25 sends 0; odd 0.5 + 0.75 sends 0.5.
+  const auto& third = first;
+  SECTION("keys without a setting keep the store's (none)") {
+    std::vector<float> exact{1.00390625f, -3.0f, 0.1f};
+    REQUIRE(push(0, "b", exact));
+    CHECK(pull(0, "b") == exact);
+  }
+  SECTION("an empty key sets every key without a setting of its own") {
+    REQUIRE(set("", compression{codec::fp16, 0.5f}));
+    // 1.00390625 has its only mantissa bit in the lower half: dropped.
+    REQUIRE(push(0, "b", {1.00390625f, 2.0f, -0.5f}));
+    CHECK(pull(0, "b") == std::vector<float>{1.0f, 2.0f, -0.5f});
+    REQUIRE(push(0, "w", g));
+    CHECK(pull(0, "w") == third);
+  }
+  SECTION("a new codec starts from zero residuals") {
+    REQUIRE(set("w", compression{codec::two_bit, 1.0f}));
+    // Residuals reset: 0.25 and 0.75 stay below 1.
+    REQUIRE(push(0, "w", g));
+    CHECK(pull(0, "w") == std::vector<float>(100, 0.0f));
+  }
+  SECTION("keys pushed together are each quantized by their own codec") {
+    auto both = std::vector<float>{0.3f, 0.7f, 1.5f};
+    both.insert(both.end(), g.begin(), g.end());
+    send_many(0, push_atom::value, {"b", "w"}, both);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(pull(0, "b") == std::vector<float>{0.3f, 0.7f, 1.5f});
+    CHECK(pull(0, "w") == third);
+  }
+  SECTION("a bad threshold is refused") {
+    auto msg = require_error(set("w", compression{codec::two_bit, -1.0f}),
+                             errc::bad_config);
+    CHECK(msg.find("threshold") != std::string::npos);
+  }
+}
+
 TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
                  "[worker][batch]") {
   REQUIRE(init(0, "a", {0, 0}));

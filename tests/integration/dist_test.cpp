@@ -121,6 +121,28 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
   CHECK(job.coordinator->output().find("job done") != std::string::npos);
 }
 
+TEST_CASE("dist: compressed pushes cross between processes",
+          "[integration][compression]") {
+  // fp16 keeps the job's small integer gradients exactly, so the sums stay
+  // exact; 2-bit is lossy, so its run is checked for completing only.
+  auto codec = GENERATE(as<std::string>{}, "fp16", "2bit:1");
+  dist_job job{"dist_sync", 2, 1, {"--bigarray-bound", "1000"}};
+  job.add_server();
+  for (int i = 0; i < 2; ++i)
+    job.add_worker({"--keys", "2", "--size", "3000", "--rounds", "10",
+                    "--compression", codec});
+  for (auto& w : job.workers) {
+    CHECK_EXIT(*w, 0, job_time);
+    auto& out = w->output();
+    INFO(out);
+    CHECK(out.find("barrier held all 2 workers") != std::string::npos);
+    CHECK(out.find(codec == "fp16" ? "all values exact" : "all rounds done")
+          != std::string::npos);
+  }
+  CHECK_EXIT(*job.servers[0], 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+}
+
 TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
           "[integration]") {
   dist_job job{"dist_sync", 3, 1, {"--log-level", "debug"}};
@@ -279,6 +301,10 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     process h{{ACTORPS_COORDINATOR_BIN, "--slice-floats", "0"}};
     CHECK_EXIT(h, 2, startup);
     CHECK(h.output().find("--slice-floats") != std::string::npos);
+    process i{{ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1",
+               "--compression", "2bit:0"}};
+    CHECK_EXIT(i, 2, startup);
+    CHECK(i.output().find("--compression") != std::string::npos);
   }
   SECTION("a config file sets the same options as the flags") {
     auto path = "/tmp/actorps-coordinator-" + std::to_string(::getpid())

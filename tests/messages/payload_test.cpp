@@ -68,10 +68,62 @@ TEST_CASE("shared_floats: serialized as the raw floats", "[payload]") {
   shared_floats a{std::vector<float>{1.5f, -2, 3e7f}};
   CHECK(round_trip(a).vec() == a.vec());
   CHECK(round_trip(shared_floats{}).empty());
-  // The same bytes as floats: either end may use either type.
+  // The same bytes as uncompressed floats after their codec tag.
   floats f{a.vec()};
-  CHECK(save(a) == save(f));
+  auto plain = save(f);
+  REQUIRE(plain.size() == save(a).size() + 1);
+  CHECK(plain[0] == 0);
+  CHECK(std::vector<char>(plain.begin() + 1, plain.end()) == save(a));
   CHECK(save(a).size() > 3 * sizeof(float));
+}
+
+TEST_CASE("floats: compressed payloads cross packed and read back exactly",
+          "[payload][compression]") {
+  // Longer than the codec's 4096-float chunks and not a multiple of 16.
+  const size_t n = 4096 + 4096 + 37;
+  std::vector<float> xs(n);
+  for (size_t i = 0; i < n; ++i)
+    xs[i] = static_cast<float>(i % 101) * 0.37f - 17.0f;
+  floats plain{xs};
+  auto plain_size = save(plain).size();
+  SECTION("fp16: 2 bytes a value") {
+    compression c{codec::fp16, 0.5f};
+    auto q = xs;
+    quantize(c, q.data(), nullptr, n);
+    floats in{q, c};
+    auto bytes = save(in);
+    CHECK(bytes.size() == plain_size - 2 * n);
+    auto out = round_trip(in);
+    CHECK(out.data == q);
+    CHECK(out.encoding == c);
+  }
+  SECTION("2-bit: 4 bytes per 16 values, plus the threshold") {
+    compression c{codec::two_bit, 0.75f};
+    auto q = xs;
+    std::vector<float> residual(n, 0.0f);
+    quantize(c, q.data(), residual.data(), n);
+    floats in{q, c};
+    auto bytes = save(in);
+    CHECK(bytes.size()
+          == plain_size - 4 * n + sizeof(float) + 4 * ((n + 15) / 16));
+    auto out = round_trip(in);
+    CHECK(out.data == q);
+    CHECK(out.encoding == c);
+  }
+  SECTION("an unknown codec or a bad threshold is an error") {
+    floats in{std::vector<float>{0.5f}, compression{codec::two_bit, 0.5f}};
+    auto bytes = save(in);
+    auto bad_codec = bytes;
+    bad_codec[0] = 7;
+    floats out;
+    caf::binary_deserializer s1{nullptr, bad_codec};
+    CHECK(inspect(static_cast<caf::deserializer&>(s1), out));
+    // The sender does not check; the receiver must.
+    floats bad{std::vector<float>{0.0f}, compression{codec::two_bit, -1.0f}};
+    auto bad_threshold = save(bad);
+    caf::binary_deserializer s2{nullptr, bad_threshold};
+    CHECK(inspect(static_cast<caf::deserializer&>(s2), out));
+  }
 }
 
 TEST_CASE("floats: read back exactly at every alignment", "[payload]") {

@@ -71,6 +71,20 @@ std::string run_workers(std::vector<kvstore>& hs, F f) {
   return {};
 }
 
+// One round of a worker: pushes `v` to `key`, pulls the key into `out` and
+// waits. Returns an error text or an empty string.
+std::string push_then_pull(kvstore& h, const std::string& key,
+                           const Eigen::VectorXf& v, Eigen::VectorXf& out) {
+  if (auto e = h.push(key, v))
+    return render(e);
+  auto t = h.pull(key, out);
+  if (!t)
+    return render(t.error());
+  if (auto e = h.wait(*t))
+    return render(e);
+  return {};
+}
+
 std::string temp_path(const std::string& name) {
   return "/tmp/actorps-test-" + std::to_string(::getpid()) + "-" + name;
 }
@@ -143,13 +157,8 @@ TEST_CASE("kvstore: a sync round's pull sees exactly that round's sum",
     for (int r = 0; r < 50; ++r) {
       Eigen::VectorXf v
         = Eigen::VectorXf::Constant(4, (h.rank() + 1.0f) * (r + 1.0f));
-      if (auto e = h.push("w", v))
-        return render(e);
-      auto t = h.pull("w", out);
-      if (!t)
-        return render(t.error());
-      if (auto e = h.wait(*t))
-        return render(e);
+      if (auto e = push_then_pull(h, "w", v, out); !e.empty())
+        return e;
       // No optimizer: the value is the round's merged push,
       // sum over 4 ranks of (rank + 1) * (r + 1) = 10 * (r + 1).
       if (!(out.array() == 10.0f * (r + 1.0f)).all())
@@ -457,6 +466,72 @@ TEST_CASE("kvstore: save and load restore training bit for bit",
                  errc::checkpoint_io);
   }
   std::remove(path.c_str());
+}
+
+TEST_CASE("kvstore: 2-bit compression's error feedback loses no gradient",
+          "[integration][compression]") {
+  auto opts = local_options(2, 2);
+  opts.compression = compression{codec::two_bit, 0.5f};
+  auto kv = make_store("local_sync", opts);
+  auto hs = handles(kv);
+  optimizer_config acc;
+  acc.name = "accumulate";
+  require_ok(hs[0].set_optimizer(acc));
+  // Each worker pushes 0.375 a round. With threshold 0.5 it sends 0, 0.5,
+  // 0.5, 0.5 (residuals 0.375, 0.25, 0.125, 0), then again: after every
+  // fourth round all of its gradient has arrived.
+  const float sent[8] = {0, 0.5f, 1, 1.5f, 1.5f, 2, 2.5f, 3};
+  auto err = run_workers(hs, [&](kvstore& h) -> std::string {
+    if (auto e = h.init("w", Eigen::VectorXf::Zero(5)))
+      return render(e);
+    Eigen::VectorXf out(5);
+    for (int r = 0; r < 8; ++r) {
+      auto e = push_then_pull(h, "w", Eigen::VectorXf::Constant(5, 0.375f),
+                              out);
+      if (!e.empty())
+        return e;
+      if (!(out.array() == 2 * sent[r]).all())
+        return "round " + std::to_string(r) + ": " + std::to_string(out[0])
+               + " instead of " + std::to_string(2 * sent[r]);
+    }
+    return {};
+  });
+  CHECK(err.empty());
+  INFO(err);
+}
+
+TEST_CASE("kvstore: compression per key, and its errors",
+          "[integration][compression]") {
+  SECTION("a bad threshold in the options is refused at create") {
+    auto opts = local_options(1);
+    opts.compression = compression{codec::two_bit, 0.0f};
+    auto kv = kvstore::create("local", opts);
+    REQUIRE_FALSE(kv);
+    require_code(kv.error(), errc::bad_config);
+    CHECK(render(kv.error()).find("threshold") != std::string::npos);
+  }
+  auto kv = make_store("local", local_options(1));
+  require_ok(kv.set_gradient_compression("h", compression{codec::fp16}));
+  require_ok(kv.init("h", Eigen::VectorXf::Zero(2)));
+  require_ok(kv.init("f", Eigen::VectorXf::Zero(2)));
+  Eigen::VectorXf v(2);
+  v << 1.00390625f, -2.0f;
+  require_ok(kv.push("h", v));
+  require_ok(kv.push("f", v));
+  Eigen::VectorXf h(2), f(2);
+  auto th = kv.pull("h", h);
+  auto tf = kv.pull("f", f);
+  REQUIRE(th);
+  REQUIRE(tf);
+  require_ok(kv.wait_all());
+  // Only "h" is compressed: fp16 drops 1.00390625's lower half.
+  CHECK(h[0] == 1.0f);
+  CHECK(h[1] == -2.0f);
+  CHECK(f[0] == 1.00390625f);
+  require_code(kv.set_gradient_compression(compression{codec::two_bit, -1}),
+               errc::bad_config);
+  require_ok(kv.close());
+  require_code(kv.set_gradient_compression(compression{}), errc::closed);
 }
 
 TEST_CASE("kvstore: misuse gives clear errors", "[integration]") {

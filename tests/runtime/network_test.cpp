@@ -208,6 +208,21 @@ TEST_CASE("network: every message type crosses a real connection",
   self->send(relay, push_pull_atom::value,
              slice_push{make_slice_id(9, 0), 0, 4, floats{{1}}});
   CHECK(require_reply<shared_floats>(self).vec() == std::vector<float>{9});
+  // Compressed payloads cross packed: the wire keeps what the codec can
+  // carry (these values were not quantized by a worker first, so the
+  // packing shows). fp16 drops 1.00390625's lower half; 2-bit carries 0.3 as
+  // +threshold.
+  self->send(shard, push_atom::value,
+             slice_push{make_slice_id(9, 0), 0, 5,
+                        floats{{1.00390625f}, compression{codec::fp16}}});
+  require_reply<caf::ok_atom>(self);
+  self->send(shard, batch_atom::value,
+             slice_batch{0,
+                         static_cast<uint8_t>(op_kind::push_pull),
+                         {make_slice_id(9, 0)},
+                         {6},
+                         floats{{0.3f}, compression{codec::two_bit, 0.25f}}});
+  CHECK(require_reply<floats>(self).data == std::vector<float>{10.25f});
   self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
   require_reply<caf::ok_atom>(self);
   self->send(shard, stats_atom::value);
