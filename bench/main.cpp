@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "apps/common/cli.hpp"
 #include "bench/child.hpp"
 #include "bench/limits.hpp"
+#include "bench/wire.hpp"
 #include "messages/errors.hpp"
 #include "runtime/core/layout.hpp"
 #include "runtime/kvstore.hpp"
@@ -48,6 +50,8 @@ struct bench_case {
   // time is that pull's latency.
   int32_t priority = -1;
   uint64_t backlog = 0;
+  // Compression of the case's pushes (set per key).
+  compression comp{};
 
   bool priority_case() const {
     return priority >= 0;
@@ -121,10 +125,17 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return out;
 }
 
+// What --compression and --compressed-sizes ask for.
+struct compressed_cases {
+  std::string codecs;
+  std::string sizes;
+};
+
 // Builds the case list from --sizes ("4K,256K") and --many ("1000x1024",
 // keys x floats). Returns an error text or an empty string.
 std::string make_cases(const std::string& sizes, const std::string& many,
                        const std::string& rounds, const std::string& backlog,
+                       const compressed_cases& compressed,
                        std::vector<bench_case>& out) {
   std::vector<bool> kinds;
   for (const auto& r : split(rounds, ',')) {
@@ -174,19 +185,43 @@ std::string make_cases(const std::string& sizes, const std::string& many,
       out.push_back(c);
     }
   }
+  // Compressed pushes: fused rounds of one key per size and codec.
+  for (const auto& s : split(compressed.sizes, ',')) {
+    uint64_t bytes = 0;
+    if (!parse_size(s, bytes))
+      return "--compressed-sizes: '" + s + "' is not a size such as 4M";
+    for (const auto& text : split(compressed.codecs, ',')) {
+      auto c = parse_compression(text);
+      if (!c)
+        return "--compression: '" + text
+               + "' is not fp16, 2bit or 2bit:THRESHOLD";
+      if (c->kind == codec::none)
+        continue;
+      bench_case x{human_bytes(bytes) + " " + text, 1, bytes / sizeof(float),
+                   true};
+      x.comp = *c;
+      out.push_back(x);
+    }
+  }
   if (out.empty())
     return "no cases: give --sizes and/or --many";
   return {};
 }
 
 // Cases travel to the worker processes as
-// "keys:floats:fused:priority:backlog;...".
+// "keys:floats:fused:priority:backlog:codec:threshold;...".
 std::string encode_cases(const std::vector<bench_case>& cases) {
   std::string out;
-  for (const auto& c : cases)
+  for (const auto& c : cases) {
+    char threshold[32];
+    std::snprintf(threshold, sizeof(threshold), "%.9g",
+                  static_cast<double>(c.comp.threshold));
     out += std::to_string(c.keys) + ":" + std::to_string(c.floats) + ":"
            + (c.fused ? "1" : "0") + ":" + std::to_string(c.priority + 1) + ":"
-           + std::to_string(c.backlog) + ";";
+           + std::to_string(c.backlog) + ":"
+           + std::to_string(static_cast<int>(c.comp.kind)) + ":" + threshold
+           + ";";
+  }
   return out;
 }
 
@@ -198,12 +233,16 @@ std::vector<bench_case> decode_cases(const std::string& text) {
     uint64_t floats = 0;
     uint64_t prio = 0;
     uint64_t backlog = 0;
-    if (parts.size() == 5 && parse_count(parts[0], keys)
+    uint64_t kind = 0;
+    if (parts.size() == 7 && parse_count(parts[0], keys)
         && parse_count(parts[1], floats) && parse_count(parts[3], prio)
-        && parse_count(parts[4], backlog)) {
+        && parse_count(parts[4], backlog) && parse_count(parts[5], kind)
+        && kind <= static_cast<uint64_t>(codec::two_bit)) {
       out.push_back({"", static_cast<uint32_t>(keys), floats, parts[2] == "1"});
       out.back().priority = static_cast<int32_t>(prio) - 1;
       out.back().backlog = backlog;
+      out.back().comp = compression{static_cast<codec>(kind),
+                                    std::strtof(parts[6].c_str(), nullptr)};
     }
   }
   return out;
@@ -221,6 +260,41 @@ struct round_plan {
   uint32_t warmup = 3;
   uint32_t rounds = 10;
 };
+
+// What a worker process sent and received per measured round over its TCP
+// connections (to the server and the coordinator), as the kernel counts them.
+struct wire_meter {
+  uint64_t written = 0;
+  uint64_t read = 0;
+  bool ok = false;
+  double sent = -1;
+  double received = -1;
+
+  void start() {
+    ok = tcp_bytes(written, read);
+  }
+
+  void stop(uint32_t rounds) {
+    uint64_t w = 0;
+    uint64_t r = 0;
+    if (ok && rounds > 0 && tcp_bytes(w, r)) {
+      sent = static_cast<double>(w - written) / rounds;
+      received = static_cast<double>(r - read) / rounds;
+    }
+  }
+};
+
+// What each worker's push of `grad` contributes in the last of `rounds`
+// rounds under `c` (2-bit: by its rule, residual carried over).
+float last_pushed(const compression& c, float grad, uint32_t rounds) {
+  float residual = 0;
+  float x = grad;
+  for (uint32_t r = 0; r < rounds; ++r) {
+    x = grad;
+    quantize(c, &x, &residual, 1);
+  }
+  return x;
+}
 
 // Runs a priority case: each round pushes the backlog (one key, priority 0;
 // the push returns at once, its slices queue up in the worker), then pulls
@@ -276,7 +350,8 @@ std::string run_priority_case(kvstore& kv, size_t index, const bench_case& c,
 // and waits. Fills `times` (seconds per measured round). Returns an error
 // text or an empty string.
 std::string run_case(kvstore& kv, size_t index, const bench_case& c,
-                     const round_plan& plan, std::vector<double>& times) {
+                     const round_plan& plan, std::vector<double>& times,
+                     wire_meter* meter = nullptr) {
   if (c.priority_case())
     return run_priority_case(kv, index, c, plan, times);
   auto fail = [&](const std::string& what, const caf::error& err) {
@@ -293,12 +368,17 @@ std::string run_case(kvstore& kv, size_t index, const bench_case& c,
   std::vector<Eigen::Ref<Eigen::VectorXf>> out_refs;
   for (auto& o : outs)
     out_refs.emplace_back(o);
-  for (const auto& name : names)
+  for (const auto& name : names) {
+    if (auto err = kv.set_gradient_compression(name, c.comp))
+      return fail("set_gradient_compression", err);
     if (auto err = kv.init(name, Eigen::VectorXf::Zero(n)))
       return fail("init", err);
+  }
   if (auto err = kv.barrier())
     return fail("barrier", err);
   for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
+    if (meter != nullptr && r == plan.warmup)
+      meter->start();
     auto start = clock_type::now();
     if (c.fused) {
       if (auto t = kv.push_pull_many(names, values, out_refs); !t)
@@ -319,9 +399,12 @@ std::string run_case(kvstore& kv, size_t index, const bench_case& c,
       times.push_back(
         std::chrono::duration<double>(clock_type::now() - start).count());
   }
+  if (meter != nullptr)
+    meter->stop(plan.rounds);
   // The store sums each round's pushes (sync, no optimizer): every element
-  // holds the number of workers.
-  auto expected = static_cast<float>(kv.num_workers());
+  // holds the number of workers (times what compression made of 1).
+  auto expected = static_cast<float>(kv.num_workers())
+                  * last_pushed(c.comp, 1.0f, plan.warmup + plan.rounds);
   for (const auto& out : outs)
     if (n > 0 && (out[0] != expected || out[n - 1] != expected))
       return "rank " + std::to_string(kv.rank()) + ", case "
@@ -339,6 +422,9 @@ struct result {
   bench_case what;
   uint32_t workers = 1;
   std::vector<double> times; // seconds per round
+  // Dist: bytes rank 0's process sent and received per round (-1: unknown).
+  double wire_sent = -1;
+  double wire_received = -1;
 
   double median() const {
     auto xs = times;
@@ -406,9 +492,9 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
     std::printf("machine: memcpy %.2f GB/s, loopback TCP %.2f GB/s, 64 B TCP "
                 "round trip %.1f us\n\n",
                 m.memcpy_gbps, m.tcp_gbps, m.tcp_rtt_us);
-  std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s  %s\n", "mode", "case",
-              "round", "workers", "median us", "min us", "max us", "GB/s",
-              "vs limit");
+  std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s %17s  %s\n", "mode",
+              "case", "round", "workers", "median us", "min us", "max us",
+              "GB/s", "wire KB out/in", "vs limit");
   for (const auto& r : results) {
     auto vs = versus_limit(r, m);
     // A priority-10 pull against the same pull at the backlog's priority.
@@ -421,10 +507,14 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
                         e.median() / r.median());
           vs = buf;
         }
-    std::printf("%-6s %-26s %-6s %7u %12.1f %12.1f %12.1f %9.3f  %s\n",
+    char wire[64] = "-";
+    if (r.wire_sent >= 0)
+      std::snprintf(wire, sizeof(wire), "%.1f/%.1f", r.wire_sent / 1024,
+                    r.wire_received / 1024);
+    std::printf("%-6s %-26s %-6s %7u %12.1f %12.1f %12.1f %9.3f %17s  %s\n",
                 r.mode.c_str(), r.what.name.c_str(), r.what.round().c_str(),
                 r.workers, r.median() * 1e6, r.min() * 1e6, r.max() * 1e6,
-                r.gbps(), vs.c_str());
+                r.gbps(), wire, vs.c_str());
   }
 }
 
@@ -463,7 +553,11 @@ void write_json(std::ostream& out, const std::vector<result>& results,
         << ", \"workers\": " << r.workers
         << ", \"round_us\": {\"median\": " << r.median() * 1e6
         << ", \"min\": " << r.min() * 1e6 << ", \"max\": " << r.max() * 1e6
-        << "}, \"gbps\": " << r.gbps();
+        << "}, \"gbps\": " << r.gbps() << ", \"compression\": \""
+        << to_string(r.what.comp) << "\"";
+    if (r.wire_sent >= 0)
+      out << ", \"wire_sent_bytes_per_round\": " << r.wire_sent
+          << ", \"wire_received_bytes_per_round\": " << r.wire_received;
     if (limits && m.tcp_gbps > 0 && !r.what.priority_case()) {
       if (r.mode == "local")
         out << ", \"fraction_of_memcpy\": " << r.gbps() / m.memcpy_gbps;
@@ -606,12 +700,17 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
   auto cases = decode_cases(cases_text);
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<double> times;
-    auto err = run_case(*kv, i, cases[i], plan, times);
+    wire_meter meter;
+    auto err = run_case(*kv, i, cases[i], plan, times,
+                        cases[i].priority_case() ? nullptr : &meter);
     if (!err.empty()) {
       std::cout << "error " << err << std::endl;
       return 1;
     }
     if (kv->rank() == 0) {
+      if (meter.sent >= 0)
+        std::cout << "wire " << i << ' ' << meter.sent << ' ' << meter.received
+                  << std::endl;
       std::cout << "result " << i;
       for (auto t : times)
         std::cout << ' ' << t;
@@ -684,6 +783,7 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
   }
   // Read every worker's output; rank 0's result lines carry the times.
   std::vector<result> mine;
+  std::map<size_t, std::pair<double, double>> wire;
   for (auto& p : procs) {
     for (;;) {
       auto line = p->next_line(timeout);
@@ -692,10 +792,18 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       std::istringstream in{*line};
       std::string tag;
       size_t index = 0;
-      if (!(in >> tag) || tag != "result" || !(in >> index)
+      if (!(in >> tag) || (tag != "result" && tag != "wire") || !(in >> index)
           || index >= cases.size())
         continue;
+      if (tag == "wire") {
+        in >> wire[index].first >> wire[index].second;
+        continue;
+      }
       result res{"dist", cases[index], workers, {}};
+      if (auto w = wire.find(index); w != wire.end()) {
+        res.wire_sent = w->second.first;
+        res.wire_received = w->second.second;
+      }
       double t = 0;
       while (in >> t)
         res.times.push_back(t);
@@ -747,6 +855,7 @@ int main(int argc, char** argv) {
   std::string workers_text = "1,2";
   std::string round_kinds = "fused,split";
   std::string backlog = "256M";
+  compressed_cases compressed{"fp16,2bit:1", "4M,64M"};
   std::string json_path;
   std::string role;
   std::string coordinator;
@@ -775,9 +884,17 @@ int main(int argc, char** argv) {
     "backlog", po::value(&backlog)->default_value(backlog),
     "priority cases: the latency of a 4 KB pull at priority 10, and at "
     "priority 0, issued right after a push of this size at priority 0 (0: "
-    "no priority cases)")("workers",
-                          po::value(&workers_text)->default_value(workers_text),
-                          "worker counts to run, comma-separated")(
+    "no priority cases)")(
+    "compression",
+    po::value(&compressed.codecs)->default_value(compressed.codecs),
+    "compressed cases: codecs, comma-separated (fp16, 2bit, "
+    "2bit:THRESHOLD; none: no such cases); one fused case per codec and "
+    "--compressed-sizes entry, with bytes on the wire per round")(
+    "compressed-sizes",
+    po::value(&compressed.sizes)->default_value(compressed.sizes),
+    "compressed cases: sizes of the one key, comma-separated")(
+    "workers", po::value(&workers_text)->default_value(workers_text),
+    "worker counts to run, comma-separated")(
     "shards", po::value(&shards)->default_value(shards),
     "shards (local: in the process; dist: in the one server process)")(
     "slice-floats",
@@ -797,9 +914,9 @@ int main(int argc, char** argv) {
     "network, else work stealing), sharing or stealing")(
     "quick", po::bool_switch(&quick),
     "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
-    "--backlog 1M --warmup 1 --rounds 3, quick limits")(
-    "no-limits", po::bool_switch(&no_limits),
-    "skip measuring memcpy and loopback TCP")(
+    "--backlog 1M --compressed-sizes 64K --warmup 1 --rounds 3, quick "
+    "limits")("no-limits", po::bool_switch(&no_limits),
+              "skip measuring memcpy and loopback TCP")(
     "json", po::value(&json_path), "also write the results as JSON here")(
     "timeout-s", po::value(&timeout_s)->default_value(timeout_s),
     "dist: bound on each process's silence and exit, in seconds");
@@ -851,9 +968,12 @@ int main(int argc, char** argv) {
       plan.rounds = 3;
     if (vm["backlog"].defaulted())
       backlog = "1M";
+    if (vm["compressed-sizes"].defaulted())
+      compressed.sizes = "64K";
   }
   std::vector<bench_case> cases;
-  if (auto e = make_cases(sizes, many, round_kinds, backlog, cases); !e.empty())
+  if (auto e = make_cases(sizes, many, round_kinds, backlog, compressed, cases);
+      !e.empty())
     return cli::fail(app, e, 2);
   std::vector<uint32_t> worker_counts;
   for (const auto& w : split(workers_text, ',')) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // actorps-bench, run as CI runs it: tiny sizes, local and dist.
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +25,30 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The JSON line of the dist result for `name` with `workers` workers (the
+// harness writes one result a line).
+std::string dist_line(const std::string& json, const std::string& name,
+                      int workers) {
+  std::istringstream in{json};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find("\"mode\": \"dist\"") != std::string::npos
+        && line.find("\"case\": \"" + name + "\"") != std::string::npos
+        && line.find("\"round\": \"fused\"") != std::string::npos
+        && line.find("\"workers\": " + std::to_string(workers))
+             != std::string::npos)
+      return line;
+  return {};
+}
+
+// The number after `"key": ` in `line`; -1 if absent.
+double number_after(const std::string& line, const std::string& key) {
+  auto at = line.find("\"" + key + "\": ");
+  if (at == std::string::npos)
+    return -1;
+  return std::strtod(line.c_str() + at + key.size() + 4, nullptr);
+}
+
 } // namespace
 
 TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
@@ -40,16 +65,33 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   buf << in.rdbuf();
   auto text = buf.str();
   std::filesystem::remove(json);
-  // (4 quick cases x 2 round kinds + 2 priority cases) x 2 modes x 2 worker
-  // counts, each checked by the harness itself (every pulled value is the
-  // round's sum, or the small key's value).
-  CHECK(count(text, "\"mode\": \"local\"") == 20);
-  CHECK(count(text, "\"mode\": \"dist\"") == 20);
+  // (4 quick cases x 2 round kinds + 2 priority cases + 2 compressed
+  // cases) x 2 modes x 2 worker counts, each checked by the harness itself
+  // (every pulled value is the round's sum, or the small key's value).
+  CHECK(count(text, "\"mode\": \"local\"") == 24);
+  CHECK(count(text, "\"mode\": \"dist\"") == 24);
   // ... and the server's peak memory of each dist run.
-  CHECK(count(text, "\"workers\": 2") == 20 + 1);
+  CHECK(count(text, "\"workers\": 2") == 24 + 1);
   CHECK(count(text, "\"peak_rss_mb\"") == 2);
   CHECK(count(bench.output(), "dist server, ") == 2);
-  CHECK(count(text, "\"round\": \"fused\"") == 16);
+  CHECK(count(text, "\"round\": \"fused\"") == 24);
+  // Bytes on the wire of every dist case but the priority ones: a 64 KB
+  // push crosses whole, as 2 bytes a value under fp16, as 2 bits under
+  // 2-bit (plus message headers); the pulls come back whole.
+  CHECK(count(text, "\"wire_sent_bytes_per_round\"") == 20);
+  for (int w : {1, 2}) {
+    INFO(w << " workers");
+    auto plain = dist_line(text, "64 KB", w);
+    auto fp16 = dist_line(text, "64 KB fp16", w);
+    auto two_bit = dist_line(text, "64 KB 2bit:1", w);
+    const double payload = 64 * 1024;
+    CHECK(number_after(plain, "wire_sent_bytes_per_round") >= payload);
+    CHECK(number_after(fp16, "wire_sent_bytes_per_round") >= payload / 2);
+    CHECK(number_after(fp16, "wire_sent_bytes_per_round") < payload * 0.6);
+    CHECK(number_after(two_bit, "wire_sent_bytes_per_round") >= payload / 16);
+    CHECK(number_after(two_bit, "wire_sent_bytes_per_round") < payload * 0.1);
+    CHECK(number_after(fp16, "wire_received_bytes_per_round") >= payload);
+  }
   CHECK(count(text, "\"round\": \"prio10\"") == 4);
   CHECK(count(text, "\"backlog_bytes\": 1048576") == 8);
   CHECK(text.find("\"tcp_rtt_us\"") != std::string::npos);
