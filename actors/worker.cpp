@@ -477,9 +477,11 @@ void set_compression(route& r, const compression& c) {
 }
 
 // Runs the compression filter of `r` over the `n` floats of part `part`
-// about to be pushed (in place; 2-bit updates the part's residual).
-void quantize_part(route& r, uint32_t part, float* x, uint64_t n) {
-  if (r.comp.kind == codec::none)
+// about to be pushed (in place; 2-bit updates the part's residual). With
+// `remote` shards, fp16 is left to the serializer: packing truncates just
+// as quantizing would, so the shard gets the same values one pass sooner.
+void quantize_part(route& r, uint32_t part, float* x, uint64_t n, bool remote) {
+  if (r.comp.kind == codec::none || (remote && r.comp.kind == codec::fp16))
     return;
   float* residual = nullptr;
   if (r.comp.kind == codec::two_bit) {
@@ -676,6 +678,7 @@ void start_ops(self_ptr self, op_kind kind,
     b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}};
   auto bound = st.cfg.batch_floats;
   auto cap = std::max(bound, max_batch_floats);
+  auto remote = !st.cfg.relays.empty();
   uint64_t key_offset = 0;
   for (auto* r : rs) {
     const auto& info = r->info;
@@ -702,7 +705,7 @@ void start_ops(self_ptr self, op_kind kind,
           flush(self, s.shard, priority, k, one, g);
         };
         auto pushed = in.take(s.length);
-        quantize_part(*r, s.part, pushed.data(), s.length);
+        quantize_part(*r, s.part, pushed.data(), s.length, remote);
         part(op_kind::push, seq, floats{std::move(pushed), r->comp});
         part(op_kind::pull, r->seq[s.part]++, floats{});
         continue;
@@ -719,7 +722,7 @@ void start_ops(self_ptr self, op_kind kind,
         else
           in.append(dst.data, s.length);
         quantize_part(*r, s.part, dst.data.data() + dst.data.size() - s.length,
-                      s.length);
+                      s.length, remote);
         merge_encoding(dst, first, r->comp);
       }
       // A large slice travels alone, so big tensors stream over all shards.

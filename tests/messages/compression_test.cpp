@@ -77,6 +77,25 @@ TEST_CASE("compression: fp16 wire layout is one uint16 a value",
   CHECK(back == x);
 }
 
+TEST_CASE("compression: packing fp16 truncates exactly as quantizing does",
+          "[compression]") {
+  // The worker leaves fp16 to the serializer when its shards are remote:
+  // decode(encode(x)) must equal quantize_fp16(x) bit for bit.
+  std::vector<float> x;
+  for (uint32_t u = 0; u < 70000; ++u)
+    x.push_back(from_bits(u * 61363u + 12345u));
+  auto q = x;
+  quantize_fp16(q.data(), q.size());
+  std::vector<uint8_t> wire(encoded_size(fp16, x.size()));
+  encode(fp16, x.data(), x.size(), wire.data());
+  std::vector<float> back(x.size());
+  decode(fp16, wire.data(), x.size(), back.data());
+  size_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    differ += bits(back[i]) != bits(q[i]) ? 1 : 0;
+  CHECK(differ == 0);
+}
+
 TEST_CASE("compression: 2-bit quantization carries the residual forward",
           "[compression]") {
   // Threshold 0.5 and values that are exact in binary, so every step of the
