@@ -19,6 +19,7 @@
 
 #include "actors/fan_in.hpp"
 #include "messages/errors.hpp"
+#include "runtime/core/checkpoint.hpp"
 #include "runtime/core/layout.hpp"
 #include "runtime/core/optimizer.hpp"
 
@@ -430,39 +431,56 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       auto& st = self->state;
       if (auto err = to_error(core::validate(snap.optimizer)))
         return err;
-      // Map names to this store's ids and check the slicing matches.
+      // Map names to this store's ids; a key sliced differently when saved
+      // is cut anew to this store's slices.
       std::vector<state_snapshot> per_shard(st.cfg.shards.size());
       for (auto& part : per_shard)
         part.optimizer = snap.optimizer;
-      for (auto& rec : snap.slices) {
-        auto i = st.keys.find(rec.key);
+      std::map<std::string, std::vector<const slice_record*>> by_key;
+      for (auto& rec : snap.slices)
+        by_key[rec.key].push_back(&rec);
+      auto per_float = core::state_size(snap.optimizer, 1);
+      for (auto& [name, saved] : by_key) {
+        auto i = st.keys.find(name);
         if (i == st.keys.end() || !i->second.initialized)
           return make_error(errc::unknown_key,
-                            "load_state: key " + quoted(rec.key)
+                            "load_state: key " + quoted(name)
                               + " of the checkpoint is not initialized in "
                                 "this store");
         auto& info = i->second.info;
-        if (rec.part >= info.slices.size()
-            || info.slices[rec.part].offset != rec.offset
-            || info.slices[rec.part].length != rec.value.data.size())
-          return make_error(errc::checkpoint_mismatch,
-                            "load_state: key " + quoted(rec.key) + " part "
-                              + std::to_string(rec.part)
-                              + " was sliced differently when saved (was "
-                                "the number of shards or the slicing bound "
-                                "changed?)");
-        auto want = core::state_size(snap.optimizer, rec.value.data.size());
-        if (rec.state.data.size() != want)
-          return make_error(errc::checkpoint_mismatch,
-                            "load_state: key " + quoted(rec.key) + " part "
-                              + std::to_string(rec.part) + " needs "
-                              + std::to_string(want) + " state floats for '"
-                              + snap.optimizer.name + "' but has "
-                              + std::to_string(rec.state.data.size()));
-        auto copy = rec;
-        copy.key_id = info.id;
-        per_shard[info.slices[rec.part].shard].slices.push_back(
-          std::move(copy));
+        // Saved as sliced here: every part once, at its offset and length.
+        auto same = saved.size() == info.slices.size();
+        std::vector<bool> seen(info.slices.size(), false);
+        for (auto* rec : saved) {
+          same = same && rec->part < info.slices.size() && !seen[rec->part]
+                 && info.slices[rec->part].offset == rec->offset
+                 && info.slices[rec->part].length == rec->value.data.size();
+          if (same)
+            seen[rec->part] = true;
+        }
+        std::vector<slice_record> records;
+        if (same) {
+          for (auto* rec : saved) {
+            auto want = per_float * rec->value.data.size();
+            if (rec->state.data.size() != want)
+              return make_error(errc::checkpoint_mismatch,
+                                "load_state: key " + quoted(name) + " part "
+                                  + std::to_string(rec->part) + " needs "
+                                  + std::to_string(want) + " state floats for '"
+                                  + snap.optimizer.name + "' but has "
+                                  + std::to_string(rec->state.data.size()));
+            records.push_back(*rec);
+          }
+        } else if (auto res = core::reslice(saved, info.size, info.slices,
+                                            per_float, records);
+                   !res.ok()) {
+          return to_error(res);
+        }
+        for (auto& rec : records) {
+          rec.key_id = info.id;
+          per_shard[info.slices[rec.part].shard].slices.push_back(
+            std::move(rec));
+        }
       }
       auto rp = self->make_response_promise<caf::ok_atom>();
       auto& shards = st.cfg.shards;

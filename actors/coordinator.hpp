@@ -46,8 +46,12 @@
 /// - `(save_atom)` -> `state_snapshot` of all shards, key names and offsets
 ///   filled in, ordered by key name and part.
 /// - `(load_atom, state_snapshot)` -> `ok_atom` once every shard loaded its
-///   slices. Errors: `unknown_key` (key not initialized in this store),
-///   `checkpoint_mismatch` (different slicing or sizes), `bad_optimizer`.
+///   slices. A key saved in other slices (other shards, slice size or
+///   slicing bound) is cut anew to this store's (core::reslice). Errors:
+///   `unknown_key` (key not initialized in this store), `checkpoint_mismatch`
+///   (other sizes, slices that overlap or leave gaps, or a key to cut anew
+///   whose slices were saved after different numbers of updates),
+///   `bad_optimizer`.
 /// - `(command_atom, head, body)` -> `ok_atom` once every shard applied it
 ///   (send_command_to_servers).
 ///

@@ -636,12 +636,26 @@ TEST_CASE_METHOD(cluster_fixture,
     run();
     require_error(reply<caf::ok_atom>(), errc::unknown_key);
   }
-  SECTION("a different slicing is refused") {
+  SECTION("slices that overlap are refused") {
     auto bad = *snap;
     bad.slices[1].offset = 49;
     self->send(coord, load_atom::value, bad);
     run();
     require_error(reply<caf::ok_atom>(), errc::checkpoint_mismatch);
+  }
+  SECTION("a key saved in other slices is cut anew") {
+    // "big" as one saved slice of 100 floats; this store cuts it at 50.
+    auto whole = *snap;
+    auto& first = whole.slices[0];
+    first.value.data.insert(first.value.data.end(),
+                            whole.slices[1].value.data.begin(),
+                            whole.slices[1].value.data.end());
+    first.value.data[99] = -5;
+    whole.slices.erase(whole.slices.begin() + 1);
+    self->send(coord, load_atom::value, whole);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(pull(0, "big") == first.value.data);
   }
 }
 

@@ -592,3 +592,74 @@ TEST_CASE("checkpoint: files", "[core]") {
     CHECK_THAT(st.message, Catch::Contains(dir.path()));
   }
 }
+
+namespace {
+
+// A saved slice of key "k" (id 3): floats [offset, offset + value.size()),
+// state blocks as given.
+slice_record saved(uint32_t part, uint64_t offset, std::vector<float> value,
+                   std::vector<float> state, uint64_t step = 5) {
+  slice_record r;
+  r.key_id = 3;
+  r.key = "k";
+  r.part = part;
+  r.offset = offset;
+  r.step = step;
+  r.value.data = std::move(value);
+  r.state.data = std::move(state);
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("checkpoint: reslice cuts saved slices to another slicing",
+          "[core]") {
+  // 5 floats saved as [0, 3) and [3, 5) with two state blocks (adam: m, v),
+  // loaded into slices [0, 2) on shard 1 and [2, 5) on shard 0.
+  auto a = saved(0, 0, {0, 1, 2}, {10, 11, 12, 20, 21, 22});
+  auto b = saved(1, 3, {3, 4}, {13, 14, 23, 24});
+  std::vector<actorps::slice_range> target{{0, 1, 0, 2}, {1, 0, 2, 3}};
+  std::vector<slice_record> out;
+  // Saved order does not matter.
+  auto st = core::reslice({&b, &a}, 5, target, 2, out);
+  INFO(st.message);
+  REQUIRE(st.ok());
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].part == 0);
+  CHECK(out[0].offset == 0);
+  CHECK(out[0].value.data == std::vector<float>{0, 1});
+  CHECK(out[0].state.data == std::vector<float>{10, 11, 20, 21});
+  CHECK(out[1].part == 1);
+  CHECK(out[1].offset == 2);
+  CHECK(out[1].value.data == std::vector<float>{2, 3, 4});
+  CHECK(out[1].state.data == std::vector<float>{12, 13, 14, 22, 23, 24});
+  CHECK(out[1].step == 5);
+  CHECK(out[1].key == "k");
+  SECTION("no state") {
+    auto c = saved(0, 0, {0, 1, 2}, {});
+    auto d = saved(1, 3, {3, 4}, {});
+    REQUIRE(core::reslice({&c, &d}, 5, {{0, 0, 0, 5}}, 0, out).ok());
+    CHECK(out.size() == 1);
+    CHECK(out[0].value.data == std::vector<float>{0, 1, 2, 3, 4});
+  }
+  SECTION("what cannot be cut is refused, out left alone") {
+    auto before = out;
+    auto refused = [&](std::vector<const slice_record*> in, uint64_t size,
+                       const std::string& why) {
+      auto r = core::reslice(in, size, target, 2, out);
+      INFO(r.message);
+      CHECK(r.code == errc::checkpoint_mismatch);
+      CHECK(r.message.find(why) != std::string::npos);
+      CHECK(out.size() == before.size());
+    };
+    auto gap = saved(1, 4, {4}, {14, 24});
+    refused({&a, &gap}, 5, "gap");
+    auto overlap = saved(1, 2, {2, 3, 4}, {12, 13, 14, 22, 23, 24});
+    refused({&a, &overlap}, 5, "overlap");
+    refused({&a, &b}, 6, "holds 5 floats");
+    auto later = saved(1, 3, {3, 4}, {13, 14, 23, 24}, 6);
+    refused({&a, &later}, 5, "different numbers of updates");
+    auto short_state = saved(1, 3, {3, 4}, {13, 14});
+    refused({&a, &short_state}, 5, "state floats");
+  }
+}
