@@ -478,10 +478,13 @@ void set_compression(route& r, const compression& c) {
 
 // Runs the compression filter of `r` over the `n` floats of part `part`
 // about to be pushed (in place; 2-bit updates the part's residual). With
-// `remote` shards, fp16 is left to the serializer: packing truncates just
-// as quantizing would, so the shard gets the same values one pass sooner.
-void quantize_part(route& r, uint32_t part, float* x, uint64_t n, bool remote) {
-  if (r.comp.kind == codec::none || (remote && r.comp.kind == codec::fp16))
+// `packed` (the slice goes to a remote shard in a message of its own, so it
+// crosses packed by its key's codec), fp16 is left to the serializer:
+// packing truncates just as quantizing would, so the shard gets the same
+// values one pass sooner. A batch may mix codecs and cross unpacked: its
+// slices are always quantized here.
+void quantize_part(route& r, uint32_t part, float* x, uint64_t n, bool packed) {
+  if (r.comp.kind == codec::none || (packed && r.comp.kind == codec::fp16))
     return;
   float* residual = nullptr;
   if (r.comp.kind == codec::two_bit) {
@@ -722,7 +725,7 @@ void start_ops(self_ptr self, op_kind kind,
         else
           in.append(dst.data, s.length);
         quantize_part(*r, s.part, dst.data.data() + dst.data.size() - s.length,
-                      s.length, remote);
+                      s.length, remote && alone);
         merge_encoding(dst, first, r->comp);
       }
       // A large slice travels alone, so big tensors stream over all shards.

@@ -289,6 +289,34 @@ TEST_CASE_METHOD(cluster_fixture,
   }
 }
 
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: with remote shards, batched slices are quantized "
+                 "by the worker",
+                 "[worker][compression]") {
+  // A worker that believes its shards are remote (it has relays) leaves
+  // fp16 to the serializer only for a slice in a message of its own; a
+  // batch may mix codecs and cross unpacked, so its slices are quantized
+  // before they leave. Here nothing is serialized, so a slice the worker
+  // skipped would arrive unquantized.
+  auto remote
+    = guard(spawn_worker(sys, worker_config{1, coord, shards, shards,
+                                            std::chrono::milliseconds{60000},
+                                            std::chrono::milliseconds{60000}}));
+  REQUIRE(init(0, "b", {0, 0, 0}));
+  REQUIRE(init(0, "h", {0, 0}));
+  self->send(remote, compress_atom::value, std::string{"h"},
+             compression{codec::fp16});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  self->send(remote, push_atom::value, std::vector<std::string>{"b", "h"},
+             int32_t{0},
+             float_parts{{1.00390625f, 2.0f, 3.0f, 1.00390625f, -2.0f}});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  CHECK(pull(0, "b") == std::vector<float>{1.00390625f, 2.0f, 3.0f});
+  CHECK(pull(0, "h") == std::vector<float>{1.0f, -2.0f});
+}
+
 TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
                  "[worker][batch]") {
   REQUIRE(init(0, "a", {0, 0}));
