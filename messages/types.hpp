@@ -38,9 +38,10 @@ typename Inspector::result_type inspect(Inspector& f, compression& x) {
 
 /// A dense float32 payload. Crosses the network as one codec tag and one
 /// raw byte run (both ends must share endianness), not element by element.
-/// With an `encoding` other than none, the floats must already be quantized
-/// by it (see `quantize`): they then cross the network packed, 2 bytes
-/// (fp16) or 2 bits (two_bit) a value, and arrive as the same floats.
+/// With an `encoding` other than none, the floats cross the network packed,
+/// 2 bytes (fp16) or 2 bits (two_bit) a value. Quantized by that codec first
+/// (see `quantize`), they arrive as the same floats; fp16 packing truncates
+/// as quantizing does, so fp16 floats may also be sent unquantized.
 struct floats {
   std::vector<float> data;
   compression encoding{};
