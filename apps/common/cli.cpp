@@ -105,6 +105,15 @@ std::optional<int> check_compression(const std::string& app,
   return std::nullopt;
 }
 
+std::function<void(const std::string&)>
+event_printer(const std::string& app, const network_flags& flags) {
+  if (flags.level < log_level::debug)
+    return {};
+  return [app](const std::string& line) {
+    std::cout << app << ": " << line << std::endl;
+  };
+}
+
 int fail(const std::string& app, const std::string& message, int code) {
   std::cerr << app << ": " << message << std::endl;
   return code;

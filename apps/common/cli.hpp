@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -55,6 +56,20 @@ struct network_flags {
 /// to `desc`.
 void add_network_options(boost::program_options::options_description& desc,
                          network_flags& flags);
+
+/// Copies the connection settings of `flags` (heartbeat, connection timeout,
+/// scheduler) into `x`: a `system_options` or a `store_options`.
+template <class Options>
+void apply_network(const network_flags& flags, Options& x) {
+  x.heartbeat = flags.heartbeat();
+  x.connection_timeout = flags.connection_timeout();
+  x.scheduler = flags.scheduler;
+}
+
+/// At --log-level debug, a printer of "app: line" on stdout for a runner's
+/// `on_event`; below it, an empty function.
+std::function<void(const std::string&)>
+event_printer(const std::string& app, const network_flags& flags);
 
 /// Validates `flags` and sets `flags.level` and `flags.scheduler`; an exit code
 /// (2, with one line on stderr) if a value is bad.

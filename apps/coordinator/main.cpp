@@ -66,13 +66,8 @@ int main(int argc, char** argv) {
   opts.port = static_cast<uint16_t>(port);
   opts.sync = mode == "dist_sync";
   opts.timeout = std::chrono::milliseconds{timeout_ms};
-  opts.system.heartbeat = net.heartbeat();
-  opts.system.scheduler = net.scheduler;
-  opts.system.connection_timeout = net.connection_timeout();
-  if (net.level >= cli::log_level::debug)
-    opts.on_event = [&](const std::string& line) {
-      std::cout << app << ": " << line << std::endl;
-    };
+  cli::apply_network(net, opts.system);
+  opts.on_event = cli::event_printer(app, net);
   auto err = actorps::run_coordinator(opts, [&](uint16_t p) {
     // Printed at every log level: scripts read the port from it.
     std::cout << app << ": listening on "

@@ -65,13 +65,8 @@ int main(int argc, char** argv) {
     = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   opts.coordinator = *where;
   opts.timeout = std::chrono::milliseconds{timeout_ms};
-  opts.system.heartbeat = net.heartbeat();
-  opts.system.scheduler = net.scheduler;
-  opts.system.connection_timeout = net.connection_timeout();
-  if (net.level >= cli::log_level::debug)
-    opts.on_event = [&](const std::string& line) {
-      std::cout << app << ": " << line << std::endl;
-    };
+  cli::apply_network(net, opts.system);
+  opts.on_event = cli::event_printer(app, net);
   auto err = actorps::run_server(opts, [&](uint32_t rank) {
     if (net.level >= cli::log_level::info)
       std::cout << app << ": server rank " << rank << " hosts " << opts.shards

@@ -117,9 +117,7 @@ int main(int argc, char** argv) {
     = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   auto info = net.level >= cli::log_level::info;
   store.timeout = std::chrono::milliseconds{timeout_ms};
-  store.heartbeat = net.heartbeat();
-  store.scheduler = net.scheduler;
-  store.connection_timeout = net.connection_timeout();
+  cli::apply_network(net, store);
   auto kv = actorps::kvstore::create(mode, store);
   if (!kv)
     return cli::fail(app, actorps::render(kv.error()));
