@@ -431,8 +431,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       auto& st = self->state;
       if (auto err = to_error(core::validate(snap.optimizer)))
         return err;
-      // Map names to this store's ids; a key sliced differently when saved
-      // is cut anew to this store's slices.
+      // Map names to this store's ids and cut every key's saved slices to
+      // this store's (as saved when the slicing is the same).
       std::vector<state_snapshot> per_shard(st.cfg.shards.size());
       for (auto& part : per_shard)
         part.optimizer = snap.optimizer;
@@ -448,34 +448,11 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                               + " of the checkpoint is not initialized in "
                                 "this store");
         auto& info = i->second.info;
-        // Saved as sliced here: every part once, at its offset and length.
-        auto same = saved.size() == info.slices.size();
-        std::vector<bool> seen(info.slices.size(), false);
-        for (auto* rec : saved) {
-          same = same && rec->part < info.slices.size() && !seen[rec->part]
-                 && info.slices[rec->part].offset == rec->offset
-                 && info.slices[rec->part].length == rec->value.data.size();
-          if (same)
-            seen[rec->part] = true;
-        }
         std::vector<slice_record> records;
-        if (same) {
-          for (auto* rec : saved) {
-            auto want = per_float * rec->value.data.size();
-            if (rec->state.data.size() != want)
-              return make_error(errc::checkpoint_mismatch,
-                                "load_state: key " + quoted(name) + " part "
-                                  + std::to_string(rec->part) + " needs "
-                                  + std::to_string(want) + " state floats for '"
-                                  + snap.optimizer.name + "' but has "
-                                  + std::to_string(rec->state.data.size()));
-            records.push_back(*rec);
-          }
-        } else if (auto res = core::reslice(saved, info.size, info.slices,
-                                            per_float, records);
-                   !res.ok()) {
+        if (auto res = core::reslice(saved, info.size, info.slices, per_float,
+                                     records);
+            !res.ok())
           return to_error(res);
-        }
         for (auto& rec : records) {
           rec.key_id = info.id;
           per_shard[info.slices[rec.part].shard].slices.push_back(

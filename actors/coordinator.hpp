@@ -49,8 +49,8 @@
 ///   slices. A key saved in other slices (other shards, slice size or
 ///   slicing bound) is cut anew to this store's (core::reslice). Errors:
 ///   `unknown_key` (key not initialized in this store), `checkpoint_mismatch`
-///   (other sizes, slices that overlap or leave gaps, or a key to cut anew
-///   whose slices were saved after different numbers of updates),
+///   (other sizes, state sizes, slices that overlap or leave gaps, or a
+///   slice to cut from saved ones that saw different numbers of updates),
 ///   `bad_optimizer`.
 /// - `(command_atom, head, body)` -> `ok_atom` once every shard applied it
 ///   (send_command_to_servers).

@@ -225,9 +225,9 @@ public:
   /// Loads a file written by `save_optimizer_states`. Every key of the file
   /// must be initialized here with the same shape. A key that was sliced
   /// otherwise when saved (other shards, slice size or slicing bound) is cut
-  /// to this store's slices, provided all its slices had seen the same
-  /// number of updates (always so in sync training); else
-  /// `checkpoint_mismatch`.
+  /// to this store's slices; a slice cut from several saved ones needs them
+  /// to have seen the same number of updates (always so in sync training),
+  /// else `checkpoint_mismatch`.
   caf::error load_optimizer_states(const std::string& path);
 
   /// MXNet's num_dead_node: how many nodes of `node_id` (a node id >= 8, or

@@ -543,12 +543,6 @@ status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
                       + std::to_string(rec->state.data.size())
                       + " state floats, expected "
                       + std::to_string(per_float * n));
-    if (rec->step != order.front()->step)
-      return mismatch("its slices were saved after different numbers of "
-                      "updates ("
-                      + std::to_string(order.front()->step) + " and "
-                      + std::to_string(rec->step)
-                      + "); load it into a store sliced as when it was saved");
     next += n;
   }
   if (next != size)
@@ -564,7 +558,7 @@ status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
     rec.key = order.front()->key;
     rec.part = t.part;
     rec.offset = t.offset;
-    rec.step = order.front()->step;
+    bool first = true;
     rec.value.data.reserve(t.length);
     rec.state.data.resize(per_float * t.length);
     uint64_t at = t.offset;
@@ -576,6 +570,18 @@ status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
         return mismatch("slice " + std::to_string(t.part)
                         + " lies outside the saved floats");
       auto* from = order[src];
+      // A slice cut from several saved ones needs one step for all of them.
+      if (first)
+        rec.step = from->step;
+      else if (from->step != rec.step)
+        return mismatch("slice " + std::to_string(t.part)
+                        + " would join saved slices that saw different "
+                          "numbers of updates ("
+                        + std::to_string(rec.step) + " and "
+                        + std::to_string(from->step)
+                        + "); load it into a store sliced as when it was "
+                          "saved");
+      first = false;
       auto n_from = from->value.data.size();
       auto i = at - from->offset;
       auto k = std::min<uint64_t>(n_from - i, t.offset + t.length - at);

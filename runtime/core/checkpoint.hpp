@@ -48,12 +48,13 @@ status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out);
 /// are the key's size and slices in this store; `per_float` is the optimizer
 /// state per weight (`state_size(cfg, 1)`: 0, 1 or 2 blocks, each as long as
 /// the slice). On success `out` holds one record per target slice, in
-/// `target` order: value and state cut from the saved ones, the saved step,
-/// `key_id` and `key` of the first saved record. Errors are
+/// `target` order: value and state cut from the saved ones, the step of the
+/// saved ones it is cut from, `key_id` and `key` of the first saved record.
+/// A layout equal to the saved one comes back as saved. Errors are
 /// `errc::checkpoint_mismatch`: saved slices that leave a gap, overlap, or do
-/// not cover exactly `size` floats; state of the wrong size; slices saved
-/// after different numbers of updates (no one step describes a slice cut from
-/// both). On failure `out` is left unchanged.
+/// not cover exactly `size` floats; state of the wrong size; a target slice
+/// cut from saved slices that saw different numbers of updates (no one step
+/// describes it). On failure `out` is left unchanged.
 status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
                const std::vector<slice_range>& target, std::size_t per_float,
                std::vector<slice_record>& out);

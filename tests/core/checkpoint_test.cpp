@@ -662,4 +662,18 @@ TEST_CASE("checkpoint: reslice cuts saved slices to another slicing",
     auto short_state = saved(1, 3, {3, 4}, {13, 14});
     refused({&a, &short_state}, 5, "state floats");
   }
+  SECTION("slices cut from one saved slice keep its step") {
+    // Async training: slices saw different numbers of updates. Cut as
+    // saved, each keeps its own.
+    auto later = saved(1, 3, {3, 4}, {13, 14, 23, 24}, 6);
+    std::vector<actorps::slice_range> as_saved{{0, 0, 0, 3}, {1, 1, 3, 2}};
+    REQUIRE(core::reslice({&later, &a}, 5, as_saved, 2, out).ok());
+    REQUIRE(out.size() == 2);
+    CHECK(out[0].step == 5);
+    CHECK(out[0].value.data == a.value.data);
+    CHECK(out[0].state.data == a.state.data);
+    CHECK(out[1].step == 6);
+    CHECK(out[1].value.data == later.value.data);
+    CHECK(out[1].state.data == later.state.data);
+  }
 }
