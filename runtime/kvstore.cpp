@@ -65,6 +65,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   system_options so;
   so.threads = o.threads;
   so.scheduler = o.scheduler;
+  so.keep_freed_memory = o.keep_freed_memory;
   auto rt = std::make_shared<store_runtime>(so, o);
   rt->num_workers = o.num_workers;
   rt->sync = sync;
@@ -109,6 +110,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   system_options so;
   so.threads = o.threads;
   so.scheduler = o.scheduler;
+  so.keep_freed_memory = o.keep_freed_memory;
   so.network = true;
   so.heartbeat = o.heartbeat;
   so.connection_timeout = o.connection_timeout;

@@ -47,6 +47,9 @@ struct store_options {
   std::size_t threads = 0;
   /// Scheduler policy of this store's actor system.
   scheduler_policy scheduler = scheduler_policy::automatic;
+  /// Tune glibc malloc for the data plane when the store is created
+  /// (process-wide; see `tune_malloc` in runtime/system.hpp).
+  bool keep_freed_memory = true;
   /// Distributed stores: the coordinator's "host:port".
   std::string coordinator;
   /// Distributed stores: the job token.

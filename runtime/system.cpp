@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/system.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GLIBC__)
+#  include <malloc.h>
+#endif
+
 #include "caf/atom.hpp"
 #include "caf/io/middleman.hpp"
 #include "caf/timespan.hpp"
@@ -10,7 +17,29 @@
 
 namespace actorps {
 
+bool tune_malloc() {
+#if defined(__GLIBC__)
+  if (auto* t = std::getenv("GLIBC_TUNABLES");
+      t != nullptr && std::strstr(t, "glibc.malloc.") != nullptr)
+    return false;
+  for (auto* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
+                     "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"})
+    if (std::getenv(name) != nullptr)
+      return false;
+  // Setting either threshold also turns off glibc's dynamic adjustment of
+  // both, which is what made round times depend on the process's history.
+  constexpr int mmap_threshold = 64 << 20;
+  constexpr int trim_threshold = 512 << 20;
+  return mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1
+         && mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1;
+#else
+  return false;
+#endif
+}
+
 system_config::system_config(const system_options& opts) {
+  if (opts.keep_freed_memory)
+    tune_malloc();
   add_message_types<caf::id_block::actorps>();
   register_error_category(*this);
   if (opts.testing) {

@@ -26,7 +26,20 @@ struct system_options {
   std::chrono::milliseconds connection_timeout{10000};
   /// Scheduler policy (see scheduler_policy).
   scheduler_policy scheduler = scheduler_policy::automatic;
+  /// Calls `tune_malloc()` when the actor system is configured.
+  bool keep_freed_memory = true;
 };
+
+/// Sets glibc malloc's thresholds for the data plane (process-wide): blocks
+/// of up to 64 MB come from the heap, not from a fresh mmap each, and up to
+/// 512 MB freed at the top of a heap stay with the process instead of going
+/// back to the kernel. Without it, glibc's dynamic thresholds give back the
+/// slice buffers a round frees, and the next round faults every page in
+/// again (measured: 1.5-2x slower rounds, depending on what ran before; see
+/// docs/benchmarks.md). Leaves malloc alone, and returns false, when the
+/// environment already tunes it (GLIBC_TUNABLES with glibc.malloc, or a
+/// MALLOC_*_ variable) or the C library is not glibc. Idempotent.
+bool tune_malloc();
 
 /// Actor-system configuration with every actorps message type and the
 /// actorps error category registered. No command-line parsing: the apps parse

@@ -3,8 +3,10 @@
 // network layer: every message type crosses a real connection (an
 // unregistered type only fails there), and priority survives the network.
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -355,4 +357,36 @@ TEST_CASE("system: the scheduler policy follows the options",
   auto untouched = scheduler_policy::sharing;
   CHECK_FALSE(parse_scheduler_policy("fifo", untouched));
   CHECK(untouched == scheduler_policy::sharing);
+}
+
+TEST_CASE("system: tune_malloc leaves malloc to an environment that tunes it",
+          "[runtime]") {
+  const char* names[] = {"GLIBC_TUNABLES", "MALLOC_MMAP_THRESHOLD_",
+                         "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                         "MALLOC_MMAP_MAX_"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (auto* name : names)
+    if (auto* v = std::getenv(name)) {
+      saved.emplace_back(name, v);
+      ::unsetenv(name);
+    }
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2", 1);
+  CHECK_FALSE(tune_malloc());
+  // Other tunables are no reason to keep out.
+  ::setenv("GLIBC_TUNABLES", "glibc.rtld.nns=2", 1);
+  bool other_tunables = tune_malloc();
+  ::unsetenv("GLIBC_TUNABLES");
+  ::setenv("MALLOC_TRIM_THRESHOLD_", "1000000", 1);
+  CHECK_FALSE(tune_malloc());
+  ::unsetenv("MALLOC_TRIM_THRESHOLD_");
+  bool plain = tune_malloc();
+  for (auto& [name, value] : saved)
+    ::setenv(name.c_str(), value.c_str(), 1);
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+  // Sanitizers replace malloc, and their mallopt sets nothing.
+  CHECK(other_tunables);
+  CHECK(plain);
+#else
+  CHECK(other_tunables == plain);
+#endif
 }
