@@ -27,6 +27,7 @@
 #include "runtime/blocking.hpp"
 #include "runtime/core/checkpoint.hpp"
 #include "runtime/core/layout.hpp"
+#include "runtime/core/parallel.hpp"
 #include "runtime/network.hpp"
 #include "runtime/system.hpp"
 
@@ -332,14 +333,36 @@ struct kvstore::impl {
   // to its shard without another copy; the other slices are packed together.
   // `fill(i, from, n, out)` appends the floats [from, from + n) of key i to
   // `out` (appended, not resized and overwritten: one pass over the memory).
+  // Slices of their own are filled on two threads when large enough (see
+  // core::split_in_two), so `fill` must be safe to call concurrently for
+  // distinct outputs.
   template <class Fill>
   static float_parts
   pack(const std::vector<const key_info*>& infos, Fill fill) {
     uint64_t small = 0;
-    for (auto* info : infos)
-      for (auto& s : info->slices)
+    struct own_slice {
+      size_t key;
+      const slice_range* slice;
+    };
+    std::vector<own_slice> alone;
+    for (size_t i = 0; i < infos.size(); ++i)
+      for (auto& s : infos[i]->slices) {
         if (s.length <= default_batch_floats)
           small += s.length;
+        else
+          alone.push_back(own_slice{i, &s});
+      }
+    // Allocated here, so that the helper thread only copies.
+    std::vector<std::vector<float>> owns(alone.size());
+    std::vector<uint64_t> weights(alone.size());
+    for (size_t j = 0; j < alone.size(); ++j) {
+      owns[j].reserve(alone[j].slice->length);
+      weights[j] = alone[j].slice->length;
+    }
+    core::split_in_two(weights, core::parallel_min_floats, [&](size_t j) {
+      fill(alone[j].key, alone[j].slice->offset, alone[j].slice->length,
+           owns[j]);
+    });
     float_parts out;
     std::vector<float> run;
     run.reserve(small);
@@ -348,6 +371,7 @@ struct kvstore::impl {
         out.append(shared_floats{std::move(run)});
       run = std::vector<float>{};
     };
+    size_t next_own = 0;
     for (size_t i = 0; i < infos.size(); ++i) {
       for (auto& s : infos[i]->slices) {
         if (s.length <= default_batch_floats) {
@@ -355,10 +379,7 @@ struct kvstore::impl {
           continue;
         }
         end_run();
-        std::vector<float> own;
-        own.reserve(s.length);
-        fill(i, s.offset, s.length, own);
-        out.append(shared_floats{std::move(own)});
+        out.append(shared_floats{std::move(owns[next_own++])});
       }
     }
     end_run();
@@ -399,8 +420,16 @@ struct kvstore::impl {
     return out;
   }
 
-  // Copies every piece of `x` into the outputs whose range holds it.
+  // Copies every piece of `x` into the outputs whose range holds it (on two
+  // threads when large enough, see core::split_in_two).
   static void copy_out(const float_parts& x, const target_list& dst) {
+    struct copy {
+      float* to;
+      const float* from;
+      uint64_t n;
+    };
+    std::vector<copy> copies;
+    std::vector<uint64_t> weights;
     for (auto& p : x.pieces) {
       auto src = x.buffers[p.buffer].data() + p.from;
       // The first output that ends after the piece's start.
@@ -409,9 +438,14 @@ struct kvstore::impl {
                                       return y.at + y.n <= p.at;
                                     });
       for (; t != dst.end() && t->at <= p.at; ++t)
-        if (p.at + p.length <= t->at + t->n)
-          std::memcpy(t->dst + (p.at - t->at), src, p.length * sizeof(float));
+        if (p.at + p.length <= t->at + t->n) {
+          copies.push_back(copy{t->dst + (p.at - t->at), src, p.length});
+          weights.push_back(p.length);
+        }
     }
+    core::split_in_two(weights, core::parallel_min_floats, [&](size_t i) {
+      std::memcpy(copies[i].to, copies[i].from, copies[i].n * sizeof(float));
+    });
   }
 
   // Starts a request whose reply holds the pulled floats of `dst`.

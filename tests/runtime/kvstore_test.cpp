@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "messages/errors.hpp"
+#include "runtime/core/parallel.hpp"
 
 using namespace actorps;
 
@@ -326,9 +327,12 @@ TEST_CASE("kvstore: slices above the batch bound travel in buffers of their "
   opts.bigarray_bound = 1000;
   opts.slice_floats = 100000;
   auto kv = make_store(type, opts);
-  // "big": three slices above the worker's batch bound (2^16 floats), between
-  // two small keys whose floats are packed together.
-  const Eigen::Index n = 250000;
+  // "big": slices above the worker's batch bound (2^16 floats), between two
+  // small keys whose floats are packed together: three slices, or 26 of
+  // them, which the handle copies in and out on two threads.
+  const Eigen::Index n
+    = GENERATE(Eigen::Index{250000},
+               static_cast<Eigen::Index>(core::parallel_min_floats) + 400003);
   std::vector<std::string> keys{"a", "big", "b"};
   std::vector<Eigen::VectorXf> values{
     Eigen::VectorXf::LinSpaced(5, 1.0f, 5.0f),
