@@ -26,24 +26,36 @@ namespace {
 
 using ok_promise = caf::typed_response_promise<caf::ok_atom>;
 using pull_promise = caf::typed_response_promise<shared_floats>;
-using batch_promise = caf::typed_response_promise<floats>;
+using batch_promise = caf::typed_response_promise<float_parts>;
 
 std::string slice_name(slice_id id) {
   return "slice " + std::to_string(key_of(id)) + "/"
          + std::to_string(part_of(id));
 }
 
-// The reply of a batch: the pulled values back to back, delivered once every
-// operation of the batch completed, or the first error at once.
+// The reply of a batch: the pulled values back to back, each slice's buffer
+// shared as a piece (copy on write, as a single pull shares it), delivered
+// once every operation of the batch completed, or the first error at once.
+// Slices shorter than `min_shared_floats` on average are copied into one
+// buffer instead: per piece, sharing costs more than copying a few floats.
 struct batch_reply {
   batch_promise rp;
-  std::vector<float> out;
+  float_parts out;
+  // The copied reply when the slices are short.
+  std::vector<float> flat;
+  bool shared = true;
   std::size_t remaining = 0;
   bool failed = false;
 
+  static constexpr uint64_t min_shared_floats = 1024;
+
   void arrive() {
-    if (!failed && --remaining == 0)
-      rp.deliver(floats{std::move(out)});
+    if (failed || --remaining > 0)
+      return;
+    if (shared)
+      rp.deliver(std::move(out));
+    else
+      rp.deliver(float_parts{std::move(flat)});
   }
 
   void fail(caf::error err) {
@@ -73,16 +85,22 @@ struct op_target {
       push_rp.deliver(caf::ok_atom::value);
   }
 
-  // A single pull shares the slice's buffer (copy on write, see
-  // shared_floats); a batch copies the slice into its reply.
+  // Pulls share the slice's buffer (copy on write, see shared_floats): a
+  // single pull as its reply, a batch as one piece of its reply.
   void pulled(const shared_floats& value) {
     if (!batch) {
       pull_rp.deliver(value);
       return;
     }
-    if (!batch->failed)
-      std::memcpy(batch->out.data() + offset, value.data(),
+    if (!batch->failed && !batch->shared) {
+      std::memcpy(batch->flat.data() + offset, value.data(),
                   value.size() * sizeof(float));
+    } else if (!batch->failed && value.size() > 0) {
+      auto& out = batch->out;
+      out.pieces.push_back(float_piece{
+        static_cast<uint32_t>(out.buffers.size()), 0, offset, value.size()});
+      out.buffers.push_back(value);
+    }
     batch->arrive();
   }
 
@@ -457,7 +475,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
                 nullptr, 0, std::move(t));
       return rp;
     },
-    [self](batch_atom, const slice_batch& msg) -> caf::result<floats> {
+    [self](batch_atom, const slice_batch& msg) -> caf::result<float_parts> {
       auto& st = self->state;
       auto n = msg.slices.size();
       if (msg.kind > static_cast<uint8_t>(op_kind::push_pull))
@@ -494,10 +512,18 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
                             + " floats but the batch carries "
                             + std::to_string(msg.data.data.size()));
       auto reply = std::make_shared<batch_reply>();
-      reply->rp = self->make_response_promise<floats>();
+      reply->rp = self->make_response_promise<float_parts>();
       reply->remaining = n;
-      if (kind != op_kind::push)
-        reply->out.resize(total);
+      if (kind != op_kind::push) {
+        reply->shared = total >= n * batch_reply::min_shared_floats;
+        if (reply->shared) {
+          reply->out.size = total;
+          reply->out.buffers.reserve(n);
+          reply->out.pieces.reserve(n);
+        } else {
+          reply->flat.resize(total);
+        }
+      }
       auto rp = reply->rp;
       uint64_t offset = 0;
       for (std::size_t i = 0; i < n; ++i) {
@@ -679,7 +705,7 @@ shard_actor::behavior_type relay_impl(shard_actor::pointer self,
                                        std::move(msg));
     },
     [=](batch_atom a, slice_batch& msg) {
-      return relay_high<floats>(self, shard, observer, a, std::move(msg));
+      return relay_high<float_parts>(self, shard, observer, a, std::move(msg));
     },
     [=](set_opt_atom a, const optimizer_config& opt) {
       return self->delegate(shard, a, opt);

@@ -38,10 +38,12 @@
 /// - `(push_pull_atom, slice_push)` -> `shared_floats`: the push, then a pull
 ///   of the value it produced (in sync mode, once its round is applied), in
 ///   one request. Errors: as for push.
-/// - `(batch_atom, slice_batch)` -> `floats`: several pushes, pulls or
+/// - `(batch_atom, slice_batch)` -> `float_parts`: several pushes, pulls or
 ///   push-pulls of one worker on this shard's slices, each ordered with the
 ///   worker's other operations on its slice by its sequence number; the reply
-///   (pulled values back to back, empty for pushes) comes once all of them
+///   (pulled values back to back in `slices` order: each slice's buffer
+///   shared as one piece, or all copied into one buffer when the slices
+///   average under 1024 floats; empty for pushes) comes once all of them
 ///   completed. Errors: as for push and pull, checked for every slice before
 ///   anything runs (`not_initialized`, `shape_mismatch` when `data` does not
 ///   hold the slices' floats, `bad_config`); the first error of an operation
@@ -93,7 +95,7 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, slice_push>::with<caf::ok_atom>,
   caf::replies_to<pull_atom, slice_pull>::with<shared_floats>,
   caf::replies_to<push_pull_atom, slice_push>::with<shared_floats>,
-  caf::replies_to<batch_atom, slice_batch>::with<floats>,
+  caf::replies_to<batch_atom, slice_batch>::with<float_parts>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,

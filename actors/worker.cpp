@@ -392,16 +392,47 @@ struct gather {
     arrive();
   }
 
-  // A batch reply: the slices of `pieces` back to back.
-  void put(const std::vector<piece>& pieces, uint64_t expected, floats& x) {
-    if (failed || !check(x.data.size(), expected))
+  // A batch reply: the slices of `pieces` back to back, as pieces of any
+  // number of buffers (one per slice from a local shard, one in all from a
+  // remote one). Each piece of the reply is cut where the slices meet and
+  // placed, still shared, where its slice belongs in the output.
+  void put(const std::vector<piece>& pieces, uint64_t expected,
+           float_parts& x) {
+    if (failed || !check(x.size, expected))
       return;
-    auto index = static_cast<uint32_t>(out.buffers.size());
-    out.buffers.emplace_back(std::move(x.data));
+    if (!x.valid(false)) {
+      fail(make_error(errc::shape_mismatch,
+                      "a shard returned a batch reply with pieces outside "
+                      "their buffers"));
+      return;
+    }
+    auto base = static_cast<uint32_t>(out.buffers.size());
+    for (auto& b : x.buffers)
+      out.buffers.push_back(std::move(b));
+    // Where each slice starts in the reply.
+    std::vector<uint64_t> starts;
+    starts.reserve(pieces.size());
     uint64_t from = 0;
     for (auto& p : pieces) {
-      out.pieces.push_back(float_piece{index, from, p.offset, p.length});
+      starts.push_back(from);
       from += p.length;
+    }
+    for (auto& xp : x.pieces) {
+      // The slice that holds the piece's first float, then on while the
+      // piece lasts.
+      auto i = static_cast<std::size_t>(
+        std::upper_bound(starts.begin(), starts.end(), xp.at) - starts.begin()
+        - 1);
+      uint64_t done = 0;
+      while (done < xp.length && i < pieces.size()) {
+        auto at = xp.at + done;
+        auto in_slice = at - starts[i];
+        auto n = std::min(xp.length - done, pieces[i].length - in_slice);
+        out.pieces.push_back(float_piece{base + xp.buffer, xp.from + done,
+                                         pieces[i].offset + in_slice, n});
+        done += n;
+        ++i;
+      }
     }
     arrive();
   }
@@ -623,9 +654,9 @@ void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
     pieces.clear();
     expected = 0;
   }
-  submit<floats>(
+  submit<float_parts>(
     self, shard, priority, kind, sent,
-    [g, pieces = std::move(pieces), expected](floats& x) {
+    [g, pieces = std::move(pieces), expected](float_parts& x) {
       g->put(pieces, expected, x);
     },
     fail, batch_atom::value, std::move(msg));

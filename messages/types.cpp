@@ -247,11 +247,41 @@ std::vector<float> float_parts::flatten() const {
 }
 
 caf::error inspect(caf::serializer& f, float_parts& x) {
-  if (x.pieces.size() == 1 && x.pieces[0].length == x.size)
-    return save_raw(f, x.buffers[x.pieces[0].buffer].data() + x.pieces[0].from,
-                    x.size);
-  auto flat = x.flatten();
-  return save_raw(f, flat.data(), flat.size());
+  if (!x.valid(false))
+    return caf::make_error(caf::sec::invalid_argument,
+                           "float_parts: a piece lies outside its buffer");
+  // The pieces in the order of the value: when they tile it, each is written
+  // straight from its buffer, and together they form one byte run.
+  std::vector<const float_piece*> order;
+  order.reserve(x.pieces.size());
+  for (auto& p : x.pieces)
+    order.push_back(&p);
+  std::sort(order.begin(), order.end(),
+            [](const float_piece* a, const float_piece* b) {
+              return a->at < b->at;
+            });
+  uint64_t next = 0;
+  for (auto* p : order) {
+    if (p->at != next) {
+      // Gaps or overlaps: write the value as the pieces make it.
+      auto flat = x.flatten();
+      return save_raw(f, flat.data(), flat.size());
+    }
+    next += p->length;
+  }
+  if (next != x.size) {
+    auto flat = x.flatten();
+    return save_raw(f, flat.data(), flat.size());
+  }
+  if (auto err = f.begin_sequence(x.size))
+    return err;
+  for (auto* p : order)
+    if (p->length > 0)
+      if (auto err = f.apply_raw(
+            p->length * sizeof(float),
+            const_cast<float*>(x.buffers[p->buffer].data() + p->from)))
+        return err;
+  return f.end_sequence();
 }
 
 caf::error inspect(caf::deserializer& f, float_parts& x) {

@@ -64,10 +64,10 @@ struct shard_fixture : test::deterministic_fixture {
         std::vector<uint64_t> seqs, std::vector<float> data = {}) {
     send_batch(kind, worker, std::move(ids), std::move(seqs), std::move(data));
     run();
-    auto r = reply<floats>();
+    auto r = reply<float_parts>();
     if (!r)
       return r.error();
-    return std::move(r->data);
+    return r->flatten();
   }
 
   caf::expected<caf::ok_atom> set_optimizer(const optimizer_config& opt) {
@@ -370,19 +370,42 @@ TEST_CASE_METHOD(shard_fixture,
   REQUIRE(push(slice_a, 0, 0, {5}));
   CHECK(no_reply());
   REQUIRE(push(slice_b, 0, 0, {6}));
-  auto value = reply<floats>();
+  auto value = reply<float_parts>();
   REQUIRE(value);
-  CHECK(value->data == std::vector<float>{5, 6});
+  CHECK(value->flatten() == std::vector<float>{5, 6});
   // A single pull after the batch sees the batch's push-pull.
   send_batch(op_kind::push_pull, 0, {slice_a}, {2}, {7});
   self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 3});
   run();
-  auto from_batch = reply<floats>();
+  auto from_batch = reply<float_parts>();
   auto single = reply<shared_floats>();
   REQUIRE(from_batch);
   REQUIRE(single);
-  CHECK(from_batch->data == std::vector<float>{7});
+  CHECK(from_batch->flatten() == std::vector<float>{7});
   CHECK(single->vec() == std::vector<float>{7});
+  // Short slices are copied into one buffer.
+  REQUIRE(from_batch->buffers.size() == 1);
+  CHECK(from_batch->buffers[0].data() != single->data());
+  // Slices of 1024 floats and more: the batch's reply shares each slice's
+  // buffer, as a single pull does; a later push leaves both as they were
+  // (copy on write).
+  auto big = make_slice_id(8, 0);
+  std::vector<float> ones(1024, 1.0f);
+  REQUIRE(init(big, std::vector<float>(1024, 0.0f)));
+  send_batch(op_kind::push_pull, 0, {big}, {0}, ones);
+  self->send(shard, pull_atom::value, slice_pull{big, 0, 1});
+  run();
+  auto shared_batch = reply<float_parts>();
+  auto shared_single = reply<shared_floats>();
+  REQUIRE(shared_batch);
+  REQUIRE(shared_single);
+  REQUIRE(shared_batch->buffers.size() == 1);
+  CHECK(shared_batch->buffers[0].data() == shared_single->data());
+  CHECK(shared_batch->flatten() == ones);
+  REQUIRE(push(big, 0, 2, std::vector<float>(1024, 9.0f)));
+  CHECK(pull(big, 0, 3) == std::vector<float>(1024, 9.0f));
+  CHECK(shared_batch->flatten() == ones);
+  CHECK(shared_single->vec() == ones);
 }
 
 TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",
@@ -405,7 +428,7 @@ TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",
     self->send(shard, batch_atom::value,
                slice_batch{0, 7, {slice_a}, {0}, floats{}});
     run();
-    require_error(reply<floats>(), errc::bad_config);
+    require_error(reply<float_parts>(), errc::bad_config);
     require_error(batch(op_kind::pull, 5, {slice_a}, {0}), errc::bad_config);
   }
   // Nothing of the refused batches ran: sequence 0 is still free.
@@ -428,12 +451,12 @@ TEST_CASE_METHOD(sync_fixture,
   // batch is answered first, then worker 1's.
   send_batch(op_kind::push_pull, 1, {slice_b}, {0}, {20});
   run();
-  auto first = reply<floats>();
-  auto second = reply<floats>();
+  auto first = reply<float_parts>();
+  auto second = reply<float_parts>();
   REQUIRE(first);
   REQUIRE(second);
-  CHECK(first->data == std::vector<float>{11, 22});
-  CHECK(second->data == std::vector<float>{22});
+  CHECK(first->flatten() == std::vector<float>{11, 22});
+  CHECK(second->flatten() == std::vector<float>{22});
 }
 
 TEST_CASE_METHOD(shard_fixture, "shard: save and load state", "[shard]") {

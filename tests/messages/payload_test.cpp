@@ -174,6 +174,22 @@ TEST_CASE("float_parts: pieces, checks and flattening", "[payload]") {
     CHECK(!s.valid(true));
     CHECK(s.flatten() == std::vector<float>{20, 30, 0, 10});
     CHECK(round_trip(s).flatten() == s.flatten());
+    // Written piece by piece, in the value's order: the same bytes as the
+    // flattened value.
+    s.buffers.emplace_back(std::vector<float>{7, 8, 9});
+    s.size = 6;
+    s.pieces.push_back(float_piece{1, 1, 4, 2});
+    float_parts flat{std::vector<float>{20, 30, 0, 10, 8, 9}};
+    CHECK(save(s) == save(flat));
+    // Pieces that leave a gap: the gap crosses as zeros.
+    s.size = 7;
+    CHECK(round_trip(s).flatten()
+          == std::vector<float>{20, 30, 0, 10, 8, 9, 0});
+    // A piece outside its buffer is refused, not read.
+    s.pieces.back().length = 3;
+    std::vector<char> buf;
+    caf::binary_serializer sink{nullptr, buf};
+    CHECK(inspect(static_cast<caf::serializer&>(sink), s));
   }
   SECTION("pieces outside their buffer or the value are refused") {
     auto bad = p;
