@@ -261,15 +261,16 @@ caf::error inspect(caf::serializer& f, float_parts& x) {
               return a->at < b->at;
             });
   uint64_t next = 0;
+  bool tiles = true;
   for (auto* p : order) {
     if (p->at != next) {
-      // Gaps or overlaps: write the value as the pieces make it.
-      auto flat = x.flatten();
-      return save_raw(f, flat.data(), flat.size());
+      tiles = false;
+      break;
     }
     next += p->length;
   }
-  if (next != x.size) {
+  if (!tiles || next != x.size) {
+    // Gaps or overlaps: write the value as the pieces make it.
     auto flat = x.flatten();
     return save_raw(f, flat.data(), flat.size());
   }

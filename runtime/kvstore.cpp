@@ -423,6 +423,28 @@ struct kvstore::impl {
   // Copies every piece of `x` into the outputs whose range holds it (on two
   // threads when large enough, see core::split_in_two).
   static void copy_out(const float_parts& x, const target_list& dst) {
+    // Calls `f(to, from, n)` for every copy to make.
+    auto each_copy = [&](auto&& f) {
+      for (auto& p : x.pieces) {
+        auto src = x.buffers[p.buffer].data() + p.from;
+        // The first output that ends after the piece's start.
+        auto t = std::partition_point(dst.begin(), dst.end(),
+                                      [&](const target& y) {
+                                        return y.at + y.n <= p.at;
+                                      });
+        for (; t != dst.end() && t->at <= p.at; ++t)
+          if (p.at + p.length <= t->at + t->n)
+            f(t->dst + (p.at - t->at), src, p.length);
+      }
+    };
+    auto copy_now = [](float* to, const float* from, uint64_t n) {
+      std::memcpy(to, from, n * sizeof(float));
+    };
+    // Small pulls (every small round) copy at once, without collecting.
+    if (x.size < core::parallel_min_floats) {
+      each_copy(copy_now);
+      return;
+    }
     struct copy {
       float* to;
       const float* from;
@@ -430,21 +452,12 @@ struct kvstore::impl {
     };
     std::vector<copy> copies;
     std::vector<uint64_t> weights;
-    for (auto& p : x.pieces) {
-      auto src = x.buffers[p.buffer].data() + p.from;
-      // The first output that ends after the piece's start.
-      auto t = std::partition_point(dst.begin(), dst.end(),
-                                    [&](const target& y) {
-                                      return y.at + y.n <= p.at;
-                                    });
-      for (; t != dst.end() && t->at <= p.at; ++t)
-        if (p.at + p.length <= t->at + t->n) {
-          copies.push_back(copy{t->dst + (p.at - t->at), src, p.length});
-          weights.push_back(p.length);
-        }
-    }
+    each_copy([&](float* to, const float* from, uint64_t n) {
+      copies.push_back(copy{to, from, n});
+      weights.push_back(n);
+    });
     core::split_in_two(weights, core::parallel_min_floats, [&](size_t i) {
-      std::memcpy(copies[i].to, copies[i].from, copies[i].n * sizeof(float));
+      copy_now(copies[i].to, copies[i].from, copies[i].n);
     });
   }
 

@@ -185,6 +185,14 @@ TEST_CASE("float_parts: pieces, checks and flattening", "[payload]") {
     s.size = 7;
     CHECK(round_trip(s).flatten()
           == std::vector<float>{20, 30, 0, 10, 8, 9, 0});
+    // Overlapping pieces that reach the end: the value as the pieces make
+    // it, not both pieces' bytes.
+    float_parts overlap;
+    overlap.size = 4;
+    overlap.buffers.emplace_back(std::vector<float>{1, 2, 3, 4});
+    overlap.pieces.push_back(float_piece{0, 0, 0, 4});
+    overlap.pieces.push_back(float_piece{0, 0, 2, 2});
+    CHECK(round_trip(overlap).flatten() == std::vector<float>{1, 2, 1, 2});
     // A piece outside its buffer is refused, not read.
     s.pieces.back().length = 3;
     std::vector<char> buf;
