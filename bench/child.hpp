@@ -32,6 +32,11 @@ public:
   /// after `timeout`.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
 
+  /// The process id (-1 before `start`).
+  pid_t pid() const noexcept {
+    return pid_;
+  }
+
   /// Every line read so far, for error messages.
   const std::string& transcript() const {
     return transcript_;

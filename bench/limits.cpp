@@ -227,13 +227,56 @@ std::string tcp_round_trip(bool quick, double& out) {
   return p.finish();
 }
 
+// The child reads `bytes`, then writes them back, until the connection
+// closes.
+std::string tcp_echo(bool quick, size_t bytes, double& out) {
+  peer p;
+  auto err = p.start([bytes](int fd) {
+    std::vector<char> buf(bytes);
+    while (read_all(fd, buf.data(), bytes))
+      if (!write_all(fd, buf.data(), bytes))
+        return false;
+    return true;
+  });
+  if (!err.empty())
+    return err;
+  std::vector<char> out_buf(bytes, 'x');
+  std::vector<char> in_buf(bytes);
+  // Up to 1 GB each way in all (quick: 32 MB), 10 to 2000 rounds (quick: 3
+  // to 200), after 3 unmeasured ones.
+  const size_t budget = quick ? size_t{32} << 20 : size_t{1} << 30;
+  auto n = std::clamp<size_t>(budget / std::max<size_t>(bytes, 1),
+                              quick ? 3 : 10, quick ? 200 : 2000);
+  std::vector<double> rounds;
+  for (size_t i = 0; i < n + 3; ++i) {
+    auto start = clock_type::now();
+    if (!write_all(p.fd(), out_buf.data(), bytes)
+        || !read_all(p.fd(), in_buf.data(), bytes))
+      return errno_text("loopback echo");
+    if (i >= 3)
+      rounds.push_back(seconds_since(start) * 1e6);
+  }
+  out = median(rounds);
+  return p.finish();
+}
+
 } // namespace
 
 std::string measure_limits(const limits_options& opts, machine_limits& out) {
   out.memcpy_gbps = memcpy_gbps(opts.quick);
   if (auto err = tcp_bandwidth(opts.quick, out.tcp_gbps); !err.empty())
     return err;
-  return tcp_round_trip(opts.quick, out.tcp_rtt_us);
+  if (auto err = tcp_round_trip(opts.quick, out.tcp_rtt_us); !err.empty())
+    return err;
+  for (auto bytes : opts.echo_sizes) {
+    if (bytes == 0 || out.echo_us(bytes) > 0)
+      continue;
+    machine_limits::echo e{bytes, 0};
+    if (auto err = tcp_echo(opts.quick, bytes, e.round_us); !err.empty())
+      return err;
+    out.echoes.push_back(e);
+  }
+  return {};
 }
 
 } // namespace actorps::bench

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 /// This machine's own limits, measured with plain system calls (no CAF), as
 /// the yardsticks of actorps-bench. Call before any thread exists: the
@@ -17,15 +18,34 @@ struct machine_limits {
   /// Round trip of 64 bytes over loopback TCP between two processes, µs,
   /// median of single round trips.
   double tcp_rtt_us = 0;
+  /// Rounds over loopback TCP between two processes, the yardstick of a
+  /// dist push+pull round: `bytes` go out, the peer reads all of them, then
+  /// sends as many back (store and forward, no work in between). Median µs
+  /// per round, for each size asked for.
+  struct echo {
+    size_t bytes = 0;
+    double round_us = 0;
+  };
+  std::vector<echo> echoes;
+
+  /// The echo round of `bytes`, µs; 0 if it was not measured.
+  double echo_us(size_t bytes) const {
+    for (const auto& e : echoes)
+      if (e.bytes == bytes)
+        return e.round_us;
+    return 0;
+  }
 };
 
 /// How much work each measurement does: `quick` for CI (about a second in
 /// all), otherwise enough for stable medians (a few seconds).
 struct limits_options {
   bool quick = false;
+  /// Sizes of the echo rounds to measure, bytes each way.
+  std::vector<size_t> echo_sizes;
 };
 
-/// Measures the three limits. Returns an error text, or an empty string.
+/// Measures the limits. Returns an error text, or an empty string.
 std::string measure_limits(const limits_options& opts, machine_limits& out);
 
 } // namespace actorps::bench

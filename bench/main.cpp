@@ -425,6 +425,10 @@ struct result {
   // Dist: bytes rank 0's process sent and received per round (-1: unknown).
   double wire_sent = -1;
   double wire_received = -1;
+  // Dist: the server's peak RSS while this case ran, and the weights it held
+  // then (this case's keys and every earlier case's), MB (-1: unknown).
+  double server_peak_mb = -1;
+  double server_weights_mb = -1;
 
   double median() const {
     auto xs = times;
@@ -446,6 +450,12 @@ struct result {
   }
 };
 
+// The issue's bound on a server's peak RSS: 1.3 x (weights + optimizer
+// state) + 50 MB.
+double rss_bound_mb(double weights_mb) {
+  return 1.3 * weights_mb + 50;
+}
+
 // The server process of one dist run: its peak RSS and the weights it held
 // (every case's keys; "assign" keeps no optimizer state).
 struct server_memory {
@@ -453,9 +463,8 @@ struct server_memory {
   double peak_mb = 0;
   double weights_mb = 0;
 
-  // The issue's bound: 1.3 x (weights + optimizer state) + 50 MB.
   double bound_mb() const {
-    return 1.3 * weights_mb + 50;
+    return rss_bound_mb(weights_mb);
   }
 };
 
@@ -466,24 +475,42 @@ double weights_mb(const std::vector<bench_case>& cases) {
   return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
 
-// How a result compares with the machine: local against memcpy, dist
-// against loopback TCP bandwidth (large payloads) and round trip (small).
+// The echo round a dist case compares with: the same bytes each way over a
+// plain loopback socket (0: none, as for priority and compressed cases).
+double echo_us(const result& r, const machine_limits& m) {
+  if (r.mode != "dist" || r.what.priority_case()
+      || r.what.comp.kind != codec::none)
+    return 0;
+  return m.echo_us(r.what.payload_bytes());
+}
+
+// How a result compares with the machine: local against memcpy; dist
+// against the TCP echo round of the same size, and against loopback TCP
+// bandwidth (large payloads) or round trip (small).
 std::string versus_limit(const result& r, const machine_limits& m) {
-  char buf[64];
+  char buf[96];
   if (r.what.priority_case())
     return "-";
   if (m.tcp_gbps <= 0)
     return "-";
-  if (r.mode == "local")
+  if (r.mode == "local") {
     std::snprintf(buf, sizeof(buf), "%.0f%% of memcpy",
                   100 * r.gbps() / m.memcpy_gbps);
-  else if (r.what.payload_bytes() <= 64 * 1024)
+    return buf;
+  }
+  std::string out;
+  if (auto echo = echo_us(r, m); echo > 0) {
+    std::snprintf(buf, sizeof(buf), "%.0f%% of TCP echo, ",
+                  100 * echo / (r.median() * 1e6));
+    out = buf;
+  }
+  if (r.what.payload_bytes() <= 64 * 1024)
     std::snprintf(buf, sizeof(buf), "%.1fx TCP RTT",
                   r.median() * 1e6 / m.tcp_rtt_us);
   else
     std::snprintf(buf, sizeof(buf), "%.0f%% of TCP",
                   100 * r.gbps() / m.tcp_gbps);
-  return buf;
+  return out + buf;
 }
 
 void print_table(const std::vector<result>& results, const machine_limits& m,
@@ -492,6 +519,15 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
     std::printf("machine: memcpy %.2f GB/s, loopback TCP %.2f GB/s, 64 B TCP "
                 "round trip %.1f us\n\n",
                 m.memcpy_gbps, m.tcp_gbps, m.tcp_rtt_us);
+  if (limits && !m.echoes.empty()) {
+    std::printf("TCP echo rounds (that many bytes each way, store and "
+                "forward):");
+    for (const auto& e : m.echoes)
+      std::printf(" %.0f KB %.1f us (%.2f GB/s);",
+                  static_cast<double>(e.bytes) / 1024, e.round_us,
+                  static_cast<double>(e.bytes) / e.round_us / 1e3);
+    std::printf("\n\n");
+  }
   std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s %17s  %s\n", "mode",
               "case", "round", "workers", "median us", "min us", "max us",
               "GB/s", "wire KB out/in", "vs limit");
@@ -518,6 +554,27 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
   }
 }
 
+// The server's peak RSS per dist case, against the bound for the weights it
+// held (every case's keys stay on the server).
+void print_memory(const std::vector<result>& results) {
+  auto any = std::any_of(results.begin(), results.end(),
+                         [](const result& r) { return r.server_peak_mb >= 0; });
+  if (!any)
+    return;
+  std::printf("\ndist server, peak RSS while each case ran (bound: 1.3 x "
+              "weights held + 50 MB)\n");
+  std::printf("%-26s %-6s %7s %12s %12s %12s\n", "case", "round", "workers",
+              "peak MB", "weights MB", "bound MB");
+  for (const auto& r : results)
+    if (r.server_peak_mb >= 0) {
+      auto bound = rss_bound_mb(r.server_weights_mb);
+      std::printf("%-26s %-6s %7u %12.1f %12.1f %12.1f%s\n",
+                  r.what.name.c_str(), r.what.round().c_str(), r.workers,
+                  r.server_peak_mb, r.server_weights_mb, bound,
+                  r.server_peak_mb > bound ? "  over" : "");
+    }
+}
+
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char ch : s) {
@@ -536,10 +593,15 @@ void write_json(std::ostream& out, const std::vector<result>& results,
   out << "  \"warmup_rounds\": " << plan.warmup
       << ",\n  \"measured_rounds\": " << plan.rounds
       << ",\n  \"shards\": " << shards << ",\n";
-  if (limits)
+  if (limits) {
     out << "  \"machine\": {\"memcpy_gbps\": " << m.memcpy_gbps
         << ", \"tcp_gbps\": " << m.tcp_gbps
-        << ", \"tcp_rtt_us\": " << m.tcp_rtt_us << "},\n";
+        << ", \"tcp_rtt_us\": " << m.tcp_rtt_us << ", \"tcp_echo\": [";
+    for (size_t i = 0; i < m.echoes.size(); ++i)
+      out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.echoes[i].bytes
+          << ", \"round_us\": " << m.echoes[i].round_us << "}";
+    out << "]},\n";
+  }
   out << "  \"results\": [";
   for (size_t i = 0; i < results.size(); ++i) {
     const auto& r = results[i];
@@ -555,15 +617,22 @@ void write_json(std::ostream& out, const std::vector<result>& results,
         << ", \"min\": " << r.min() * 1e6 << ", \"max\": " << r.max() * 1e6
         << "}, \"gbps\": " << r.gbps() << ", \"compression\": \""
         << to_string(r.what.comp) << "\"";
+    if (r.server_peak_mb >= 0)
+      out << ", \"server_peak_rss_mb\": " << r.server_peak_mb
+          << ", \"server_weights_mb\": " << r.server_weights_mb
+          << ", \"server_bound_mb\": " << rss_bound_mb(r.server_weights_mb);
     if (r.wire_sent >= 0)
       out << ", \"wire_sent_bytes_per_round\": " << r.wire_sent
           << ", \"wire_received_bytes_per_round\": " << r.wire_received;
     if (limits && m.tcp_gbps > 0 && !r.what.priority_case()) {
-      if (r.mode == "local")
+      if (r.mode == "local") {
         out << ", \"fraction_of_memcpy\": " << r.gbps() / m.memcpy_gbps;
-      else
+      } else {
+        if (auto echo = echo_us(r, m); echo > 0)
+          out << ", \"fraction_of_tcp_echo\": " << echo / (r.median() * 1e6);
         out << ", \"fraction_of_tcp\": " << r.gbps() / m.tcp_gbps
             << ", \"multiple_of_tcp_rtt\": " << r.median() * 1e6 / m.tcp_rtt_us;
+      }
     }
     out << ", \"rounds_us\": [";
     for (size_t k = 0; k < r.times.size(); ++k)
@@ -629,14 +698,24 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
 
 // -- dist mode: the roles -----------------------------------------------------
 
-// This process's peak resident set (VmHWM), in KiB; 0 if unknown.
-uint64_t peak_rss_kb() {
-  std::ifstream in{"/proc/self/status"};
+// The peak resident set (VmHWM) of process `pid` (0: this one), in KiB; 0
+// if unknown.
+uint64_t peak_rss_kb(pid_t pid = 0) {
+  std::ifstream in{pid == 0 ? std::string{"/proc/self/status"}
+                            : "/proc/" + std::to_string(pid) + "/status"};
   std::string line;
   while (std::getline(in, line))
     if (line.rfind("VmHWM:", 0) == 0)
       return std::strtoull(line.c_str() + 6, nullptr, 10);
   return 0;
+}
+
+// Starts a new peak for process `pid`: Linux sets its VmHWM to its current
+// RSS. False if that is not allowed here.
+bool reset_peak_rss(pid_t pid) {
+  std::ofstream out{"/proc/" + std::to_string(pid) + "/clear_refs"};
+  out << "5" << std::flush;
+  return static_cast<bool>(out);
 }
 
 int role_coordinator(uint32_t workers, uint64_t slice_floats,
@@ -681,10 +760,12 @@ int role_server(const std::string& coordinator, uint32_t shards,
   return 0;
 }
 
-// Rank 0 prints "result INDEX T1 T2 ..." (seconds) per case.
+// Rank 0 prints "result INDEX T1 T2 ..." (seconds) per case, and with a
+// `server_pid` "memory INDEX KB": the server's peak RSS from the case's start
+// (before its keys are initialized) to its end.
 int role_worker(const std::string& coordinator, const std::string& cases_text,
                 const round_plan& plan, const tuning& tune,
-                const system_options& sys) {
+                const system_options& sys, pid_t server_pid) {
   store_options so;
   so.max_bytes_in_flight = tune.max_inflight;
   so.coordinator = coordinator;
@@ -701,6 +782,8 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<double> times;
     wire_meter meter;
+    auto watch = server_pid > 0 && kv->rank() == 0
+                 && reset_peak_rss(server_pid);
     auto err = run_case(*kv, i, cases[i], plan, times,
                         cases[i].priority_case() ? nullptr : &meter);
     if (!err.empty()) {
@@ -711,6 +794,8 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
       if (meter.sent >= 0)
         std::cout << "wire " << i << ' ' << meter.sent << ' ' << meter.received
                   << std::endl;
+      if (auto kb = watch ? peak_rss_kb(server_pid) : 0; kb > 0)
+        std::cout << "memory " << i << ' ' << kb << std::endl;
       std::cout << "result " << i;
       for (auto t : times)
         std::cout << ' ' << t;
@@ -775,15 +860,16 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
   std::vector<std::unique_ptr<child>> procs;
   for (uint32_t w = 0; w < workers; ++w) {
     procs.push_back(std::make_unique<child>());
-    if (auto e
-        = procs.back()->start(with({"--role", "worker", "--coordinator",
-                                    address, "--cases", encode_cases(cases)}));
+    if (auto e = procs.back()->start(with(
+          {"--role", "worker", "--coordinator", address, "--cases",
+           encode_cases(cases), "--server-pid", std::to_string(server.pid())}));
         !e.empty())
       return e;
   }
   // Read every worker's output; rank 0's result lines carry the times.
   std::vector<result> mine;
   std::map<size_t, std::pair<double, double>> wire;
+  std::map<size_t, double> peak_kb;
   for (auto& p : procs) {
     for (;;) {
       auto line = p->next_line(timeout);
@@ -792,17 +878,27 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       std::istringstream in{*line};
       std::string tag;
       size_t index = 0;
-      if (!(in >> tag) || (tag != "result" && tag != "wire") || !(in >> index)
-          || index >= cases.size())
+      if (!(in >> tag) || (tag != "result" && tag != "wire" && tag != "memory")
+          || !(in >> index) || index >= cases.size())
         continue;
       if (tag == "wire") {
         in >> wire[index].first >> wire[index].second;
+        continue;
+      }
+      if (tag == "memory") {
+        in >> peak_kb[index];
         continue;
       }
       result res{"dist", cases[index], workers, {}};
       if (auto w = wire.find(index); w != wire.end()) {
         res.wire_sent = w->second.first;
         res.wire_received = w->second.second;
+      }
+      if (auto m = peak_kb.find(index); m != peak_kb.end()) {
+        res.server_peak_mb = m->second / 1024.0;
+        res.server_weights_mb = weights_mb(
+          {cases.begin(),
+           cases.begin() + static_cast<std::ptrdiff_t>(index) + 1});
       }
       double t = 0;
       while (in >> t)
@@ -828,16 +924,18 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
              + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
              + "); " + explain("it", *c);
   }
-  // The server reports its peak RSS as it exits.
+  // The server reports its peak RSS as it exits: the peak since the last
+  // case began, when rank 0 measured each case; the run's peak is the
+  // largest of all.
   while (server.next_line(std::chrono::milliseconds{200})) {
   }
   const auto& said = server.transcript();
-  if (auto at = said.find("peak_rss_kb "); at != std::string::npos)
-    memory.push_back(
-      {workers,
-       static_cast<double>(std::strtoull(said.c_str() + at + 12, nullptr, 10))
-         / 1024.0,
-       weights_mb(cases)});
+  if (auto at = said.find("peak_rss_kb "); at != std::string::npos) {
+    auto kb = std::strtod(said.c_str() + at + 12, nullptr);
+    for (const auto& [index, case_kb] : peak_kb)
+      kb = std::max(kb, case_kb);
+    memory.push_back({workers, kb / 1024.0, weights_mb(cases)});
+  }
   if (mine.size() != cases.size())
     return "dist: got results for " + std::to_string(mine.size()) + " of "
            + std::to_string(cases.size()) + " cases";
@@ -862,6 +960,7 @@ int main(int argc, char** argv) {
   std::string cases_text;
   uint32_t shards = 2;
   uint32_t bench_workers = 1;
+  pid_t server_pid = 0;
   tuning tune;
   std::string max_inflight = std::to_string(tune.max_inflight);
   system_options sys;
@@ -925,7 +1024,9 @@ int main(int argc, char** argv) {
     "coordinator", po::value(&coordinator),
     "host:port")("cases", po::value(&cases_text), "encoded cases")(
     "bench-workers", po::value(&bench_workers)->default_value(1),
-    "workers of the job");
+    "workers of the job")("server-pid", po::value(&server_pid),
+                          "the server process, whose peak RSS a worker "
+                          "measures per case");
   po::options_description all;
   all.add(desc).add(hidden);
   po::variables_map vm;
@@ -954,7 +1055,7 @@ int main(int argc, char** argv) {
   if (role == "server")
     return role_server(coordinator, shards, sys);
   if (role == "worker")
-    return role_worker(coordinator, cases_text, plan, tune, sys);
+    return role_worker(coordinator, cases_text, plan, tune, sys, server_pid);
   if (!role.empty())
     return cli::fail(app, "--role: unknown role '" + role + "'", 2);
   if (quick) {
@@ -1004,7 +1105,12 @@ int main(int argc, char** argv) {
   if (!no_limits) {
     // Before any actor system exists: the socket measurements fork.
     std::fprintf(stderr, "measuring this machine's limits...\n");
-    if (auto e = measure_limits({quick}, limits); !e.empty())
+    limits_options lo{quick, {}};
+    if (dist)
+      for (const auto& c : cases)
+        if (!c.priority_case() && c.comp.kind == codec::none)
+          lo.echo_sizes.push_back(c.payload_bytes());
+    if (auto e = measure_limits(lo, limits); !e.empty())
       return cli::fail(app, "measuring the machine's limits: " + e);
   }
   std::vector<result> results;
@@ -1021,6 +1127,7 @@ int main(int argc, char** argv) {
         return cli::fail(app, "dist, " + std::to_string(w) + " workers: " + e);
   }
   print_table(results, limits, !no_limits);
+  print_memory(results);
   for (const auto& m : memory)
     std::printf("dist server, %u workers: peak RSS %.1f MB, weights %.1f MB "
                 "(bound 1.3 x weights + 50 MB = %.1f MB)\n",

@@ -73,7 +73,11 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   // ... and the server's peak memory of each dist run.
   CHECK(count(text, "\"workers\": 2") == 24 + 1);
   CHECK(count(text, "\"peak_rss_mb\"") == 2);
-  CHECK(count(bench.output(), "dist server, ") == 2);
+  CHECK(count(bench.output(), "dist server, ") == 3);
+  // ... and while each dist case ran.
+  CHECK(count(text, "\"server_peak_rss_mb\"") == 24);
+  CHECK(count(bench.output(), "dist server, peak RSS while each case ran")
+        == 1);
   CHECK(count(text, "\"round\": \"fused\"") == 24);
   // Bytes on the wire of every dist case but the priority ones: a 64 KB
   // push crosses whole, as 2 bytes a value under fp16, as 2 bits under
@@ -95,6 +99,11 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   CHECK(count(text, "\"round\": \"prio10\"") == 4);
   CHECK(count(text, "\"backlog_bytes\": 1048576") == 8);
   CHECK(text.find("\"tcp_rtt_us\"") != std::string::npos);
+  // One TCP echo round per uncompressed payload size (4 KB, 64 KB, 10 x 256
+  // and 100 x 1 floats), the yardstick of the uncompressed dist rounds.
+  CHECK(count(text, "{\"bytes\": ") == 4);
+  CHECK(count(text, "\"fraction_of_tcp_echo\"") == 16);
+  CHECK(count(bench.output(), "% of TCP echo") == 16);
   // The table names the machine's limits and every case.
   CHECK(bench.output().find("loopback TCP") != std::string::npos);
   CHECK(count(bench.output(), "dist   4 KB pull, 1 MB queued") == 4);
