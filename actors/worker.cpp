@@ -49,6 +49,10 @@ struct outgoing {
   // Bytes of a sync push-pull: counted while in flight, but never keeping
   // another request back (see fits).
   uint64_t soft = 0;
+  // Bytes of a sync pull: held of the shard's bound on pulls while in
+  // flight. Its reply waits for its round, so it never keeps a push or
+  // push-pull back: one on its slices sends it first, over the bound.
+  uint64_t pull_bytes = 0;
   // The slices it acts on: a request never overtakes an earlier one
   // on the same slice, so the shard never waits for a request still here.
   std::vector<slice_id> slices;
@@ -62,6 +66,8 @@ struct outbox {
   std::map<std::pair<int64_t, uint64_t>, outgoing> queue;
   uint64_t in_flight = 0;
   uint64_t soft = 0;
+  // Bytes of sync pulls sent and not answered yet (their own bound).
+  uint64_t pulls_in_flight = 0;
   // Set while pump runs: a send that fails at once re-enters release.
   bool pumping = false;
 };
@@ -236,37 +242,8 @@ void to_shard(self_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
       .then(ok, fail);
 }
 
-// Sends the requests at the head of shard `index`'s outbox while they fit
-// under the bound on bytes in flight (one always may go if none is in
-// flight, however large).
-void pump(self_ptr self, uint32_t index) {
-  auto& box = self->state.outboxes[index];
-  if (box.pumping)
-    return;
-  box.pumping = true;
-  auto bound = self->state.cfg.max_bytes_in_flight;
-  while (!box.queue.empty()) {
-    auto i = box.queue.begin();
-    auto bytes = i->second.bytes;
-    if (bytes > 0 && box.in_flight > 0 && box.in_flight + bytes > bound)
-      break;
-    box.in_flight += bytes;
-    box.soft += i->second.soft;
-    auto send = std::move(i->second.send);
-    box.queue.erase(i);
-    send();
-  }
-  box.pumping = false;
-}
-
-// A request of `bytes` to shard `index` was answered (or failed).
-void release(self_ptr self, uint32_t index, uint64_t bytes, uint64_t soft) {
-  self->state.outboxes[index].in_flight -= bytes;
-  self->state.outboxes[index].soft -= soft;
-  pump(self, index);
-}
-
-// Only asked when priorities differ (rare), so the lists stay unsorted.
+// Only asked when priorities differ or sync pulls wait for room (both
+// rare), so the lists stay unsorted.
 bool share_slice(const std::vector<slice_id>& a,
                  const std::vector<slice_id>& b) {
   const auto& small = a.size() < b.size() ? a : b;
@@ -274,6 +251,77 @@ bool share_slice(const std::vector<slice_id>& a,
   std::unordered_set<slice_id> seen(small.begin(), small.end());
   return std::any_of(large.begin(), large.end(),
                      [&](slice_id x) { return seen.count(x) > 0; });
+}
+
+// Sends the requests at the head of shard `index`'s outbox while they fit
+// under the bound on bytes in flight (one always may go if none is in
+// flight, however large). Sync pulls have a bound of their own, so that a
+// burst of pulls never makes a server serialize all their replies at once:
+// one that must wait holds the later sync pulls back, but no other request;
+// a request on one of its slices sends it first (over the bound), so
+// requests on a slice keep their order.
+void pump(self_ptr self, uint32_t index) {
+  auto& box = self->state.outboxes[index];
+  if (box.pumping)
+    return;
+  box.pumping = true;
+  auto bound = self->state.cfg.max_bytes_in_flight;
+  auto go = [&](std::map<std::pair<int64_t, uint64_t>, outgoing>::iterator i) {
+    box.in_flight += i->second.bytes;
+    box.soft += i->second.soft;
+    box.pulls_in_flight += i->second.pull_bytes;
+    auto send = std::move(i->second.send);
+    box.queue.erase(i);
+    send();
+  };
+  // Sync pulls waiting for room, in queue order. Kept as keys: sending may
+  // change the queue.
+  std::vector<std::pair<int64_t, uint64_t>> held;
+  auto i = box.queue.begin();
+  while (i != box.queue.end()) {
+    auto key = i->first;
+    const auto& x = i->second;
+    if (x.pull_bytes > 0) {
+      if (!held.empty()
+          || (box.pulls_in_flight > 0
+              && box.pulls_in_flight + x.pull_bytes > bound)) {
+        held.push_back(key);
+        ++i;
+        continue;
+      }
+    } else {
+      if (x.bytes > 0 && box.in_flight > 0 && box.in_flight + x.bytes > bound)
+        break;
+      // Copied: sending a held pull may change the queue.
+      auto slices = held.empty() ? std::vector<slice_id>{} : x.slices;
+      for (auto h = held.begin(); h != held.end();) {
+        auto j = box.queue.find(*h);
+        if (j == box.queue.end()) {
+          h = held.erase(h);
+        } else if (share_slice(j->second.slices, slices)) {
+          go(j);
+          h = held.erase(h);
+        } else {
+          ++h;
+        }
+      }
+    }
+    if (auto j = box.queue.find(key); j != box.queue.end())
+      go(j);
+    i = box.queue.upper_bound(key);
+  }
+  box.pumping = false;
+}
+
+// A request to shard `index` was answered (or failed): it no longer holds
+// `bytes`, `soft` and `pull_bytes`.
+void release(self_ptr self, uint32_t index, uint64_t bytes, uint64_t soft,
+             uint64_t pull_bytes) {
+  auto& box = self->state.outboxes[index];
+  box.in_flight -= bytes;
+  box.soft -= soft;
+  box.pulls_in_flight -= pull_bytes;
+  pump(self, index);
 }
 
 // Queues a request to shard `index` behind those of higher priority (and
@@ -548,9 +596,9 @@ struct batch_builder {
 
 // Bytes a request holds of its shard's bound while in flight: what it
 // carries there and back. Requests whose reply may wait for other workers
-// (pulls and push-pulls in sync mode wait for their round) hold only their
-// pushed bytes or none, so that they never keep this worker's pushes, which
-// those rounds need, from being sent.
+// (pulls and push-pulls in sync mode wait for their round) hold none, so
+// that they never keep this worker's pushes, which those rounds need, from
+// being sent (sync pulls are bounded on their own instead: see pump).
 uint64_t bytes_held(const worker_config& cfg, op_kind kind, uint64_t floats) {
   auto bytes = floats * sizeof(float);
   switch (kind) {
@@ -579,27 +627,30 @@ void submit(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
             uint64_t floats, OnOk on_ok,
             std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
   auto bytes = bytes_held(self->state.cfg, kind, floats);
-  auto soft = self->state.cfg.sync && kind == op_kind::push_pull
-                ? 2 * floats * sizeof(float)
-                : 0;
+  auto sync = self->state.cfg.sync;
+  auto soft = sync && kind == op_kind::push_pull ? 2 * floats * sizeof(float)
+                                                 : 0;
+  auto pull_bytes = sync && kind == op_kind::pull ? floats * sizeof(float) : 0;
   outgoing x;
   x.priority = priority;
   x.bytes = bytes;
   x.soft = soft;
+  x.pull_bytes = pull_bytes;
   if constexpr (std::is_same_v<Msg, slice_batch>)
     x.slices = msg.slices;
   else
     x.slices = {msg.slice};
-  x.send = [self, shard, priority, bytes, soft, on_ok = std::move(on_ok),
-            on_err = std::move(on_err), atom, msg = std::move(msg)]() mutable {
+  x.send = [self, shard, priority, bytes, soft, pull_bytes,
+            on_ok = std::move(on_ok), on_err = std::move(on_err), atom,
+            msg = std::move(msg)]() mutable {
     to_shard<Reply>(
       self, shard, priority,
-      [self, shard, bytes, soft, on_ok](Reply& r) mutable {
-        release(self, shard, bytes, soft);
+      [self, shard, bytes, soft, pull_bytes, on_ok](Reply& r) mutable {
+        release(self, shard, bytes, soft, pull_bytes);
         on_ok(r);
       },
-      [self, shard, bytes, soft, on_err](caf::error& err) {
-        release(self, shard, bytes, soft);
+      [self, shard, bytes, soft, pull_bytes, on_err](caf::error& err) {
+        release(self, shard, bytes, soft, pull_bytes);
         on_err(err);
       },
       atom, std::move(msg));

@@ -95,10 +95,13 @@ struct worker_config {
   /// further requests wait in the worker, highest priority first (a single
   /// larger request still goes alone). Bounds what queues up in the network
   /// buffers and the shard's mailbox, so a high-priority request overtakes
-  /// a backlog of low-priority ones here instead of waiting behind it.
-  uint64_t max_bytes_in_flight = uint64_t{8} << 20;
+  /// a backlog of low-priority ones here instead of waiting behind it, and
+  /// bounds what a server holds for this worker beyond its weights.
+  uint64_t max_bytes_in_flight = uint64_t{4} << 20;
   /// The job is synchronous: pulls and push-pulls may wait for a round, so
-  /// they hold no room under `max_bytes_in_flight` (see worker.cpp).
+  /// they never keep pushes back: sync pulls have a bound of their own
+  /// (`max_bytes_in_flight` again), sync push-pulls hold no room (see
+  /// worker.cpp).
   bool sync = false;
   /// Compression of pushed values for keys without a setting of their own.
   /// The worker quantizes each pushed slice (keeping 2-bit residuals per

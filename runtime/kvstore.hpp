@@ -35,7 +35,7 @@ struct store_options {
   /// Per shard: bytes of requests a worker keeps in flight before further
   /// ones wait in the worker, highest priority first (see
   /// worker_config::max_bytes_in_flight).
-  uint64_t max_bytes_in_flight = uint64_t{8} << 20;
+  uint64_t max_bytes_in_flight = uint64_t{4} << 20;
   /// Compression of pushed values (gradients) for every key without a
   /// setting of its own: `codec::fp16` (BigDL) or `codec::two_bit` with error
   /// feedback (MXNet); see messages/compression.hpp and

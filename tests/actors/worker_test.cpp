@@ -536,6 +536,145 @@ TEST_CASE_METHOD(test::deterministic_fixture,
   CHECK(seen == std::vector<float>{11, 11, 22, 22});
 }
 
+namespace {
+
+// One shard, two sync workers that keep one request in flight per shard
+// (any request exceeds a bound of one byte) and send every slice alone;
+// keys a, b, c of one float each, initialized to 0.
+struct sync_pair_fixture : test::deterministic_fixture {
+  shard_actor shard;
+  std::vector<worker_actor> ws;
+
+  sync_pair_fixture() {
+    shard = guard(spawn_shard(sys, test::shard_cfg(0, 2, true)));
+    coordinator_config cc;
+    cc.num_workers = 2;
+    cc.shards = {shard};
+    auto coord = guard(spawn_coordinator(sys, cc));
+    for (uint32_t r = 0; r < 2; ++r) {
+      worker_config wc;
+      wc.rank = r;
+      wc.coordinator = coord;
+      wc.shards = {shard};
+      wc.max_bytes_in_flight = 1;
+      wc.batch_floats = 0;
+      wc.sync = true;
+      ws.push_back(guard(spawn_worker(sys, wc)));
+    }
+    for (auto key : {"a", "b", "c"}) {
+      self->send(ws[0], init_atom::value, std::string{key},
+                 std::vector<uint64_t>{1}, floats{{0}});
+      run();
+      REQUIRE(reply<caf::ok_atom>());
+      self->send(ws[1], lookup_atom::value, std::string{key});
+      run();
+      REQUIRE(reply<key_info>());
+    }
+  }
+
+  void push(uint32_t r, const char* key, float x) {
+    self->send(ws[r], push_atom::value, std::string{key}, int32_t{0},
+               float_parts{{x}});
+  }
+
+  void pull(uint32_t r, const char* key) {
+    self->send(ws[r], pull_atom::value, std::string{key}, int32_t{0});
+  }
+
+  // The replies that arrived: "ok" for a push, the pulled value for a pull.
+  std::vector<std::string> replies() {
+    std::vector<std::string> out;
+    for (bool more = true; more;)
+      self->receive(
+        [&](caf::ok_atom) { out.emplace_back("ok"); },
+        [&](float_parts& x) {
+          out.push_back(std::to_string(static_cast<int>(x.flatten().at(0))));
+        },
+        [&](caf::error& err) { out.push_back(render(err)); },
+        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return out;
+  }
+
+  uint64_t waiting_pulls() {
+    self->send(shard, stats_atom::value);
+    run();
+    auto st = reply<shard_stats>();
+    REQUIRE(st);
+    return st->waiting_pulls;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(sync_pair_fixture,
+                 "worker: sync pulls wait in the worker under their own bound",
+                 "[worker][priority]") {
+  for (auto key : {"a", "b", "c"})
+    push(0, key, 1);
+  for (auto key : {"a", "b", "c"})
+    pull(0, key);
+  run();
+  // The pulls wait for worker 1's pushes: only one of them at the shard.
+  CHECK(replies() == std::vector<std::string>{"ok", "ok", "ok"});
+  CHECK(waiting_pulls() == 1);
+  for (auto key : {"a", "b", "c"})
+    push(1, key, 10);
+  run();
+  auto got = replies();
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<std::string>{"11", "11", "11", "ok", "ok", "ok"});
+  CHECK(waiting_pulls() == 0);
+}
+
+TEST_CASE_METHOD(sync_pair_fixture,
+                 "worker: a push never waits behind a sync pull waiting for "
+                 "room, and never overtakes one on its key",
+                 "[worker][priority]") {
+  push(0, "a", 1);
+  // Waits at the shard for worker 1's push of a, holding the pull bound.
+  pull(0, "a");
+  // Waits in the worker for room, until the push of b sends it first: it
+  // sees b before that push (0), not after its round (12).
+  pull(0, "b");
+  push(0, "b", 5);
+  // Goes while the pull of a still waits.
+  push(0, "c", 2);
+  run();
+  CHECK(replies() == std::vector<std::string>{"ok", "0", "ok", "ok"});
+  for (auto [key, x] : {std::pair{"a", 10.0f}, {"b", 7.0f}, {"c", 3.0f}})
+    push(1, key, x);
+  run();
+  auto got = replies();
+  std::sort(got.begin(), got.end());
+  CHECK(got == std::vector<std::string>{"11", "ok", "ok", "ok"});
+  pull(0, "b");
+  pull(0, "c");
+  run();
+  CHECK(replies() == std::vector<std::string>{"12", "5"});
+}
+
+TEST_CASE_METHOD(sync_pair_fixture,
+                 "worker: sync pushes and pulls in opposite orders under a "
+                 "tight bound all complete",
+                 "[worker][priority]") {
+  // Worker 0 goes a, b; worker 1 goes b, a: each pull waits for the other
+  // worker's push, which comes after a pull of its own.
+  push(0, "a", 1);
+  pull(0, "a");
+  push(0, "b", 2);
+  pull(0, "b");
+  push(1, "b", 20);
+  pull(1, "b");
+  push(1, "a", 10);
+  pull(1, "a");
+  run();
+  auto got = replies();
+  std::sort(got.begin(), got.end());
+  CHECK(got
+        == std::vector<std::string>{"11", "11", "22", "22", "ok", "ok", "ok",
+                                    "ok"});
+}
+
 TEST_CASE_METHOD(cluster_fixture, "worker: barrier releases everyone at once",
                  "[worker]") {
   self->send(workers[0], barrier_atom::value);
