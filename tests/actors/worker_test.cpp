@@ -394,6 +394,21 @@ TEST_CASE_METHOD(cluster_fixture,
 
 namespace {
 
+// The replies `self` got so far, in the order they arrived: "ok" for a push,
+// the first pulled value for a pull, the rendered error for a failure.
+std::vector<std::string> replies_of(caf::scoped_actor& self) {
+  std::vector<std::string> out;
+  for (bool more = true; more;)
+    self->receive([&](caf::ok_atom) { out.emplace_back("ok"); },
+                  [&](float_parts& x) {
+                    out.push_back(
+                      std::to_string(static_cast<int>(x.flatten().at(0))));
+                  },
+                  [&](caf::error& err) { out.push_back(render(err)); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  return out;
+}
+
 // One shard, one worker that keeps at most one request in flight (any request
 // exceeds a bound of one byte, and one always may go alone).
 struct outbox_fixture : test::deterministic_fixture {
@@ -429,19 +444,8 @@ struct outbox_fixture : test::deterministic_fixture {
     self->send(worker, pull_atom::value, std::string{key}, priority);
   }
 
-  // The replies in the order they arrived: "ok" for a push, the pulled
-  // value for a pull.
   std::vector<std::string> replies() {
-    std::vector<std::string> out;
-    for (bool more = true; more;)
-      self->receive(
-        [&](caf::ok_atom) { out.emplace_back("ok"); },
-        [&](float_parts& x) {
-          out.push_back(std::to_string(static_cast<int>(x.flatten().at(0))));
-        },
-        [&](caf::error& err) { out.push_back(render(err)); },
-        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    return out;
+    return replies_of(self);
   }
 };
 
@@ -581,18 +585,8 @@ struct sync_pair_fixture : test::deterministic_fixture {
     self->send(ws[r], pull_atom::value, std::string{key}, int32_t{0});
   }
 
-  // The replies that arrived: "ok" for a push, the pulled value for a pull.
   std::vector<std::string> replies() {
-    std::vector<std::string> out;
-    for (bool more = true; more;)
-      self->receive(
-        [&](caf::ok_atom) { out.emplace_back("ok"); },
-        [&](float_parts& x) {
-          out.push_back(std::to_string(static_cast<int>(x.flatten().at(0))));
-        },
-        [&](caf::error& err) { out.push_back(render(err)); },
-        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    return out;
+    return replies_of(self);
   }
 
   uint64_t waiting_pulls() {
