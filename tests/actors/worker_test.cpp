@@ -490,56 +490,6 @@ TEST_CASE_METHOD(outbox_fixture,
   CHECK(replies() == std::vector<std::string>{"ok", "ok", "2", "ok"});
 }
 
-TEST_CASE_METHOD(test::deterministic_fixture,
-                 "worker: sync push-pulls in opposite orders under a tight "
-                 "bound all complete",
-                 "[worker][priority]") {
-  auto shard = guard(spawn_shard(sys, test::shard_cfg(0, 2, true)));
-  coordinator_config cc;
-  cc.num_workers = 2;
-  cc.shards = {shard};
-  auto coord = guard(spawn_coordinator(sys, cc));
-  std::vector<worker_actor> ws;
-  for (uint32_t r = 0; r < 2; ++r) {
-    worker_config wc;
-    wc.rank = r;
-    wc.coordinator = coord;
-    wc.shards = {shard};
-    wc.max_bytes_in_flight = 1;
-    wc.batch_floats = 0;
-    wc.sync = true;
-    ws.push_back(guard(spawn_worker(sys, wc)));
-  }
-  for (auto key : {"a", "b"}) {
-    self->send(ws[0], init_atom::value, std::string{key},
-               std::vector<uint64_t>{2}, floats{{0, 0}});
-    run();
-    REQUIRE(reply<caf::ok_atom>());
-    self->send(ws[1], lookup_atom::value, std::string{key});
-    run();
-    REQUIRE(reply<key_info>());
-  }
-  // Worker 0 goes a, b; worker 1 goes b, a: each round needs the other's
-  // second request, which waits in its worker behind the first.
-  auto send = [&](uint32_t r, const char* key, float x) {
-    self->send(ws[r], push_pull_atom::value, std::string{key}, int32_t{0},
-               float_parts{{x, x}});
-  };
-  send(0, "a", 1);
-  send(0, "b", 2);
-  send(1, "b", 20);
-  send(1, "a", 10);
-  run();
-  std::vector<float> seen;
-  for (int i = 0; i < 4; ++i) {
-    auto x = reply<float_parts>();
-    REQUIRE(x);
-    seen.push_back(x->flatten().at(0));
-  }
-  std::sort(seen.begin(), seen.end());
-  CHECK(seen == std::vector<float>{11, 11, 22, 22});
-}
-
 namespace {
 
 // One shard, two sync workers that keep one request in flight per shard
@@ -599,6 +549,31 @@ struct sync_pair_fixture : test::deterministic_fixture {
 };
 
 } // namespace
+
+TEST_CASE_METHOD(sync_pair_fixture,
+                 "worker: sync push-pulls in opposite orders under a tight "
+                 "bound all complete",
+                 "[worker][priority]") {
+  // Worker 0 goes a, b; worker 1 goes b, a: each round needs the other's
+  // second request, which waits in its worker behind the first.
+  auto send = [&](uint32_t r, const char* key, float x) {
+    self->send(ws[r], push_pull_atom::value, std::string{key}, int32_t{0},
+               float_parts{{x}});
+  };
+  send(0, "a", 1);
+  send(0, "b", 2);
+  send(1, "b", 20);
+  send(1, "a", 10);
+  run();
+  std::vector<float> seen;
+  for (int i = 0; i < 4; ++i) {
+    auto x = reply<float_parts>();
+    REQUIRE(x);
+    seen.push_back(x->flatten().at(0));
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<float>{11, 11, 22, 22});
+}
 
 TEST_CASE_METHOD(sync_pair_fixture,
                  "worker: sync pulls wait in the worker under their own bound",
