@@ -28,9 +28,26 @@ struct machine_limits {
   };
   std::vector<echo> echoes;
 
+  /// The same rounds through CAF's network layer alone (measured by
+  /// actorps-bench itself, not by `measure_limits`): a `floats` of `bytes`
+  /// sent to an actor in another process that answers with it, BASP
+  /// serializing and deserializing it each way, as actorps's own messages.
+  /// What actorps adds on top of the network layer its design fixes.
+  std::vector<echo> basp_echoes;
+
   /// The echo round of `bytes`, µs; 0 if it was not measured.
   double echo_us(size_t bytes) const {
-    for (const auto& e : echoes)
+    return find(echoes, bytes);
+  }
+
+  /// The BASP echo round of `bytes`, µs; 0 if it was not measured.
+  double basp_echo_us(size_t bytes) const {
+    return find(basp_echoes, bytes);
+  }
+
+private:
+  static double find(const std::vector<echo>& xs, size_t bytes) {
+    for (const auto& e : xs)
       if (e.bytes == bytes)
         return e.round_us;
     return 0;

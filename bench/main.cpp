@@ -14,6 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "caf/actor_system.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/stateful_actor.hpp"
+
 #include "apps/common/cli.hpp"
 #include "bench/child.hpp"
 #include "bench/limits.hpp"
@@ -22,6 +28,7 @@
 #include "runtime/core/layout.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/network.hpp"
+#include "runtime/system.hpp"
 
 namespace po = boost::program_options;
 namespace cli = actorps::apps;
@@ -484,9 +491,16 @@ double echo_us(const result& r, const machine_limits& m) {
   return m.echo_us(r.what.payload_bytes());
 }
 
+// The same through CAF's network layer alone (0: none).
+double basp_echo_us(const result& r, const machine_limits& m) {
+  if (echo_us(r, m) <= 0)
+    return 0;
+  return m.basp_echo_us(r.what.payload_bytes());
+}
+
 // How a result compares with the machine: local against memcpy; dist
-// against the TCP echo round of the same size, and against loopback TCP
-// bandwidth (large payloads) or round trip (small).
+// against the BASP and TCP echo rounds of the same size, and against
+// loopback TCP bandwidth (large payloads) or round trip (small).
 std::string versus_limit(const result& r, const machine_limits& m) {
   char buf[96];
   if (r.what.priority_case())
@@ -499,10 +513,15 @@ std::string versus_limit(const result& r, const machine_limits& m) {
     return buf;
   }
   std::string out;
+  if (auto basp = basp_echo_us(r, m); basp > 0) {
+    std::snprintf(buf, sizeof(buf), "%.0f%% of BASP echo, ",
+                  100 * basp / (r.median() * 1e6));
+    out = buf;
+  }
   if (auto echo = echo_us(r, m); echo > 0) {
     std::snprintf(buf, sizeof(buf), "%.0f%% of TCP echo, ",
                   100 * echo / (r.median() * 1e6));
-    out = buf;
+    out += buf;
   }
   if (r.what.payload_bytes() <= 64 * 1024)
     std::snprintf(buf, sizeof(buf), "%.1fx TCP RTT",
@@ -513,20 +532,32 @@ std::string versus_limit(const result& r, const machine_limits& m) {
   return out + buf;
 }
 
+// One line of echo rounds (nothing if none were measured).
+void print_echoes(const char* title,
+                  const std::vector<machine_limits::echo>& echoes) {
+  if (echoes.empty())
+    return;
+  std::printf("%s", title);
+  for (const auto& e : echoes)
+    std::printf(" %.0f KB %.1f us (%.2f GB/s);",
+                static_cast<double>(e.bytes) / 1024, e.round_us,
+                static_cast<double>(e.bytes) / e.round_us / 1e3);
+  std::printf("\n\n");
+}
+
 void print_table(const std::vector<result>& results, const machine_limits& m,
                  bool limits) {
   if (limits)
     std::printf("machine: memcpy %.2f GB/s, loopback TCP %.2f GB/s, 64 B TCP "
                 "round trip %.1f us\n\n",
                 m.memcpy_gbps, m.tcp_gbps, m.tcp_rtt_us);
-  if (limits && !m.echoes.empty()) {
-    std::printf("TCP echo rounds (that many bytes each way, store and "
-                "forward):");
-    for (const auto& e : m.echoes)
-      std::printf(" %.0f KB %.1f us (%.2f GB/s);",
-                  static_cast<double>(e.bytes) / 1024, e.round_us,
-                  static_cast<double>(e.bytes) / e.round_us / 1e3);
-    std::printf("\n\n");
+  if (limits) {
+    print_echoes("TCP echo rounds (that many bytes each way, store and "
+                 "forward):",
+                 m.echoes);
+    print_echoes("BASP echo rounds (a float payload each way between two "
+                 "actor systems, CAF's network layer alone):",
+                 m.basp_echoes);
   }
   std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s %17s  %s\n", "mode",
               "case", "round", "workers", "median us", "min us", "max us",
@@ -600,6 +631,10 @@ void write_json(std::ostream& out, const std::vector<result>& results,
     for (size_t i = 0; i < m.echoes.size(); ++i)
       out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.echoes[i].bytes
           << ", \"round_us\": " << m.echoes[i].round_us << "}";
+    out << "], \"basp_echo\": [";
+    for (size_t i = 0; i < m.basp_echoes.size(); ++i)
+      out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.basp_echoes[i].bytes
+          << ", \"round_us\": " << m.basp_echoes[i].round_us << "}";
     out << "]},\n";
   }
   out << "  \"results\": [";
@@ -630,6 +665,8 @@ void write_json(std::ostream& out, const std::vector<result>& results,
       } else {
         if (auto echo = echo_us(r, m); echo > 0)
           out << ", \"fraction_of_tcp_echo\": " << echo / (r.median() * 1e6);
+        if (auto basp = basp_echo_us(r, m); basp > 0)
+          out << ", \"fraction_of_basp_echo\": " << basp / (r.median() * 1e6);
         out << ", \"fraction_of_tcp\": " << r.gbps() / m.tcp_gbps
             << ", \"multiple_of_tcp_rtt\": " << r.median() * 1e6 / m.tcp_rtt_us;
       }
@@ -806,6 +843,187 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
   return 0;
 }
 
+// Reads the "port N" line a child prints once it listens (within 30 s).
+std::string await_port(child& c, const std::string& who, std::string& port) {
+  while (port.empty()) {
+    auto line = c.next_line(std::chrono::seconds{30});
+    if (!line)
+      return who + " did not report its port; it said:\n" + c.transcript();
+    if (line->rfind("port ", 0) == 0)
+      port = line->substr(5);
+  }
+  return {};
+}
+
+// Waits for a child's exit: an error text (naming `who`, with what it
+// said) unless it exited with 0 within `timeout`.
+std::string await_exit(child& c, const std::string& who,
+                       std::chrono::milliseconds timeout) {
+  auto rc = c.wait_exit(timeout);
+  if (rc == 0)
+    return {};
+  return who + " failed ("
+         + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
+         + "); it said:\n" + c.transcript();
+}
+
+// -- the BASP echo: CAF's network layer alone
+// ----------------------------------
+
+// State of the echo actor: whether it watches its client yet.
+struct echo_state {
+  bool watching = false;
+};
+
+// Answers every `floats` with itself (moved: no copy in the process) and quits
+// when its client's node goes away.
+caf::behavior echo_actor(caf::stateful_actor<echo_state>* self) {
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  return {
+    [self](floats& x) -> floats {
+      if (!self->state.watching) {
+        self->state.watching = true;
+        self->monitor(self->current_sender());
+      }
+      return std::move(x);
+    },
+  };
+}
+
+// Publishes an echo actor on a free loopback port, prints "port N", and runs
+// until its client is gone.
+int role_basp_echo(system_options sys) {
+  sys.network = true;
+  system_config cfg{sys};
+  caf::actor_system system{cfg};
+  auto echo = system.spawn(echo_actor);
+  auto port = system.middleman().publish(echo, 0, "127.0.0.1");
+  if (!port) {
+    caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+    std::cout << "error " << render(port.error()) << std::endl;
+    return 1;
+  }
+  std::cout << "port " << *port << std::endl;
+  return 0; // the system's destructor waits for the echo actor
+}
+
+// Sends one `floats` of each size in `sizes_text` (bytes, comma-separated)
+// to the echo at `address` and waits for it to come back, warm-up rounds
+// first; prints "basp BYTES MEDIAN_US" per size.
+int role_basp_client(const std::string& address, const std::string& sizes_text,
+                     const round_plan& plan, system_options sys,
+                     std::chrono::milliseconds timeout) {
+  auto where = parse_endpoint(address);
+  if (!where) {
+    std::cout << "error " << render(where.error()) << std::endl;
+    return 2;
+  }
+  sys.network = true;
+  system_config cfg{sys};
+  caf::actor_system system{cfg};
+  auto echo = system.middleman().remote_actor(where->host, where->port);
+  if (!echo) {
+    std::cout << "error " << render(echo.error()) << std::endl;
+    return 1;
+  }
+  caf::scoped_actor self{system};
+  for (const auto& text : split(sizes_text, ',')) {
+    uint64_t bytes = 0;
+    if (!parse_size(text, bytes)) {
+      std::cout << "error bad size '" << text << "'" << std::endl;
+      return 2;
+    }
+    // One message, sent again every round: serialized each time, never
+    // copied in this process.
+    auto n = bytes / sizeof(float);
+    auto msg = caf::make_message(floats{std::vector<float>(n, 1.0f), {}});
+    std::vector<double> times;
+    for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
+      auto start = clock_type::now();
+      // An infinite request and a bounded wait: a timed request would leave
+      // its timeout message in a blocking actor's mailbox.
+      auto h = self->request(*echo, caf::infinite, msg);
+      std::string err;
+      caf::blocking_actor::accept_one_cond rc;
+      self->varargs_receive(
+        rc, h.id(),
+        [&](const floats& x) {
+          if (x.data.size() != n)
+            err = "echoed " + std::to_string(x.data.size()) + " of "
+                  + std::to_string(n) + " floats";
+        },
+        [&](caf::error& e) { err = render(e); },
+        caf::after(timeout) >> [&] { err = "no echo in time"; });
+      if (!err.empty()) {
+        std::cout << "error " << err << std::endl;
+        return 1;
+      }
+      if (r >= plan.warmup)
+        times.push_back(
+          std::chrono::duration<double>(clock_type::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    std::cout << "basp " << bytes << ' ' << times[(times.size() - 1) / 2] * 1e6
+              << std::endl;
+  }
+  return 0;
+}
+
+// Measures a BASP echo round of every size in `sizes` with an echo process
+// and a client process, run as the dist roles are; adds them to `limits`.
+std::string run_basp_echo(const std::vector<size_t>& sizes,
+                          const system_options& sys, const round_plan& plan,
+                          std::chrono::milliseconds timeout,
+                          machine_limits& limits) {
+  if (sizes.empty())
+    return {};
+  auto self = self_path();
+  std::vector<std::string> common{self,
+                                  "--threads",
+                                  std::to_string(sys.threads),
+                                  "--scheduler",
+                                  to_string(sys.scheduler),
+                                  "--warmup",
+                                  std::to_string(plan.warmup),
+                                  "--rounds",
+                                  std::to_string(plan.rounds)};
+  auto with = [&](std::vector<std::string> extra) {
+    auto argv = common;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+  child echo;
+  if (auto e = echo.start(with({"--role", "basp-echo"})); !e.empty())
+    return e;
+  std::string port;
+  if (auto e = await_port(echo, "the BASP echo", port); !e.empty())
+    return e;
+  std::string list;
+  for (auto bytes : sizes)
+    list += (list.empty() ? "" : ",") + std::to_string(bytes);
+  child client;
+  if (auto e = client.start(with({"--role", "basp-client", "--coordinator",
+                                  "127.0.0.1:" + port, "--sizes", list}));
+      !e.empty())
+    return e;
+  while (auto line = client.next_line(timeout)) {
+    std::istringstream in{*line};
+    std::string tag;
+    machine_limits::echo e;
+    if (in >> tag >> e.bytes >> e.round_us && tag == "basp")
+      limits.basp_echoes.push_back(e);
+  }
+  for (auto* c : {&client, &echo})
+    if (auto e = await_exit(
+          *c, c == &echo ? "the BASP echo" : "the BASP client", timeout);
+        !e.empty())
+      return e;
+  if (limits.basp_echoes.size() != sizes.size())
+    return "BASP echo: got " + std::to_string(limits.basp_echoes.size())
+           + " of " + std::to_string(sizes.size()) + " sizes";
+  return {};
+}
+
 // -- dist mode: the harness side ----------------------------------------------
 
 std::string
@@ -834,23 +1052,14 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   };
-  auto explain = [](const std::string& who, const child& c) {
-    return who + " said:\n" + c.transcript();
-  };
   child coordinator;
   if (auto e = coordinator.start(with(
         {"--role", "coordinator", "--bench-workers", std::to_string(workers)}));
       !e.empty())
     return e;
   std::string port;
-  while (port.empty()) {
-    auto line = coordinator.next_line(std::chrono::seconds{30});
-    if (!line)
-      return "the coordinator did not report its port; "
-             + explain("it", coordinator);
-    if (line->rfind("port ", 0) == 0)
-      port = line->substr(5);
-  }
+  if (auto e = await_port(coordinator, "the coordinator", port); !e.empty())
+    return e;
   auto address = "127.0.0.1:" + port;
   child server;
   if (auto e = server.start(with({"--role", "server", "--coordinator", address,
@@ -909,21 +1118,16 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       mine.push_back(std::move(res));
     }
   }
-  for (size_t w = 0; w < procs.size(); ++w) {
-    auto rc = procs[w]->wait_exit(timeout);
-    if (rc != 0)
-      return "worker process " + std::to_string(w) + " failed ("
-             + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
-             + "); " + explain("it", *procs[w]);
-  }
-  for (auto* c : {&server, &coordinator}) {
-    auto rc = c->wait_exit(timeout);
-    if (rc != 0)
-      return std::string{c == &server ? "the server" : "the coordinator"}
-             + " failed ("
-             + (rc ? "exit " + std::to_string(*rc) : std::string{"hung"})
-             + "); " + explain("it", *c);
-  }
+  for (size_t w = 0; w < procs.size(); ++w)
+    if (auto e = await_exit(*procs[w], "worker process " + std::to_string(w),
+                            timeout);
+        !e.empty())
+      return e;
+  for (auto* c : {&server, &coordinator})
+    if (auto e = await_exit(*c, c == &server ? "the server" : "the coordinator",
+                            timeout);
+        !e.empty())
+      return e;
   // The server reports its peak RSS as it exits: the peak since the last
   // case began, when rank 0 measured each case; the run's peak is the
   // largest of all.
@@ -1020,7 +1224,8 @@ int main(int argc, char** argv) {
     "timeout-s", po::value(&timeout_s)->default_value(timeout_s),
     "dist: bound on each process's silence and exit, in seconds");
   po::options_description hidden{"Roles (started by the harness itself)"};
-  hidden.add_options()("role", po::value(&role), "coordinator|server|worker")(
+  hidden.add_options()("role", po::value(&role),
+                       "coordinator|server|worker|basp-echo|basp-client")(
     "coordinator", po::value(&coordinator),
     "host:port")("cases", po::value(&cases_text), "encoded cases")(
     "bench-workers", po::value(&bench_workers)->default_value(1),
@@ -1056,6 +1261,11 @@ int main(int argc, char** argv) {
     return role_server(coordinator, shards, sys);
   if (role == "worker")
     return role_worker(coordinator, cases_text, plan, tune, sys, server_pid);
+  if (role == "basp-echo")
+    return role_basp_echo(sys);
+  if (role == "basp-client")
+    return role_basp_client(coordinator, sizes, plan, sys,
+                            std::chrono::seconds{timeout_s});
   if (!role.empty())
     return cli::fail(app, "--role: unknown role '" + role + "'", 2);
   if (quick) {
@@ -1112,6 +1322,16 @@ int main(int argc, char** argv) {
           lo.echo_sizes.push_back(c.payload_bytes());
     if (auto e = measure_limits(lo, limits); !e.empty())
       return cli::fail(app, "measuring the machine's limits: " + e);
+    if (dist) {
+      std::fprintf(stderr, "measuring BASP echo rounds...\n");
+      std::vector<size_t> sizes;
+      for (const auto& e : limits.echoes)
+        sizes.push_back(e.bytes);
+      if (auto e = run_basp_echo(sizes, sys, plan,
+                                 std::chrono::seconds{timeout_s}, limits);
+          !e.empty())
+        return cli::fail(app, "measuring BASP echo rounds: " + e);
+    }
   }
   std::vector<result> results;
   std::vector<server_memory> memory;
