@@ -138,8 +138,17 @@ struct compressed_cases {
   std::string sizes;
 };
 
+// The entries of a comma-separated list option; "none" (or nothing) is an
+// empty list.
+std::vector<std::string> list_option(const std::string& text) {
+  if (text == "none")
+    return {};
+  return split(text, ',');
+}
+
 // Builds the case list from --sizes ("4K,256K") and --many ("1000x1024",
-// keys x floats). Returns an error text or an empty string.
+// keys x floats); "none" turns either off. Returns an error text or an empty
+// string.
 std::string make_cases(const std::string& sizes, const std::string& many,
                        const std::string& rounds, const std::string& backlog,
                        const compressed_cases& compressed,
@@ -153,7 +162,7 @@ std::string make_cases(const std::string& sizes, const std::string& many,
   if (kinds.empty())
     return "--round: give fused, split or both";
   std::vector<bench_case> shapes;
-  for (const auto& s : split(sizes, ',')) {
+  for (const auto& s : list_option(sizes)) {
     uint64_t bytes = 0;
     if (!parse_size(s, bytes))
       return "--sizes: '" + s
@@ -161,7 +170,7 @@ std::string make_cases(const std::string& sizes, const std::string& many,
                "4 bytes)";
     shapes.push_back({human_bytes(bytes), 1, bytes / sizeof(float)});
   }
-  for (const auto& m : split(many, ',')) {
+  for (const auto& m : list_option(many)) {
     auto parts = split(m, 'x');
     uint64_t keys = 0;
     uint64_t floats = 0;
@@ -867,17 +876,18 @@ std::string await_exit(child& c, const std::string& who,
          + "); it said:\n" + c.transcript();
 }
 
-// -- the BASP echo: CAF's network layer alone
-// ----------------------------------
+// -- the BASP echo: CAF's network layer alone ---------------------------------
 
 // State of the echo actor: whether it watches its client yet.
 struct echo_state {
   bool watching = false;
 };
 
-// Answers every `floats` with itself (moved: no copy in the process) and quits
-// when its client's node goes away.
-caf::behavior echo_actor(caf::stateful_actor<echo_state>* self) {
+// Answers every `floats` with itself (moved: no copy in the process). Quits
+// when its client's node goes away, or after `idle` without a message (a
+// harness that died never sends one).
+caf::behavior echo_actor(caf::stateful_actor<echo_state>* self,
+                         std::chrono::milliseconds idle) {
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
   return {
     [self](floats& x) -> floats {
@@ -887,16 +897,17 @@ caf::behavior echo_actor(caf::stateful_actor<echo_state>* self) {
       }
       return std::move(x);
     },
+    caf::after(idle) >> [self] { self->quit(); },
   };
 }
 
 // Publishes an echo actor on a free loopback port, prints "port N", and runs
-// until its client is gone.
-int role_basp_echo(system_options sys) {
+// until its client is gone (or silent for `idle`).
+int role_basp_echo(system_options sys, std::chrono::milliseconds idle) {
   sys.network = true;
   system_config cfg{sys};
   caf::actor_system system{cfg};
-  auto echo = system.spawn(echo_actor);
+  auto echo = system.spawn(echo_actor, idle);
   auto port = system.middleman().publish(echo, 0, "127.0.0.1");
   if (!port) {
     caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
@@ -961,6 +972,10 @@ int role_basp_client(const std::string& address, const std::string& sizes_text,
       if (r >= plan.warmup)
         times.push_back(
           std::chrono::duration<double>(clock_type::now() - start).count());
+    }
+    if (times.empty()) {
+      std::cout << "error no measured rounds (--rounds 0)" << std::endl;
+      return 2;
     }
     std::sort(times.begin(), times.end());
     std::cout << "basp " << bytes << ' ' << times[(times.size() - 1) / 2] * 1e6
@@ -1178,9 +1193,9 @@ int main(int argc, char** argv) {
   desc.add_options()("modes", po::value(&modes)->default_value(modes),
                      "local, dist or both (comma-separated)")(
     "sizes", po::value(&sizes)->default_value(sizes),
-    "one-key cases: sizes in bytes (K, M suffixes)")(
+    "one-key cases: sizes in bytes (K, M suffixes; none: no such cases)")(
     "many", po::value(&many)->default_value(many),
-    "many-key cases: KEYSxFLOATS, comma-separated")(
+    "many-key cases: KEYSxFLOATS, comma-separated (none: no such cases)")(
     "round", po::value(&round_kinds)->default_value(round_kinds),
     "round kinds, comma-separated: fused (one push_pull request per round) "
     "and/or split (a push request, wait, a pull request, wait)")(
@@ -1262,7 +1277,7 @@ int main(int argc, char** argv) {
   if (role == "worker")
     return role_worker(coordinator, cases_text, plan, tune, sys, server_pid);
   if (role == "basp-echo")
-    return role_basp_echo(sys);
+    return role_basp_echo(sys, std::chrono::seconds{timeout_s});
   if (role == "basp-client")
     return role_basp_client(coordinator, sizes, plan, sys,
                             std::chrono::seconds{timeout_s});

@@ -4,8 +4,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <unistd.h>
@@ -112,4 +115,33 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   CHECK(bench.output().find("loopback TCP") != std::string::npos);
   CHECK(count(bench.output(), "dist   4 KB pull, 1 MB queued") == 4);
   CHECK(count(bench.output(), "sooner than prio0") == 4);
+}
+
+TEST_CASE("bench: none turns the one-key or many-key cases off",
+          "[integration][bench]") {
+  auto run = [](std::vector<std::string> extra) {
+    std::vector<std::string> argv{
+      ACTORPS_BENCH_BIN, "--modes", "local",         "--workers", "1",
+      "--backlog",       "0",       "--compression", "none",      "--no-limits",
+      "--warmup",        "0",       "--rounds",      "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<process>(argv);
+    auto rc = p->wait_exit(120s);
+    return std::make_pair(rc, p->output());
+  };
+  auto [rc, out] = run({"--sizes", "4K", "--many", "none"});
+  INFO(out);
+  CHECK(rc == 0);
+  // One row per round kind, of the one-key case only.
+  CHECK(count(out, "\nlocal  ") == 2);
+  CHECK(count(out, "\nlocal  4 KB ") == 2);
+  auto [rc2, out2] = run({"--sizes", "none", "--many", "3x2"});
+  INFO(out2);
+  CHECK(rc2 == 0);
+  CHECK(count(out2, "\nlocal  ") == 2);
+  CHECK(count(out2, "\nlocal  3 keys x 2 floats ") == 2);
+  auto [rc3, out3] = run({"--sizes", "none", "--many", "none"});
+  INFO(out3);
+  CHECK(rc3 == 2);
+  CHECK(out3.find("no cases") != std::string::npos);
 }
