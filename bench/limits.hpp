@@ -32,7 +32,8 @@ struct machine_limits {
   /// actorps-bench itself, not by `measure_limits`): a `floats` of `bytes`
   /// sent to an actor in another process that answers with it, BASP
   /// serializing and deserializing it each way, as actorps's own messages.
-  /// What actorps adds on top of the network layer its design fixes.
+  /// A dist round's distance from it is what actorps itself adds above the
+  /// network layer its design prescribes.
   std::vector<echo> basp_echoes;
 
   /// The echo round of `bytes`, µs; 0 if it was not measured.
