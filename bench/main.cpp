@@ -852,6 +852,28 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
   return 0;
 }
 
+// Builds the command lines of the harness's own child processes: this
+// program with the scheduler settings, the round plan and `shared`, then
+// each call's arguments (`--role ...`).
+auto role_argv(const system_options& sys, const round_plan& plan,
+               std::vector<std::string> shared = {}) {
+  std::vector<std::string> common{self_path(),
+                                  "--threads",
+                                  std::to_string(sys.threads),
+                                  "--scheduler",
+                                  to_string(sys.scheduler),
+                                  "--warmup",
+                                  std::to_string(plan.warmup),
+                                  "--rounds",
+                                  std::to_string(plan.rounds)};
+  common.insert(common.end(), shared.begin(), shared.end());
+  return [common](std::vector<std::string> extra) {
+    auto argv = common;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  };
+}
+
 // Reads the "port N" line a child prints once it listens (within 30 s).
 std::string await_port(child& c, const std::string& who, std::string& port) {
   while (port.empty()) {
@@ -992,21 +1014,7 @@ std::string run_basp_echo(const std::vector<size_t>& sizes,
                           machine_limits& limits) {
   if (sizes.empty())
     return {};
-  auto self = self_path();
-  std::vector<std::string> common{self,
-                                  "--threads",
-                                  std::to_string(sys.threads),
-                                  "--scheduler",
-                                  to_string(sys.scheduler),
-                                  "--warmup",
-                                  std::to_string(plan.warmup),
-                                  "--rounds",
-                                  std::to_string(plan.rounds)};
-  auto with = [&](std::vector<std::string> extra) {
-    auto argv = common;
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
-  };
+  auto with = role_argv(sys, plan);
   child echo;
   if (auto e = echo.start(with({"--role", "basp-echo"})); !e.empty())
     return e;
@@ -1046,27 +1054,12 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
          uint32_t shards, const tuning& tune, const system_options& sys,
          const round_plan& plan, std::chrono::milliseconds timeout,
          std::vector<result>& results, std::vector<server_memory>& memory) {
-  auto self = self_path();
-  auto common = std::vector<std::string>{self,
-                                         "--threads",
-                                         std::to_string(sys.threads),
-                                         "--warmup",
-                                         std::to_string(plan.warmup),
-                                         "--rounds",
-                                         std::to_string(plan.rounds)};
-  common.push_back("--slice-floats");
-  common.push_back(std::to_string(tune.slice_floats));
-  common.push_back("--max-inflight");
-  common.push_back(tune.max_inflight % 1024 == 0
-                     ? std::to_string(tune.max_inflight / 1024) + "K"
-                     : std::to_string(tune.max_inflight));
-  common.push_back("--scheduler");
-  common.push_back(to_string(sys.scheduler));
-  auto with = [&](std::vector<std::string> extra) {
-    auto argv = common;
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return argv;
-  };
+  auto with = role_argv(sys, plan,
+                        {"--slice-floats", std::to_string(tune.slice_floats),
+                         "--max-inflight",
+                         tune.max_inflight % 1024 == 0
+                           ? std::to_string(tune.max_inflight / 1024) + "K"
+                           : std::to_string(tune.max_inflight)});
   child coordinator;
   if (auto e = coordinator.start(with(
         {"--role", "coordinator", "--bench-workers", std::to_string(workers)}));
