@@ -47,8 +47,6 @@ struct batch_reply {
   std::size_t remaining = 0;
   bool failed = false;
 
-  static constexpr uint64_t min_shared_floats = 1024;
-
   void arrive() {
     if (failed || --remaining > 0)
       return;
@@ -67,6 +65,45 @@ struct batch_reply {
 };
 
 using batch_ptr = std::shared_ptr<batch_reply>;
+
+// Reads the floats of a pushed batch held in pieces (in order and
+// contiguous, checked before), slice after slice: each in place when one
+// piece holds it, else gathered into a buffer of its own that stays valid
+// until the next read.
+class parts_cursor {
+public:
+  explicit parts_cursor(const float_parts& src) : src_(src) {
+    // Nothing to do.
+  }
+
+  // The floats [at, at + n) of the value; `at` never decreases.
+  const float* read(uint64_t at, uint64_t n) {
+    auto& ps = src_.pieces;
+    while (i_ < ps.size() && ps[i_].at + ps[i_].length <= at)
+      ++i_;
+    if (i_ == ps.size())
+      return nullptr;
+    auto& p = ps[i_];
+    auto* first = src_.buffers[p.buffer].data() + p.from + (at - p.at);
+    if (at + n <= p.at + p.length)
+      return first;
+    scratch_.clear();
+    scratch_.reserve(n);
+    for (auto j = i_; j < ps.size() && scratch_.size() < n; ++j) {
+      auto& q = ps[j];
+      auto skip = j == i_ ? at - q.at : 0;
+      auto k = std::min<uint64_t>(q.length - skip, n - scratch_.size());
+      auto* from = src_.buffers[q.buffer].data() + q.from + skip;
+      scratch_.insert(scratch_.end(), from, from + k);
+    }
+    return scratch_.data();
+  }
+
+private:
+  const float_parts& src_;
+  std::size_t i_ = 0;
+  std::vector<float> scratch_;
+};
 
 // Where the outcome of one operation goes: the promise of a single push or
 // pull, or a place in a batch reply.
@@ -505,17 +542,30 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         total += s->value.size();
       }
       auto pushes = kind != op_kind::pull;
-      if (pushes && msg.data.data.size() != total)
+      auto& flat = msg.data.data;
+      auto in_parts = flat.empty() && msg.parts.size > 0;
+      if (!flat.empty() && msg.parts.size > 0)
+        return make_error(errc::bad_config,
+                          std::string{op}
+                            + ": the batch carries values both in one "
+                              "buffer and in pieces");
+      auto carried = in_parts ? msg.parts.size : flat.size();
+      if (pushes && carried != total)
         return make_error(errc::shape_mismatch,
                           std::string{op} + ": " + std::to_string(n)
                             + " slices hold " + std::to_string(total)
                             + " floats but the batch carries "
-                            + std::to_string(msg.data.data.size()));
+                            + std::to_string(carried));
+      if (pushes && in_parts && !msg.parts.valid(true))
+        return make_error(errc::shape_mismatch,
+                          std::string{op}
+                            + ": the pieces of the batch do not cover its "
+                              "values in order");
       auto reply = std::make_shared<batch_reply>();
       reply->rp = self->make_response_promise<float_parts>();
       reply->remaining = n;
       if (kind != op_kind::push) {
-        reply->shared = total >= n * batch_reply::min_shared_floats;
+        reply->shared = total >= n * min_shared_floats;
         if (reply->shared) {
           reply->out.size = total;
           reply->out.buffers.reserve(n);
@@ -525,6 +575,7 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         }
       }
       auto rp = reply->rp;
+      parts_cursor cursor{msg.parts};
       uint64_t offset = 0;
       for (std::size_t i = 0; i < n; ++i) {
         auto len = found[i]->value.size();
@@ -532,7 +583,9 @@ shard_impl(shard_actor::stateful_pointer<shard_state> self, shard_config cfg) {
         t.kind = kind;
         t.batch = reply;
         t.offset = offset;
-        const float* g = pushes ? msg.data.data.data() + offset : nullptr;
+        const float* g = nullptr;
+        if (pushes)
+          g = in_parts ? cursor.read(offset, len) : flat.data() + offset;
         st.submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
                   pushes ? len : 0, std::move(t));
         offset += len;

@@ -518,6 +518,44 @@ public:
     return out;
   }
 
+  // Appends the next `n` floats to `out` as pieces of the buffers that hold
+  // them, shared, not copied (a piece that continues the last one of `out`
+  // in the same buffer lengthens it). A buffer whose last piece this reads
+  // moves to `out`, so that `out` may become its only holder.
+  void share(float_parts& out, uint64_t n) {
+    while (n > 0) {
+      skip_empty();
+      auto& p = src_.pieces[i_];
+      auto k = std::min(n, p.length - pos_);
+      auto& buf = src_.buffers[p.buffer];
+      auto from = p.from + pos_;
+      auto done = pos_ + k == p.length;
+      auto last = out.pieces.empty() ? nullptr : &out.pieces.back();
+      if (last != nullptr && out.buffers[last->buffer].data() == buf.data()) {
+        if (last->from + last->length == from)
+          last->length += k;
+        else
+          out.pieces.push_back(float_piece{last->buffer, from, out.size, k});
+        if (done && --uses_[p.buffer] == 0)
+          buf = shared_floats{};
+      } else {
+        out.pieces.push_back(float_piece{
+          static_cast<uint32_t>(out.buffers.size()), from, out.size, k});
+        if (done && --uses_[p.buffer] == 0)
+          out.buffers.push_back(std::move(buf));
+        else
+          out.buffers.push_back(buf);
+      }
+      out.size += k;
+      pos_ += k;
+      n -= k;
+      if (done) {
+        ++i_;
+        pos_ = 0;
+      }
+    }
+  }
+
   // Appends the next `n` floats to `out`.
   void append(std::vector<float>& out, uint64_t n) {
     while (n > 0) {
@@ -585,6 +623,18 @@ void merge_encoding(floats& payload, bool first, const compression& c) {
     payload.encoding = c;
   else if (payload.encoding != c)
     payload.encoding = compression{};
+}
+
+// The floats of `x` as one vector: its one buffer, taken over when nothing
+// else refers to it and it holds exactly them, else a copy.
+std::vector<float> take_all(float_parts& x) {
+  if (x.pieces.size() == 1) {
+    auto& p = x.pieces[0];
+    auto& buf = x.buffers[p.buffer];
+    if (p.from == 0 && p.length == buf.size() && buf.unique())
+      return buf.take();
+  }
+  return x.flatten();
 }
 
 // A batch being filled for one shard.
@@ -671,7 +721,7 @@ void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
   auto msg = std::move(b.msg);
   auto pieces = std::move(b.pieces);
   auto expected = b.floats;
-  b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}};
+  b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}, {}};
   b.pieces.clear();
   b.floats = 0;
   if (msg.slices.size() == 1) {
@@ -679,6 +729,8 @@ void flush(self_ptr self, uint32_t shard, int32_t priority, op_kind kind,
     auto on_value = [g, at, expected](shared_floats& x) {
       g->put(at, expected, x);
     };
+    if (msg.parts.size > 0)
+      msg.data.data = take_all(msg.parts);
     auto one = slice_push{msg.slices[0], msg.worker, msg.seqs[0],
                           std::move(msg.data)};
     switch (kind) {
@@ -760,10 +812,28 @@ void start_ops(self_ptr self, op_kind kind,
   auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
   std::vector<batch_builder> open(num_shards);
   for (auto& b : open)
-    b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}};
+    b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}, {}};
   auto bound = st.cfg.batch_floats;
   auto cap = std::max(bound, max_batch_floats);
   auto remote = !st.cfg.relays.empty();
+  // Batched slices of uncompressed keys refer to the caller's buffers
+  // instead of being copied into the batch, unless they are too short to be
+  // worth a piece each (compressed ones are quantized into a copy).
+  auto share = false;
+  if (pushes) {
+    uint64_t batched = 0;
+    uint64_t batched_floats = 0;
+    share = true;
+    for (auto* r : rs) {
+      share = share && r->comp.kind == codec::none;
+      for (auto& s : r->info.slices)
+        if (s.length <= bound) {
+          ++batched;
+          batched_floats += s.length;
+        }
+    }
+    share = share && batched_floats >= batched * min_shared_floats;
+  }
   uint64_t key_offset = 0;
   for (auto* r : rs) {
     const auto& info = r->info;
@@ -783,8 +853,8 @@ void start_ops(self_ptr self, op_kind kind,
           && !fits(self, s.shard, 2 * s.length * sizeof(float))) {
         auto part = [&](op_kind k, uint64_t part_seq, floats data) {
           batch_builder one;
-          one.msg = slice_batch{
-            rank, static_cast<uint8_t>(k), {id}, {part_seq}, std::move(data)};
+          one.msg = slice_batch{rank,       static_cast<uint8_t>(k), {id},
+                                {part_seq}, std::move(data),         {}};
           one.pieces.push_back(piece{at, s.length});
           one.floats = s.length;
           flush(self, s.shard, priority, k, one, g);
@@ -799,7 +869,9 @@ void start_ops(self_ptr self, op_kind kind,
       b.msg.seqs.push_back(seq);
       b.pieces.push_back(piece{at, s.length});
       b.floats += s.length;
-      if (pushes) {
+      if (pushes && share && !alone) {
+        in.share(b.msg.parts, s.length);
+      } else if (pushes) {
         auto& dst = b.msg.data;
         auto first = b.msg.slices.size() == 1;
         if (alone)

@@ -29,6 +29,9 @@
 /// - `(push_atom, key, priority, float_parts)` -> `ok_atom` once every slice
 ///   was accepted by its shard. A piece of the payload that holds exactly one
 ///   large slice in a buffer of its own is moved to the shard, not copied.
+///   Small slices of uncompressed keys are not copied either, unless they
+///   are shorter than `min_shared_floats` on average: a batch refers to the
+///   payload's buffers, and a lone small slice's own buffer is moved.
 ///   Errors: `unknown_key`, `not_initialized`, `shape_mismatch` (wrong size,
 ///   or pieces not in order and contiguous).
 /// - `(pull_atom, key, priority)` -> `float_parts`: the whole value, as the

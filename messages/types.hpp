@@ -235,13 +235,23 @@ enum class op_kind : uint8_t {
   push_pull = 2,
 };
 
+/// Slices shorter than this on average are copied into one buffer when
+/// batched, not referred to piece by piece: per piece, sharing a buffer costs
+/// more than copying a few floats.
+constexpr uint64_t min_shared_floats = 1024;
+
 /// Several operations of one worker on slices of one shard, carried by one
 /// message and answered by one reply (as ps-lite batches a key list per
 /// server). Operation i acts on `slices[i]` with sequence number `seqs[i]`
 /// (numbered as in `slice_push`, so it is ordered with that worker's single
-/// pushes and pulls). For push kinds, `data` holds the pushed values of all
-/// slices back to back in `slices` order; the reply holds the pulled values
-/// the same way (empty for pushes).
+/// pushes and pulls). For push kinds, the pushed values of all slices lie
+/// back to back in `slices` order, in one of two places: `data`, a buffer of
+/// the batch's own that may cross the network packed by its encoding; or
+/// `parts` (with `data` empty), pieces in order and contiguous of buffers
+/// shared with the sender, so that a worker batches many small keys without
+/// copying them out of its caller's buffer (across the network `parts`
+/// arrives as one buffer). The reply holds the pulled values back to back
+/// in `slices` order (empty for pushes).
 struct slice_batch {
   uint32_t worker = 0;
   /// An `op_kind`, as its number.
@@ -249,12 +259,13 @@ struct slice_batch {
   std::vector<slice_id> slices;
   std::vector<uint64_t> seqs;
   floats data;
+  float_parts parts;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slice_batch& x) {
   return f(caf::meta::type_name("slice_batch"), x.worker, x.kind, x.slices,
-           x.seqs, x.data);
+           x.seqs, x.data, x.parts);
 }
 
 /// Names the update rule and its hyper-parameters, as MXNet's optimizers

@@ -55,8 +55,26 @@ struct shard_fixture : test::deterministic_fixture {
   void send_batch(op_kind kind, uint32_t worker, std::vector<slice_id> ids,
                   std::vector<uint64_t> seqs, std::vector<float> data = {}) {
     self->send(shard, batch_atom::value,
-               slice_batch{worker, static_cast<uint8_t>(kind), std::move(ids),
-                           std::move(seqs), floats{std::move(data)}});
+               slice_batch{worker,
+                           static_cast<uint8_t>(kind),
+                           std::move(ids),
+                           std::move(seqs),
+                           floats{std::move(data)},
+                           {}});
+  }
+
+  // A batch whose pushed values are held in `parts`.
+  caf::expected<std::vector<float>>
+  batch_of_parts(op_kind kind, std::vector<slice_id> ids,
+                 std::vector<uint64_t> seqs, float_parts parts) {
+    self->send(shard, batch_atom::value,
+               slice_batch{0, static_cast<uint8_t>(kind), std::move(ids),
+                           std::move(seqs), floats{}, std::move(parts)});
+    run();
+    auto r = reply<float_parts>();
+    if (!r)
+      return r.error();
+    return r->flatten();
   }
 
   caf::expected<std::vector<float>>
@@ -408,6 +426,37 @@ TEST_CASE_METHOD(shard_fixture,
   CHECK(shared_single->vec() == ones);
 }
 
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: a batch's values may come in pieces of shared "
+                 "buffers",
+                 "[shard][batch]") {
+  auto c = make_slice_id(9, 0);
+  REQUIRE(init(slice_a, {0, 0}));
+  REQUIRE(init(slice_b, {0, 0, 0}));
+  REQUIRE(init(c, {0}));
+  // Slice b starts in the first buffer and ends in the second, which holds
+  // its floats after others the batch does not use.
+  shared_floats first{{1, 2, 3}};
+  shared_floats second{{-1, -1, 4, 5, 6}};
+  float_parts parts;
+  parts.size = 6;
+  parts.buffers = {first, second};
+  parts.pieces.push_back(float_piece{0, 0, 0, 3});
+  parts.pieces.push_back(float_piece{1, 2, 3, 3});
+  REQUIRE(
+    batch_of_parts(op_kind::push, {slice_a, slice_b, c}, {0, 0, 0}, parts));
+  CHECK(pull(slice_a, 0, 1) == std::vector<float>{1, 2});
+  CHECK(pull(slice_b, 0, 1) == std::vector<float>{3, 4, 5});
+  CHECK(pull(c, 0, 1) == std::vector<float>{6});
+  // The sender's buffers are read, never written.
+  CHECK(first.vec() == std::vector<float>{1, 2, 3});
+  CHECK(second.vec() == std::vector<float>{-1, -1, 4, 5, 6});
+  // A push-pull answers with the values it produced.
+  CHECK(
+    batch_of_parts(op_kind::push_pull, {slice_b}, {2}, float_parts{{7, 8, 9}})
+    == std::vector<float>{7, 8, 9});
+}
+
 TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",
                  "[shard][batch]") {
   REQUIRE(init(slice_a, {0, 0}));
@@ -426,10 +475,31 @@ TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",
     require_error(batch(op_kind::pull, 0, {slice_a}, {0, 1}), errc::bad_config);
     require_error(batch(op_kind::pull, 0, {}, {}), errc::bad_config);
     self->send(shard, batch_atom::value,
-               slice_batch{0, 7, {slice_a}, {0}, floats{}});
+               slice_batch{0, 7, {slice_a}, {0}, floats{}, {}});
     run();
     require_error(reply<float_parts>(), errc::bad_config);
     require_error(batch(op_kind::pull, 5, {slice_a}, {0}), errc::bad_config);
+  }
+  SECTION("values in pieces that do not fit, leave a gap, or come twice") {
+    auto msg = require_error(batch_of_parts(op_kind::push, {slice_a}, {0},
+                                            float_parts{{1, 2, 3}}),
+                             errc::shape_mismatch);
+    CHECK(msg.find("3") != std::string::npos);
+    float_parts gap;
+    gap.size = 2;
+    gap.buffers.push_back(shared_floats{{1, 2}});
+    gap.pieces.push_back(float_piece{0, 0, 1, 1});
+    require_error(batch_of_parts(op_kind::push, {slice_a}, {0}, gap),
+                  errc::shape_mismatch);
+    self->send(shard, batch_atom::value,
+               slice_batch{0,
+                           static_cast<uint8_t>(op_kind::push),
+                           {slice_a},
+                           {0},
+                           floats{{1, 2}},
+                           float_parts{{1, 2}}});
+    run();
+    require_error(reply<float_parts>(), errc::bad_config);
   }
   // Nothing of the refused batches ran: sequence 0 is still free.
   CHECK(push(slice_a, 0, 0, {3, 4}));

@@ -15,25 +15,28 @@ using actorps::test::require_error;
 
 namespace {
 
-coordinator_config make_coordinator_config(std::vector<shard_actor> shards) {
+coordinator_config make_coordinator_config(std::vector<shard_actor> shards,
+                                           uint64_t bound) {
   coordinator_config cc;
   cc.num_workers = 2;
-  cc.bigarray_bound = 64;
+  cc.bigarray_bound = bound;
   cc.shards = std::move(shards);
   return cc;
 }
 
 // Two shards, a coordinator and two workers on the deterministic scheduler,
-// with a small slicing bound so that a key of 100 floats is sliced.
+// by default with a small slicing bound so that a key of 100 floats is
+// sliced.
 struct cluster_fixture : test::deterministic_fixture {
   std::vector<shard_actor> shards;
   coordinator_actor coord;
   std::vector<worker_actor> workers;
 
-  cluster_fixture() {
+  explicit cluster_fixture(uint64_t bound = 64) {
     for (uint32_t i = 0; i < 2; ++i)
       shards.push_back(guard(spawn_shard(sys, test::shard_cfg(i, 2, false))));
-    coord = guard(spawn_coordinator(sys, make_coordinator_config(shards)));
+    coord
+      = guard(spawn_coordinator(sys, make_coordinator_config(shards, bound)));
     for (uint32_t r = 0; r < 2; ++r)
       workers.push_back(guard(
         spawn_worker(sys, worker_config{r,
@@ -98,6 +101,14 @@ struct cluster_fixture : test::deterministic_fixture {
     else
       self->send(workers[rank], atom, std::move(keys), int32_t{0},
                  float_parts{std::move(data)});
+  }
+};
+
+// The cluster with the default slicing bound: keys of a few thousand floats
+// are not sliced.
+struct wide_cluster_fixture : cluster_fixture {
+  wide_cluster_fixture()
+    : cluster_fixture(coordinator_config{}.bigarray_bound) {
   }
 };
 
@@ -390,6 +401,71 @@ TEST_CASE_METHOD(cluster_fixture,
   REQUIRE(pulled);
   CHECK(pulled->valid(false));
   CHECK(pulled->flatten() == values);
+}
+
+TEST_CASE_METHOD(wide_cluster_fixture,
+                 "worker: batched keys of a thousand floats and more arrive "
+                 "whole from any pieces",
+                 "[worker][batch]") {
+  // Three keys over two shards: one shard gets two of them in one batch,
+  // which refers to the caller's buffers instead of copying the keys.
+  std::vector<std::string> keys{"a", "b", "c"};
+  for (auto& k : keys)
+    REQUIRE(init(0, k, std::vector<float>(1500, 0.0f)));
+  auto values = iota(3 * 1500, 1);
+  SECTION("pieces out of step with the keys") {
+    // The shards read each key from the caller's pieces (one key spans
+    // two of them) and leave the caller's buffers as they were.
+    shared_floats first{
+      std::vector<float>(values.begin(), values.begin() + 2000)};
+    std::vector<float> rest{-1};
+    rest.insert(rest.end(), values.begin() + 2000, values.end());
+    shared_floats second{rest};
+    float_parts parts;
+    parts.size = values.size();
+    parts.buffers = {first, second};
+    parts.pieces.push_back(float_piece{0, 0, 0, 2000});
+    parts.pieces.push_back(float_piece{1, 1, 2000, 2500});
+    auto before = stats_of(0).batches + stats_of(1).batches;
+    self->send(workers[1], push_atom::value, keys, int32_t{0},
+               std::move(parts));
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(stats_of(0).batches + stats_of(1).batches == before + 1);
+    CHECK(first.vec()
+          == std::vector<float>(values.begin(), values.begin() + 2000));
+    CHECK(second.vec() == rest);
+  }
+  SECTION("a push-pull of one buffer") {
+    send_many(1, push_pull_atom::value, keys, values);
+    run();
+    auto produced = reply<float_parts>();
+    REQUIRE(produced);
+    CHECK(produced->flatten() == values);
+  }
+  send_many(0, pull_atom::value, keys, {});
+  run();
+  auto pulled = reply<float_parts>();
+  REQUIRE(pulled);
+  CHECK(pulled->flatten() == values);
+}
+
+TEST_CASE_METHOD(wide_cluster_fixture,
+                 "worker: a small key's buffer travels to its shard uncopied",
+                 "[worker][batch]") {
+  REQUIRE(init(0, "k", std::vector<float>(2048, 0.0f)));
+  auto value = iota(2048, 3);
+  const float* where = value.data();
+  // The shards run "assign": a push's buffer becomes the value, which a
+  // pull shares.
+  REQUIRE(push(1, "k", std::move(value)));
+  self->send(workers[1], pull_atom::value, std::string{"k"}, int32_t{0});
+  run();
+  auto pulled = reply<float_parts>();
+  REQUIRE(pulled);
+  REQUIRE(pulled->buffers.size() == 1);
+  CHECK(pulled->buffers[0].data() == where);
+  CHECK(pulled->flatten() == iota(2048, 3));
 }
 
 namespace {

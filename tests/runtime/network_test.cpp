@@ -202,7 +202,8 @@ TEST_CASE("network: every message type crosses a real connection",
                          static_cast<uint8_t>(op_kind::push_pull),
                          {make_slice_id(9, 0)},
                          {2},
-                         floats{{5}}});
+                         floats{{5}},
+                         {}});
   CHECK(require_reply<float_parts>(self).flatten() == std::vector<float>{7});
   self->send(shard, push_pull_atom::value,
              slice_push{make_slice_id(9, 0), 0, 3, floats{{1}}});
@@ -223,9 +224,25 @@ TEST_CASE("network: every message type crosses a real connection",
                          static_cast<uint8_t>(op_kind::push_pull),
                          {make_slice_id(9, 0)},
                          {6},
-                         floats{{0.3f}, compression{codec::two_bit, 0.25f}}});
+                         floats{{0.3f}, compression{codec::two_bit, 0.25f}},
+                         {}});
   CHECK(require_reply<float_parts>(self).flatten()
         == std::vector<float>{10.25f});
+  // Values held in pieces of a shared buffer cross as the floats of the
+  // pieces alone.
+  float_parts piece_of;
+  piece_of.size = 1;
+  piece_of.buffers.push_back(shared_floats{{-1, 0.5f}});
+  piece_of.pieces.push_back(float_piece{0, 1, 0, 1});
+  self->send(relay, batch_atom::value,
+             slice_batch{0,
+                         static_cast<uint8_t>(op_kind::push_pull),
+                         {make_slice_id(9, 0)},
+                         {7},
+                         floats{},
+                         std::move(piece_of)});
+  CHECK(require_reply<float_parts>(self).flatten()
+        == std::vector<float>{10.75f});
   self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
   require_reply<caf::ok_atom>(self);
   self->send(shard, stats_atom::value);
