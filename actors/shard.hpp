@@ -43,11 +43,14 @@
 ///   worker's other operations on its slice by its sequence number; the reply
 ///   (pulled values back to back in `slices` order: each slice's buffer
 ///   shared as one piece, or all copied into one buffer when the slices
-///   average under 1024 floats; empty for pushes) comes once all of them
-///   completed. Errors: as for push and pull, checked for every slice before
-///   anything runs (`not_initialized`, `shape_mismatch` when `data` does not
-///   hold the slices' floats, `bad_config`); the first error of an operation
-///   fails the whole batch (earlier operations stay applied).
+///   average under `min_shared_floats`; empty for pushes) comes once all of
+///   them completed. Pushed values held in `parts` are read where they lie
+///   (a slice that spans two pieces is gathered). Errors: as for push and
+///   pull, checked for every slice before anything runs (`not_initialized`,
+///   `shape_mismatch` when `data` or `parts` does not hold the slices'
+///   floats or the pieces of `parts` leave gaps, `bad_config` for values in
+///   both); the first error of an operation fails the whole batch (earlier
+///   operations stay applied).
 /// - `(set_opt_atom, optimizer_config)` -> `ok_atom`. Replaces the update rule
 ///   and resets every slice's optimizer state and step. Error: `bad_optimizer`.
 /// - `(save_atom)` -> `state_snapshot` with every slice (key names empty,
