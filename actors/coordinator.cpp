@@ -486,11 +486,18 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return rp;
     },
     [self](join_atom, uint8_t role_id, const std::string& token,
-           const caf::actor& agent, uint8_t mode) -> caf::result<job_info> {
+           const caf::actor& agent, uint8_t mode,
+           uint32_t version) -> caf::result<job_info> {
       auto& st = self->state;
       if (!st.distributed())
         return make_error(errc::bad_config,
                           "join: this coordinator runs a local store");
+      if (version != wire_version)
+        return make_error(errc::bad_config,
+                          "join: the node speaks actorps wire version "
+                            + std::to_string(version) + ", the coordinator "
+                            + std::to_string(wire_version)
+                            + " (run one actorps version on every node)");
       if (token != st.cfg.token)
         return make_error(errc::unauthorized,
                           "join: wrong job token (the coordinator refused "

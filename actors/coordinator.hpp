@@ -56,12 +56,13 @@
 ///   (send_command_to_servers).
 ///
 /// Distributed jobs (num_servers > 0) add membership and supervision:
-/// - `(join_atom, role, token, agent, mode)` -> `job_info`: a server or worker
-///   node joins with its job token and its node agent; ranks count up from 0
-///   per role in order of joining. `mode` is the mode the node expects
-///   (join_mode): a mismatch is refused before any rank is given out.
-///   Errors: `unauthorized` (wrong token), `bad_config` (role full, unknown
-///   role, mode mismatch, or a local coordinator).
+/// - `(join_atom, role, token, agent, mode, version)` -> `job_info`: a server
+///   or worker node joins with its job token and its node agent; ranks count
+///   up from 0 per role in order of joining. `mode` is the mode the node
+///   expects (join_mode), `version` the `wire_version` it speaks: a mismatch
+///   of either is refused before any rank is given out. Errors:
+///   `unauthorized` (wrong token), `bad_config` (another wire version, role
+///   full, unknown role, mode mismatch, or a local coordinator).
 /// - `(shards_atom, node_id, shards, relays, endpoint)` -> `ok_atom`: a
 ///   server's shards, their priority relays, and the "host:port" on which the
 ///   server accepts direct connections from workers. Once every server
@@ -119,8 +120,8 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
-  caf::replies_to<join_atom, uint8_t, std::string, caf::actor,
-                  uint8_t>::with<job_info>,
+  caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
+                  uint32_t>::with<job_info>,
   caf::replies_to<shards_atom, uint32_t, std::vector<caf::actor>,
                   std::vector<caf::actor>, std::string>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,

@@ -52,7 +52,7 @@ node_impl(self_ptr self, coordinator_actor coordinator, caf::actor owner) {
       auto me = caf::actor_cast<caf::actor>(self);
       self
         ->request(self->state.coordinator, caf::infinite, join_atom::value,
-                  role_id, token, me, mode)
+                  role_id, token, me, mode, wire_version)
         .then(
           [self, rp](job_info& info) mutable {
             auto first = !self->state.joined;

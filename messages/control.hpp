@@ -21,6 +21,13 @@ constexpr uint8_t server = 2;
 constexpr uint8_t worker = 4;
 } // namespace role
 
+/// Version of the layout of actorps's messages on the network. It goes up
+/// whenever a message that crosses the network changes (2: batches gained
+/// `slice_batch::parts`). A node joins only a coordinator of its own
+/// version: peers of different versions would misread each other's
+/// messages.
+constexpr uint32_t wire_version = 2;
+
 /// The mode a joining node expects of the job.
 namespace join_mode {
 constexpr uint8_t any = 0;

@@ -118,10 +118,21 @@ TEST_CASE("network: every message type crosses a real connection",
   auto relay = connect<shard_actor>(sys_b, publish(sys_a, relay_a));
   caf::scoped_actor self{sys_b};
 
-  // Membership: join (with an agent handle), shards, routing.
+  // Membership: join (with an agent handle), shards, routing. A node of
+  // another wire version is refused, by name, before it gets a rank.
   caf::scoped_actor server_agent{sys_b};
   self->send(coord, join_atom::value, role::server, std::string{"tok"},
-             caf::actor_cast<caf::actor>(server_agent), join_mode::any);
+             caf::actor_cast<caf::actor>(server_agent), join_mode::any,
+             wire_version + 1);
+  auto other = reply<job_info>(self);
+  REQUIRE_FALSE(other);
+  CHECK(code_of(other.error()) == errc::bad_config);
+  CHECK(render(other.error())
+          .find("wire version " + std::to_string(wire_version + 1))
+        != std::string::npos);
+  self->send(coord, join_atom::value, role::server, std::string{"tok"},
+             caf::actor_cast<caf::actor>(server_agent), join_mode::any,
+             wire_version);
   auto server_job = require_reply<job_info>(self);
   CHECK(server_job.node_id == server_node_id(0));
   self->send(coord, shards_atom::value, server_job.node_id,
