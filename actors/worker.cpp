@@ -530,21 +530,19 @@ public:
       auto& buf = src_.buffers[p.buffer];
       auto from = p.from + pos_;
       auto done = pos_ + k == p.length;
+      auto last_use = done && --uses_[p.buffer] == 0;
       auto last = out.pieces.empty() ? nullptr : &out.pieces.back();
       if (last != nullptr && out.buffers[last->buffer].data() == buf.data()) {
         if (last->from + last->length == from)
           last->length += k;
         else
           out.pieces.push_back(float_piece{last->buffer, from, out.size, k});
-        if (done && --uses_[p.buffer] == 0)
+        if (last_use)
           buf = shared_floats{};
       } else {
         out.pieces.push_back(float_piece{
           static_cast<uint32_t>(out.buffers.size()), from, out.size, k});
-        if (done && --uses_[p.buffer] == 0)
-          out.buffers.push_back(std::move(buf));
-        else
-          out.buffers.push_back(buf);
+        out.buffers.push_back(last_use ? std::move(buf) : buf);
       }
       out.size += k;
       pos_ += k;
@@ -778,12 +776,28 @@ void start_ops(self_ptr self, op_kind kind,
   auto& st = self->state;
   auto op = op_name(kind);
   auto pushes = kind != op_kind::pull;
+  auto bound = st.cfg.batch_floats;
   std::vector<route*> rs;
   uint64_t total = 0;
+  // Batched slices of uncompressed keys refer to the caller's buffers
+  // instead of being copied into the batch, unless they are too short to be
+  // worth a piece each (compressed ones are quantized into a copy).
+  auto uncompressed = true;
+  uint64_t batched = 0;
+  uint64_t batched_floats = 0;
   for (auto& k : keys) {
-    rs.push_back(&st.routes.at(k));
-    total += rs.back()->info.size;
+    auto* r = &st.routes.at(k);
+    rs.push_back(r);
+    total += r->info.size;
+    uncompressed = uncompressed && r->comp.kind == codec::none;
+    for (auto& s : r->info.slices)
+      if (s.length <= bound) {
+        ++batched;
+        batched_floats += s.length;
+      }
   }
+  auto share = pushes && uncompressed
+               && batched_floats >= batched * min_shared_floats;
   if (pushes && data.size != total) {
     if (keys.size() == 1)
       on_error(to_error(core::check_size(op, rs[0]->info, data.size, "push")));
@@ -813,27 +827,8 @@ void start_ops(self_ptr self, op_kind kind,
   std::vector<batch_builder> open(num_shards);
   for (auto& b : open)
     b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}, {}};
-  auto bound = st.cfg.batch_floats;
   auto cap = std::max(bound, max_batch_floats);
   auto remote = !st.cfg.relays.empty();
-  // Batched slices of uncompressed keys refer to the caller's buffers
-  // instead of being copied into the batch, unless they are too short to be
-  // worth a piece each (compressed ones are quantized into a copy).
-  auto share = false;
-  if (pushes) {
-    uint64_t batched = 0;
-    uint64_t batched_floats = 0;
-    share = true;
-    for (auto* r : rs) {
-      share = share && r->comp.kind == codec::none;
-      for (auto& s : r->info.slices)
-        if (s.length <= bound) {
-          ++batched;
-          batched_floats += s.length;
-        }
-    }
-    share = share && batched_floats >= batched * min_shared_floats;
-  }
   uint64_t key_offset = 0;
   for (auto* r : rs) {
     const auto& info = r->info;
