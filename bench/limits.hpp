@@ -36,6 +36,12 @@ struct machine_limits {
   /// network layer its design prescribes.
   std::vector<echo> basp_echoes;
 
+  /// Broker rounds (measured by actorps-bench itself, see
+  /// bench/broker_round.hpp): the least work a summing push+pull round can
+  /// do through CAF 0.17's network layer, raw bytes between two io brokers,
+  /// no actor in between. Median µs per round, for each size.
+  std::vector<echo> broker_rounds;
+
   /// The echo round of `bytes`, µs; 0 if it was not measured.
   double echo_us(size_t bytes) const {
     return find(echoes, bytes);
@@ -44,6 +50,11 @@ struct machine_limits {
   /// The BASP echo round of `bytes`, µs; 0 if it was not measured.
   double basp_echo_us(size_t bytes) const {
     return find(basp_echoes, bytes);
+  }
+
+  /// The broker round of `bytes`, µs; 0 if it was not measured.
+  double broker_round_us(size_t bytes) const {
+    return find(broker_rounds, bytes);
   }
 
 private:

@@ -21,6 +21,7 @@
 #include "caf/stateful_actor.hpp"
 
 #include "apps/common/cli.hpp"
+#include "bench/broker_round.hpp"
 #include "bench/child.hpp"
 #include "bench/limits.hpp"
 #include "bench/wire.hpp"
@@ -507,6 +508,13 @@ double basp_echo_us(const result& r, const machine_limits& m) {
   return m.basp_echo_us(r.what.payload_bytes());
 }
 
+// The broker round of the same size (0: none).
+double broker_round_us(const result& r, const machine_limits& m) {
+  if (echo_us(r, m) <= 0)
+    return 0;
+  return m.broker_round_us(r.what.payload_bytes());
+}
+
 // How a result compares with the machine: local against memcpy; dist
 // against the BASP and TCP echo rounds of the same size, and against
 // loopback TCP bandwidth (large payloads) or round trip (small).
@@ -522,10 +530,15 @@ std::string versus_limit(const result& r, const machine_limits& m) {
     return buf;
   }
   std::string out;
+  if (auto broker = broker_round_us(r, m); broker > 0) {
+    std::snprintf(buf, sizeof(buf), "%.0f%% of broker round, ",
+                  100 * broker / (r.median() * 1e6));
+    out = buf;
+  }
   if (auto basp = basp_echo_us(r, m); basp > 0) {
     std::snprintf(buf, sizeof(buf), "%.0f%% of BASP echo, ",
                   100 * basp / (r.median() * 1e6));
-    out = buf;
+    out += buf;
   }
   if (auto echo = echo_us(r, m); echo > 0) {
     std::snprintf(buf, sizeof(buf), "%.0f%% of TCP echo, ",
@@ -567,6 +580,10 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
     print_echoes("BASP echo rounds (a float payload each way between two "
                  "actor systems, CAF's network layer alone):",
                  m.basp_echoes);
+    print_echoes("Broker rounds (raw bytes between two CAF io brokers, no "
+                 "actor between: the server sums and answers, the client "
+                 "copies out; see bench/broker_round.hpp):",
+                 m.broker_rounds);
   }
   std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s %17s  %s\n", "mode",
               "case", "round", "workers", "median us", "min us", "max us",
@@ -644,6 +661,10 @@ void write_json(std::ostream& out, const std::vector<result>& results,
     for (size_t i = 0; i < m.basp_echoes.size(); ++i)
       out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.basp_echoes[i].bytes
           << ", \"round_us\": " << m.basp_echoes[i].round_us << "}";
+    out << "], \"broker_round\": [";
+    for (size_t i = 0; i < m.broker_rounds.size(); ++i)
+      out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.broker_rounds[i].bytes
+          << ", \"round_us\": " << m.broker_rounds[i].round_us << "}";
     out << "]},\n";
   }
   out << "  \"results\": [";
@@ -676,6 +697,9 @@ void write_json(std::ostream& out, const std::vector<result>& results,
           out << ", \"fraction_of_tcp_echo\": " << echo / (r.median() * 1e6);
         if (auto basp = basp_echo_us(r, m); basp > 0)
           out << ", \"fraction_of_basp_echo\": " << basp / (r.median() * 1e6);
+        if (auto broker = broker_round_us(r, m); broker > 0)
+          out << ", \"fraction_of_broker_round\": "
+              << broker / (r.median() * 1e6);
         out << ", \"fraction_of_tcp\": " << r.gbps() / m.tcp_gbps
             << ", \"multiple_of_tcp_rtt\": " << r.median() * 1e6 / m.tcp_rtt_us;
       }
@@ -1006,43 +1030,84 @@ int role_basp_client(const std::string& address, const std::string& sizes_text,
   return 0;
 }
 
-// Measures a BASP echo round of every size in `sizes` with an echo process
-// and a client process, run as the dist roles are; adds them to `limits`.
-std::string run_basp_echo(const std::vector<size_t>& sizes,
-                          const system_options& sys, const round_plan& plan,
-                          std::chrono::milliseconds timeout,
-                          machine_limits& limits) {
+// The broker round's client role: parses its address and sizes, then runs
+// the rounds (bench/broker_round.hpp).
+int run_broker_client(const std::string& address, const std::string& sizes_text,
+                      const round_plan& plan, const system_options& sys,
+                      std::chrono::milliseconds timeout) {
+  auto where = parse_endpoint(address);
+  if (!where) {
+    std::cout << "error " << render(where.error()) << std::endl;
+    return 2;
+  }
+  std::vector<uint64_t> sizes;
+  for (const auto& text : split(sizes_text, ',')) {
+    uint64_t bytes = 0;
+    if (!parse_size(text, bytes)) {
+      std::cout << "error bad size '" << text << "'" << std::endl;
+      return 2;
+    }
+    sizes.push_back(bytes);
+  }
+  return role_broker_client(where->host, where->port, sizes, plan.warmup,
+                            plan.rounds, sys, timeout);
+}
+
+// What one pair of yardstick processes measures: a server role, a client
+// role that prints "TAG BYTES MEDIAN_US" per size, and where the figures go.
+struct yardstick {
+  const char* who;
+  const char* server_role;
+  const char* client_role;
+  const char* tag;
+  std::vector<machine_limits::echo> machine_limits::*out;
+};
+
+const yardstick basp_echo{"the BASP echo", "basp-echo", "basp-client", "basp",
+                          &machine_limits::basp_echoes};
+const yardstick broker_round{"the broker round", "broker-server",
+                             "broker-client", "broker",
+                             &machine_limits::broker_rounds};
+
+// Measures a round of every size in `sizes` with the server and client
+// processes of `what`, run as the dist roles are; adds them to `limits`.
+std::string
+run_yardstick(const yardstick& what, const std::vector<size_t>& sizes,
+              const system_options& sys, const round_plan& plan,
+              std::chrono::milliseconds timeout, machine_limits& limits) {
   if (sizes.empty())
     return {};
   auto with = role_argv(sys, plan);
-  child echo;
-  if (auto e = echo.start(with({"--role", "basp-echo"})); !e.empty())
+  std::string server_name = std::string{what.who} + " server";
+  std::string client_name = std::string{what.who} + " client";
+  child server;
+  if (auto e = server.start(with({"--role", what.server_role})); !e.empty())
     return e;
   std::string port;
-  if (auto e = await_port(echo, "the BASP echo", port); !e.empty())
+  if (auto e = await_port(server, server_name, port); !e.empty())
     return e;
   std::string list;
   for (auto bytes : sizes)
     list += (list.empty() ? "" : ",") + std::to_string(bytes);
   child client;
-  if (auto e = client.start(with({"--role", "basp-client", "--coordinator",
+  if (auto e = client.start(with({"--role", what.client_role, "--coordinator",
                                   "127.0.0.1:" + port, "--sizes", list}));
       !e.empty())
     return e;
+  auto& out = limits.*what.out;
   while (auto line = client.next_line(timeout)) {
     std::istringstream in{*line};
     std::string tag;
     machine_limits::echo e;
-    if (in >> tag >> e.bytes >> e.round_us && tag == "basp")
-      limits.basp_echoes.push_back(e);
+    if (in >> tag >> e.bytes >> e.round_us && tag == what.tag)
+      out.push_back(e);
   }
-  for (auto* c : {&client, &echo})
-    if (auto e = await_exit(
-          *c, c == &echo ? "the BASP echo" : "the BASP client", timeout);
-        !e.empty())
-      return e;
-  if (limits.basp_echoes.size() != sizes.size())
-    return "BASP echo: got " + std::to_string(limits.basp_echoes.size())
+  if (auto e = await_exit(client, client_name, timeout); !e.empty())
+    return e;
+  if (auto e = await_exit(server, server_name, timeout); !e.empty())
+    return e;
+  if (out.size() != sizes.size())
+    return std::string{what.who} + ": got " + std::to_string(out.size())
            + " of " + std::to_string(sizes.size()) + " sizes";
   return {};
 }
@@ -1233,7 +1298,8 @@ int main(int argc, char** argv) {
     "dist: bound on each process's silence and exit, in seconds");
   po::options_description hidden{"Roles (started by the harness itself)"};
   hidden.add_options()("role", po::value(&role),
-                       "coordinator|server|worker|basp-echo|basp-client")(
+                       "coordinator|server|worker|basp-echo|basp-client|"
+                       "broker-server|broker-client")(
     "coordinator", po::value(&coordinator),
     "host:port")("cases", po::value(&cases_text), "encoded cases")(
     "bench-workers", po::value(&bench_workers)->default_value(1),
@@ -1274,6 +1340,11 @@ int main(int argc, char** argv) {
   if (role == "basp-client")
     return role_basp_client(coordinator, sizes, plan, sys,
                             std::chrono::seconds{timeout_s});
+  if (role == "broker-server")
+    return role_broker_server(sys, std::chrono::seconds{timeout_s});
+  if (role == "broker-client")
+    return run_broker_client(coordinator, sizes, plan, sys,
+                             std::chrono::seconds{timeout_s});
   if (!role.empty())
     return cli::fail(app, "--role: unknown role '" + role + "'", 2);
   if (quick) {
@@ -1331,14 +1402,16 @@ int main(int argc, char** argv) {
     if (auto e = measure_limits(lo, limits); !e.empty())
       return cli::fail(app, "measuring the machine's limits: " + e);
     if (dist) {
-      std::fprintf(stderr, "measuring BASP echo rounds...\n");
       std::vector<size_t> sizes;
       for (const auto& e : limits.echoes)
         sizes.push_back(e.bytes);
-      if (auto e = run_basp_echo(sizes, sys, plan,
-                                 std::chrono::seconds{timeout_s}, limits);
-          !e.empty())
-        return cli::fail(app, "measuring BASP echo rounds: " + e);
+      for (const auto* y : {&basp_echo, &broker_round}) {
+        std::fprintf(stderr, "measuring %s...\n", y->who);
+        if (auto e = run_yardstick(*y, sizes, sys, plan,
+                                   std::chrono::seconds{timeout_s}, limits);
+            !e.empty())
+          return cli::fail(app, "measuring " + std::string{y->who} + ": " + e);
+      }
     }
   }
   std::vector<result> results;

@@ -102,15 +102,18 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   CHECK(count(text, "\"round\": \"prio10\"") == 4);
   CHECK(count(text, "\"backlog_bytes\": 1048576") == 8);
   CHECK(text.find("\"tcp_rtt_us\"") != std::string::npos);
-  // One TCP echo round and one BASP echo round per uncompressed payload size
-  // (4 KB, 64 KB, 10 x 256 and 100 x 1 floats), the yardsticks of the
-  // uncompressed dist rounds.
-  CHECK(count(text, "{\"bytes\": ") == 8);
+  // One TCP echo round, one BASP echo round and one broker round per
+  // uncompressed payload size (4 KB, 64 KB, 10 x 256 and 100 x 1 floats),
+  // the yardsticks of the uncompressed dist rounds.
+  CHECK(count(text, "{\"bytes\": ") == 12);
   CHECK(count(text, "\"fraction_of_tcp_echo\"") == 16);
   CHECK(count(text, "\"fraction_of_basp_echo\"") == 16);
+  CHECK(count(text, "\"fraction_of_broker_round\"") == 16);
   CHECK(count(bench.output(), "% of TCP echo") == 16);
   CHECK(count(bench.output(), "% of BASP echo") == 16);
+  CHECK(count(bench.output(), "% of broker round") == 16);
   CHECK(count(bench.output(), "BASP echo rounds (") == 1);
+  CHECK(count(bench.output(), "Broker rounds (") == 1);
   // The table names the machine's limits and every case.
   CHECK(bench.output().find("loopback TCP") != std::string::npos);
   CHECK(count(bench.output(), "dist   4 KB pull, 1 MB queued") == 4);
