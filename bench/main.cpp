@@ -516,8 +516,9 @@ double broker_round_us(const result& r, const machine_limits& m) {
 }
 
 // How a result compares with the machine: local against memcpy; dist
-// against the BASP and TCP echo rounds of the same size, and against
-// loopback TCP bandwidth (large payloads) or round trip (small).
+// against the broker round and the BASP and TCP echo rounds of the same
+// size, and against loopback TCP bandwidth (large payloads) or round trip
+// (small).
 std::string versus_limit(const result& r, const machine_limits& m) {
   char buf[96];
   if (r.what.priority_case())
