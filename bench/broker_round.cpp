@@ -51,8 +51,8 @@ struct read_buffers {
       used = std::move(*i);
       spare.erase(i);
     }
-    // A size seen once is the next one's size too; two buffers of each
-    // suffice (the one read into and the one handed out).
+    // Two buffers of a size suffice (the one read into and the one handed
+    // back); a few spares cover a change of size.
     if (spare.size() > 4)
       spare.erase(spare.begin());
   }

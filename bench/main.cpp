@@ -9,9 +9,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "caf/actor_system.hpp"
@@ -965,32 +967,47 @@ int role_basp_echo(system_options sys, std::chrono::milliseconds idle) {
   return 0; // the system's destructor waits for the echo actor
 }
 
+// The address and sizes of a yardstick client role: "host:port" and bytes,
+// comma-separated. Prints "error TEXT" and returns nothing if either is bad.
+std::optional<std::pair<endpoint, std::vector<uint64_t>>>
+parse_client_args(const std::string& address, const std::string& sizes_text) {
+  auto where = parse_endpoint(address);
+  if (!where) {
+    std::cout << "error " << render(where.error()) << std::endl;
+    return std::nullopt;
+  }
+  std::vector<uint64_t> sizes;
+  for (const auto& text : split(sizes_text, ',')) {
+    uint64_t bytes = 0;
+    if (!parse_size(text, bytes)) {
+      std::cout << "error bad size '" << text << "'" << std::endl;
+      return std::nullopt;
+    }
+    sizes.push_back(bytes);
+  }
+  return std::make_pair(std::move(*where), std::move(sizes));
+}
+
 // Sends one `floats` of each size in `sizes_text` (bytes, comma-separated)
 // to the echo at `address` and waits for it to come back, warm-up rounds
 // first; prints "basp BYTES MEDIAN_US" per size.
 int role_basp_client(const std::string& address, const std::string& sizes_text,
                      const round_plan& plan, system_options sys,
                      std::chrono::milliseconds timeout) {
-  auto where = parse_endpoint(address);
-  if (!where) {
-    std::cout << "error " << render(where.error()) << std::endl;
+  auto args = parse_client_args(address, sizes_text);
+  if (!args)
     return 2;
-  }
+  auto& [where, sizes] = *args;
   sys.network = true;
   system_config cfg{sys};
   caf::actor_system system{cfg};
-  auto echo = system.middleman().remote_actor(where->host, where->port);
+  auto echo = system.middleman().remote_actor(where.host, where.port);
   if (!echo) {
     std::cout << "error " << render(echo.error()) << std::endl;
     return 1;
   }
   caf::scoped_actor self{system};
-  for (const auto& text : split(sizes_text, ',')) {
-    uint64_t bytes = 0;
-    if (!parse_size(text, bytes)) {
-      std::cout << "error bad size '" << text << "'" << std::endl;
-      return 2;
-    }
+  for (auto bytes : sizes) {
     // One message, sent again every round: serialized each time, never
     // copied in this process.
     auto n = bytes / sizeof(float);
@@ -1036,21 +1053,11 @@ int role_basp_client(const std::string& address, const std::string& sizes_text,
 int run_broker_client(const std::string& address, const std::string& sizes_text,
                       const round_plan& plan, const system_options& sys,
                       std::chrono::milliseconds timeout) {
-  auto where = parse_endpoint(address);
-  if (!where) {
-    std::cout << "error " << render(where.error()) << std::endl;
+  auto args = parse_client_args(address, sizes_text);
+  if (!args)
     return 2;
-  }
-  std::vector<uint64_t> sizes;
-  for (const auto& text : split(sizes_text, ',')) {
-    uint64_t bytes = 0;
-    if (!parse_size(text, bytes)) {
-      std::cout << "error bad size '" << text << "'" << std::endl;
-      return 2;
-    }
-    sizes.push_back(bytes);
-  }
-  return role_broker_client(where->host, where->port, sizes, plan.warmup,
+  const auto& [where, sizes] = *args;
+  return role_broker_client(where.host, where.port, sizes, plan.warmup,
                             plan.rounds, sys, timeout);
 }
 
