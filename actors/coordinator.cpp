@@ -19,9 +19,9 @@
 
 #include "actors/fan_in.hpp"
 #include "messages/errors.hpp"
-#include "runtime/core/checkpoint.hpp"
-#include "runtime/core/layout.hpp"
-#include "runtime/core/optimizer.hpp"
+#include "core/checkpoint.hpp"
+#include "core/layout.hpp"
+#include "core/optimizer.hpp"
 
 namespace actorps {
 

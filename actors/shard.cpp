@@ -18,7 +18,7 @@
 #include "caf/typed_response_promise.hpp"
 
 #include "messages/errors.hpp"
-#include "runtime/core/optimizer.hpp"
+#include "core/optimizer.hpp"
 
 namespace actorps {
 

@@ -76,7 +76,7 @@
 /// Update rules: with the default "assign" rule the stored value becomes the
 /// merged push (sync: sum over all live workers' pushes of the round; async:
 /// the one push); otherwise the merged push goes through the optimizer (see
-/// runtime/core/optimizer.hpp).
+/// core/optimizer.hpp).
 namespace actorps {
 
 /// Static configuration of one shard.

@@ -23,7 +23,7 @@
 
 #include "actors/fan_in.hpp"
 #include "messages/errors.hpp"
-#include "runtime/core/layout.hpp"
+#include "core/layout.hpp"
 
 namespace actorps {
 

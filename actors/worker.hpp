@@ -49,7 +49,7 @@
 ///   a round of many small keys costs one message per shard, not per key.
 ///   Errors: as for one key; `shape_mismatch` names the total size.
 /// - `(compress_atom, key, compression)` -> `ok_atom`: pushes of `key` from
-///   now on go through `compression` (see messages/compression.hpp); an
+///   now on go through `compression` (see core/compression.hpp); an
 ///   empty `key` sets it for every key without a setting of its own
 ///   (initially `worker_config::compression`). The key need not exist yet.
 ///   Changing a key's codec drops its 2-bit residuals. Takes effect after

@@ -28,7 +28,7 @@
 #include "bench/limits.hpp"
 #include "bench/wire.hpp"
 #include "messages/errors.hpp"
-#include "runtime/core/layout.hpp"
+#include "core/layout.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/network.hpp"
 #include "runtime/system.hpp"

@@ -13,7 +13,7 @@
 #include "caf/meta/type_name.hpp"
 #include "caf/sec.hpp"
 
-#include "messages/compression.hpp"
+#include "core/values.hpp"
 
 /// Plain message structs exchanged by the actors of actorps. Each has an
 /// `inspect` overload beside it; all of them are registered once through
@@ -21,7 +21,7 @@
 /// `std::vector<float>` inside `floats`, read through `Eigen::Map`.
 namespace actorps {
 
-/// A codec and its threshold (see messages/compression.hpp).
+/// A codec and its threshold (see core/compression.hpp).
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, compression& x) {
   auto kind = static_cast<uint8_t>(x.kind);
@@ -35,17 +35,6 @@ typename Inspector::result_type inspect(Inspector& f, compression& x) {
   });
   return f(caf::meta::type_name("compression"), kind, x.threshold, load);
 }
-
-/// A dense float32 payload. Crosses the network as one codec tag and one
-/// raw byte run (both ends must share endianness), not element by element.
-/// With an `encoding` other than none, the floats cross the network packed,
-/// 2 bytes (fp16) or 2 bits (two_bit) a value. Quantized by that codec first
-/// (see `quantize`), they arrive as the same floats; fp16 packing truncates
-/// as quantizing does, so fp16 floats may also be sent unquantized.
-struct floats {
-  std::vector<float> data;
-  compression encoding{};
-};
 
 /// Serialization of a payload: the codec (and threshold), one length, one
 /// byte run of `encoded_size` bytes.
@@ -63,47 +52,6 @@ typename Inspector::result_type inspect(Inspector& f, floats& x) {
   return f(caf::meta::type_name("floats"), n);
 }
 
-/// A float buffer shared by reference: copying a `shared_floats` (as CAF does
-/// with the messages that hold one) never copies the floats. While shared it
-/// is read-only; `mutate` and `take` copy it first if anyone else holds it,
-/// so a shard can hand its value to a reader and keep updating it safely
-/// (copy on write). Crosses the network as one raw byte run, like `floats`.
-class shared_floats {
-public:
-  shared_floats() = default;
-
-  /// Takes over `x` without copying it.
-  explicit shared_floats(std::vector<float> x);
-
-  const float* data() const noexcept {
-    return buf_ ? buf_->data() : nullptr;
-  }
-
-  std::size_t size() const noexcept {
-    return buf_ ? buf_->size() : 0;
-  }
-
-  bool empty() const noexcept {
-    return size() == 0;
-  }
-
-  /// The floats, read-only.
-  const std::vector<float>& vec() const;
-
-  /// True if no other `shared_floats` refers to this buffer.
-  bool unique() const noexcept;
-
-  /// The buffer for writing: copied first if it is shared.
-  std::vector<float>& mutate();
-
-  /// Moves the buffer out if this is its only holder, else copies it; this
-  /// object is empty afterwards.
-  std::vector<float> take();
-
-private:
-  std::shared_ptr<std::vector<float>> buf_;
-};
-
 caf::error inspect(caf::serializer& f, shared_floats& x);
 
 caf::error inspect(caf::deserializer& f, shared_floats& x);
@@ -114,49 +62,6 @@ typename Inspector::result_type inspect(Inspector& f, shared_floats& x) {
   return f(caf::meta::type_name("shared_floats"), n);
 }
 
-/// `length` floats of buffer `buffer` of a `float_parts`, starting at
-/// `from` in that buffer, which hold the floats [at, at + length) of the
-/// value.
-struct float_piece {
-  uint32_t buffer = 0;
-  uint64_t from = 0;
-  uint64_t at = 0;
-  uint64_t length = 0;
-};
-
-/// A value of `size` floats held as pieces of shared buffers (a scatter /
-/// gather list): the payload between a client and its worker actor. Large
-/// slices travel in buffers of their own, moved or shared end to end
-/// instead of being packed into (and cut out of) one big vector; a pulled
-/// slice may share the shard's own buffer (see `shared_floats`).
-///
-/// A pushed value's pieces must be in order and contiguous (piece i starts
-/// where piece i-1 ends, the first at 0, the last ends at `size`); a pulled
-/// value's pieces cover every float once, in any order.
-struct float_parts {
-  uint64_t size = 0;
-  std::vector<shared_floats> buffers;
-  std::vector<float_piece> pieces;
-
-  float_parts() = default;
-
-  /// One buffer holding the whole value (tests, small values).
-  explicit float_parts(std::vector<float> x);
-
-  /// Appends all of `buf` as the floats [size, size + buf.size()).
-  void append(shared_floats buf);
-
-  /// Checks that every piece lies inside its buffer and inside [0, size);
-  /// with `contiguous`, also that the pieces are in order without gaps.
-  bool valid(bool contiguous) const;
-
-  /// Copies every piece to `dst + at` (`dst` holds `size` floats).
-  void copy_to(float* dst) const;
-
-  /// The value as one vector.
-  std::vector<float> flatten() const;
-};
-
 /// Serialized as the flattened value: one length, one byte run.
 caf::error inspect(caf::serializer& f, float_parts& x);
 
@@ -165,24 +70,6 @@ caf::error inspect(caf::deserializer& f, float_parts& x);
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, float_parts& x) {
   return f(caf::meta::type_name("float_parts"), x.size);
-}
-
-/// Identifies one contiguous slice of one key: `(key_id << 32) | part`.
-using slice_id = uint64_t;
-
-/// Builds the id of slice `part` of key `key_id`.
-constexpr slice_id make_slice_id(uint32_t key_id, uint32_t part) noexcept {
-  return (static_cast<uint64_t>(key_id) << 32) | part;
-}
-
-/// Key id of a slice id.
-constexpr uint32_t key_of(slice_id id) noexcept {
-  return static_cast<uint32_t>(id >> 32);
-}
-
-/// Part index of a slice id.
-constexpr uint32_t part_of(slice_id id) noexcept {
-  return static_cast<uint32_t>(id & 0xFFFFFFFFu);
 }
 
 /// Sets the initial value of one slice on its shard.
@@ -224,22 +111,6 @@ typename Inspector::result_type inspect(Inspector& f, slice_pull& x) {
   return f(caf::meta::type_name("slice_pull"), x.slice, x.worker, x.seq);
 }
 
-/// What each operation of a `slice_batch` does to its slice.
-enum class op_kind : uint8_t {
-  /// Contributes the slice's part of `slice_batch::data`.
-  push = 0,
-  /// Reads the slice.
-  pull = 1,
-  /// A push, then a pull of the value it produced (MXNet's pushpull): in sync
-  /// mode the pull waits for the push's round, as a separate pull would.
-  push_pull = 2,
-};
-
-/// Slices shorter than this on average are copied into one buffer when
-/// batched, not referred to piece by piece: per piece, sharing a buffer costs
-/// more than copying a few floats.
-constexpr uint64_t min_shared_floats = 1024;
-
 /// Several operations of one worker on slices of one shard, carried by one
 /// message and answered by one reply (as ps-lite batches a key list per
 /// server). Operation i acts on `slices[i]` with sequence number `seqs[i]`
@@ -268,39 +139,6 @@ typename Inspector::result_type inspect(Inspector& f, slice_batch& x) {
            x.seqs, x.data, x.parts);
 }
 
-/// Names the update rule and its hyper-parameters, as MXNet's optimizers
-/// take them. Names: "assign" (no optimizer: value = merged push),
-/// "accumulate" (value += merged push), "sgd" (with `momentum` > 0: heavy
-/// ball), "nesterov", "adagrad", "adam", "rmsprop". The exact formulas are in
-/// `runtime/core/optimizer.hpp`.
-struct optimizer_config {
-  std::string name = "assign";
-  float learning_rate = 0.01f;
-  float momentum = 0.0f;
-  float weight_decay = 0.0f;
-  /// Gradients are multiplied by this before anything else.
-  float rescale_grad = 1.0f;
-  /// Clip rescaled gradients to [-clip, clip]; <= 0 disables clipping.
-  float clip_gradient = -1.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
-  /// Decay of RMSProp's running mean of squared gradients (MXNet `gamma1`).
-  float rho = 0.9f;
-  /// Gradient ascent instead of descent (the gradient's sign is flipped).
-  bool ascent = false;
-  /// Learning-rate schedule over a slice's update count t (as MXNet's
-  /// lr_scheduler, kept on the servers with the optimizer state):
-  /// "constant"; "factor": learning_rate * lr_factor^floor(t / lr_updates),
-  /// never below lr_final; "cosine": from learning_rate down to lr_final
-  /// along half a cosine over lr_updates updates, lr_final after that.
-  std::string lr_schedule = "constant";
-  /// Updates per decay ("factor") or until lr_final ("cosine").
-  uint64_t lr_updates = 0;
-  float lr_factor = 1.0f;
-  float lr_final = 0.0f;
-};
-
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
   return f(caf::meta::type_name("optimizer_config"), x.name, x.learning_rate,
@@ -309,30 +147,11 @@ typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
            x.lr_factor, x.lr_final);
 }
 
-/// Saved state of one slice: weights, optimizer state and update count.
-/// `key` is empty when a shard produces the record (shards know ids only)
-/// and filled by whoever maps ids to names.
-struct slice_record {
-  uint32_t key_id = 0;
-  std::string key;
-  uint32_t part = 0;
-  uint64_t offset = 0;
-  uint64_t step = 0;
-  floats value;
-  floats state;
-};
-
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slice_record& x) {
   return f(caf::meta::type_name("slice_record"), x.key_id, x.key, x.part,
            x.offset, x.step, x.value, x.state);
 }
-
-/// The optimizer and every slice of one shard (or, merged, of a store).
-struct state_snapshot {
-  optimizer_config optimizer;
-  std::vector<slice_record> slices;
-};
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, state_snapshot& x) {
@@ -362,28 +181,11 @@ typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
            x.batches);
 }
 
-/// One contiguous slice of a key and the shard that owns it.
-struct slice_range {
-  uint32_t part = 0;
-  uint32_t shard = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slice_range& x) {
   return f(caf::meta::type_name("slice_range"), x.part, x.shard, x.offset,
            x.length);
 }
-
-/// What the coordinator knows of a key: its wire id, shape and slices.
-struct key_info {
-  uint32_t id = 0;
-  std::string name;
-  std::vector<uint64_t> shape;
-  uint64_t size = 0;
-  std::vector<slice_range> slices;
-};
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, key_info& x) {

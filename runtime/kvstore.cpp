@@ -25,9 +25,9 @@
 #include "actors/worker.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
-#include "runtime/core/checkpoint.hpp"
-#include "runtime/core/layout.hpp"
-#include "runtime/core/parallel.hpp"
+#include "core/checkpoint.hpp"
+#include "core/layout.hpp"
+#include "core/parallel.hpp"
 #include "runtime/network.hpp"
 #include "runtime/system.hpp"
 

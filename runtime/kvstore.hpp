@@ -12,7 +12,7 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
-#include "messages/errc.hpp"
+#include "core/errc.hpp"
 #include "messages/types.hpp"
 #include "runtime/scheduler_policy.hpp"
 
@@ -38,7 +38,7 @@ struct store_options {
   uint64_t max_bytes_in_flight = uint64_t{4} << 20;
   /// Compression of pushed values (gradients) for every key without a
   /// setting of its own: `codec::fp16` (BigDL) or `codec::two_bit` with error
-  /// feedback (MXNet); see messages/compression.hpp and
+  /// feedback (MXNet); see core/compression.hpp and
   /// `kvstore::set_gradient_compression`.
   actorps::compression compression{};
   /// Pushes a handle keeps in flight before `push` waits for the oldest.

@@ -18,7 +18,7 @@
 #include "actors/shard.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
-#include "runtime/core/layout.hpp"
+#include "core/layout.hpp"
 
 namespace actorps {
 

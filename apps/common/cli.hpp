@@ -8,7 +8,7 @@
 
 #include <boost/program_options.hpp>
 
-#include "messages/compression.hpp"
+#include "core/compression.hpp"
 #include "runtime/scheduler_policy.hpp"
 
 namespace actorps::apps {

@@ -7,7 +7,7 @@
 
 #include <Eigen/Core>
 
-#include "messages/errc.hpp"
+#include "core/errc.hpp"
 
 /// Reading (Fashion-)MNIST's idx files, plain or gzip-compressed. Free of
 /// CAF.

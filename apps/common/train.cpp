@@ -8,7 +8,7 @@
 
 #include "apps/common/mlp.hpp"
 #include "messages/errors.hpp"
-#include "runtime/core/optimizer.hpp"
+#include "core/optimizer.hpp"
 
 namespace actorps::apps {
 

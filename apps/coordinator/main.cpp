@@ -5,7 +5,7 @@
 
 #include "apps/common/cli.hpp"
 #include "messages/errors.hpp"
-#include "runtime/core/layout.hpp"
+#include "core/layout.hpp"
 #include "runtime/network.hpp"
 
 namespace po = boost::program_options;

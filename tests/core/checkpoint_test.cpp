@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "runtime/core/checkpoint.hpp"
+#include "core/checkpoint.hpp"
 
 #include <cstdint>
 #include <cstdlib>

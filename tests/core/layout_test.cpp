@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "runtime/core/layout.hpp"
+#include "core/layout.hpp"
 
 #include <cstdint>
 #include <set>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "runtime/core/optimizer.hpp"
+#include "core/optimizer.hpp"
 
 #include <algorithm>
 #include <cmath>

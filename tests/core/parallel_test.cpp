@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "runtime/core/parallel.hpp"
+#include "core/parallel.hpp"
 
 using actorps::core::split_in_two;
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "messages/errors.hpp"
-#include "runtime/core/parallel.hpp"
+#include "core/parallel.hpp"
 
 using namespace actorps;
 

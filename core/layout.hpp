@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "messages/errc.hpp"
-#include "messages/types.hpp"
+#include "core/errc.hpp"
+#include "core/values.hpp"
 
 /// Placement of keys on shards, free of CAF.
 ///

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "runtime/core/parallel.hpp"
+#include "core/parallel.hpp"
 
 #include <numeric>
 #include <system_error>

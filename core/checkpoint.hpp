@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "messages/errc.hpp"
-#include "messages/types.hpp"
+#include "core/errc.hpp"
+#include "core/values.hpp"
 
 /// Checkpoint encoding of optimizer state and weights, free of CAF.
 ///

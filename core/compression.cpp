@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "messages/compression.hpp"
+#include "core/compression.hpp"
 
 #include <cmath>
 #include <cstdio>

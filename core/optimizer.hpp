@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "messages/errc.hpp"
-#include "messages/types.hpp"
+#include "core/errc.hpp"
+#include "core/values.hpp"
 
 /// Update rules of a shard, free of CAF. A shard keeps, beside each slice of
 /// n weights, `state_size(cfg, n)` floats of optimizer state (zero at start)

@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-#include "messages/compression.hpp"
+#include "core/compression.hpp"
 
 using namespace actorps;
 

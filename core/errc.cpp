@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "messages/errc.hpp"
+#include "core/errc.hpp"
 
 namespace actorps {
 

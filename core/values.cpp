@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "core/values.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <utility>
+
+namespace actorps {
+
+namespace {
+
+const std::vector<float> no_floats;
+
+} // namespace
+
+// -- shared_floats ------------------------------------------------------------
+
+shared_floats::shared_floats(std::vector<float> x)
+  : buf_(std::make_shared<std::vector<float>>(std::move(x))) {
+}
+
+const std::vector<float>& shared_floats::vec() const {
+  return buf_ ? *buf_ : no_floats;
+}
+
+bool shared_floats::unique() const noexcept {
+  if (!buf_ || buf_.use_count() != 1)
+    return false;
+  // use_count reads the count without ordering: make every access of the
+  // holder that let go of the buffer happen before what follows.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return true;
+}
+
+std::vector<float>& shared_floats::mutate() {
+  if (!buf_)
+    buf_ = std::make_shared<std::vector<float>>();
+  else if (!unique())
+    buf_ = std::make_shared<std::vector<float>>(*buf_);
+  return *buf_;
+}
+
+std::vector<float> shared_floats::take() {
+  std::vector<float> out;
+  if (unique())
+    out = std::move(*buf_);
+  else if (buf_)
+    out = *buf_;
+  buf_.reset();
+  return out;
+}
+
+// -- float_parts --------------------------------------------------------------
+
+float_parts::float_parts(std::vector<float> x) {
+  append(shared_floats{std::move(x)});
+}
+
+void float_parts::append(shared_floats buf) {
+  auto n = static_cast<uint64_t>(buf.size());
+  if (n == 0)
+    return;
+  pieces.push_back(
+    float_piece{static_cast<uint32_t>(buffers.size()), 0, size, n});
+  buffers.push_back(std::move(buf));
+  size += n;
+}
+
+bool float_parts::valid(bool contiguous) const {
+  uint64_t next = 0;
+  for (auto& p : pieces) {
+    if (p.buffer >= buffers.size())
+      return false;
+    auto have = static_cast<uint64_t>(buffers[p.buffer].size());
+    if (p.from > have || p.length > have - p.from)
+      return false;
+    if (p.at > size || p.length > size - p.at)
+      return false;
+    if (contiguous && p.at != next)
+      return false;
+    next = p.at + p.length;
+  }
+  return !contiguous || next == size;
+}
+
+void float_parts::copy_to(float* dst) const {
+  for (auto& p : pieces)
+    std::memcpy(dst + p.at, buffers[p.buffer].data() + p.from,
+                p.length * sizeof(float));
+}
+
+std::vector<float> float_parts::flatten() const {
+  std::vector<float> out(size);
+  copy_to(out.data());
+  return out;
+}
+
+} // namespace actorps

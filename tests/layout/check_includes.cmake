@@ -1,0 +1,21 @@
+# Checks the layering rule of core/: it includes no CAF header and nothing
+# from messages/, actors/, runtime/ or apps/ (the layers above it).
+# Usage: cmake -DSOURCE_DIR=<repo> -P check_includes.cmake
+file(GLOB_RECURSE files "${SOURCE_DIR}/core/*.hpp" "${SOURCE_DIR}/core/*.cpp")
+if(NOT files)
+  message(FATAL_ERROR "no files found under ${SOURCE_DIR}/core")
+endif()
+set(bad "")
+foreach(f IN LISTS files)
+  file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "[<\"](caf|messages|actors|runtime|apps)/")
+      string(APPEND bad "\n  ${f}: ${line}")
+    endif()
+  endforeach()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "core/ must not include CAF or upper layers:${bad}")
+endif()
+list(LENGTH files n)
+message(STATUS "core/: ${n} files include no CAF header and no upper layer")
