@@ -139,11 +139,6 @@ enum class op_kind : uint8_t {
   push_pull = 2,
 };
 
-/// Slices shorter than this on average are copied into one buffer when
-/// batched, not referred to piece by piece: per piece, sharing a buffer costs
-/// more than copying a few floats.
-constexpr uint64_t min_shared_floats = 1024;
-
 /// Names the update rule and its hyper-parameters, as MXNet's optimizers
 /// take them. Names: "assign" (no optimizer: value = merged push),
 /// "accumulate" (value += merged push), "sgd" (with `momentum` > 0: heavy

@@ -64,7 +64,7 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard
-/// (see actors/shard.hpp). Handles travel untyped and are cast back.
+/// (see actors/shard/shard.hpp). Handles travel untyped and are cast back.
 struct routing_table {
   std::vector<caf::actor> shards;
   std::vector<caf::actor> relays;

@@ -151,7 +151,6 @@ caf::error inspect(caf::deserializer& f, floats& x) {
 
 // -- shared_floats ------------------------------------------------------------
 
-
 caf::error inspect(caf::serializer& f, shared_floats& x) {
   return save_raw(f, x.data(), x.size());
 }
@@ -165,7 +164,6 @@ caf::error inspect(caf::deserializer& f, shared_floats& x) {
 }
 
 // -- float_parts --------------------------------------------------------------
-
 
 caf::error inspect(caf::serializer& f, float_parts& x) {
   if (!x.valid(false))

@@ -13,12 +13,13 @@
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
 
-#include "actors/coordinator.hpp"
+#include "actors/coordinator/coordinator.hpp"
 #include "actors/node.hpp"
-#include "actors/shard.hpp"
+#include "actors/shard/relay.hpp"
+#include "actors/shard/shard.hpp"
+#include "core/layout.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
-#include "core/layout.hpp"
 
 namespace actorps {
 

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "apps/common/mlp.hpp"
-#include "messages/errors.hpp"
 #include "core/optimizer.hpp"
+#include "messages/errors.hpp"
 
 namespace actorps::apps {
 

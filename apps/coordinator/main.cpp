@@ -4,8 +4,8 @@
 #include <string>
 
 #include "apps/common/cli.hpp"
-#include "messages/errors.hpp"
 #include "core/layout.hpp"
+#include "messages/errors.hpp"
 #include "runtime/network.hpp"
 
 namespace po = boost::program_options;

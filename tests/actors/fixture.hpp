@@ -15,7 +15,7 @@
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
 
-#include "actors/shard.hpp"
+#include "actors/shard/shard.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/system.hpp"

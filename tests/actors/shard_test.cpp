@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "actors/shard.hpp"
+#include "actors/shard/shard.hpp"
 
 #include <cmath>
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "actors/worker.hpp"
+#include "actors/worker/worker.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <type_traits>
 
-#include "actors/coordinator.hpp"
-#include "actors/shard.hpp"
+#include "actors/coordinator/coordinator.hpp"
+#include "actors/shard/shard.hpp"
 
 #include "tests/actors/fixture.hpp"
 
@@ -587,7 +587,7 @@ struct sync_pair_fixture : test::deterministic_fixture {
       wc.coordinator = coord;
       wc.shards = {shard};
       wc.max_bytes_in_flight = 1;
-      wc.batch_floats = 0;
+      wc.batching.batch_floats = 0;
       wc.sync = true;
       ws.push_back(guard(spawn_worker(sys, wc)));
     }

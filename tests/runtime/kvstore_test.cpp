@@ -13,8 +13,8 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include "messages/errors.hpp"
 #include "core/parallel.hpp"
+#include "messages/errors.hpp"
 
 using namespace actorps;
 

@@ -19,10 +19,11 @@
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
 
-#include "actors/coordinator.hpp"
+#include "actors/coordinator/coordinator.hpp"
 #include "actors/node.hpp"
-#include "actors/shard.hpp"
-#include "actors/worker.hpp"
+#include "actors/shard/relay.hpp"
+#include "actors/shard/shard.hpp"
+#include "actors/worker/worker.hpp"
 #include "messages/errors.hpp"
 #include "runtime/system.hpp"
 

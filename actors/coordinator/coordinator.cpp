@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "actors/coordinator.hpp"
+#include "actors/coordinator/state.hpp"
 
 #include <algorithm>
 #include <map>
@@ -18,94 +18,16 @@
 #include "caf/typed_response_promise.hpp"
 
 #include "actors/fan_in.hpp"
-#include "messages/errors.hpp"
 #include "core/checkpoint.hpp"
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "messages/errors.hpp"
 
 namespace actorps {
 
 namespace {
 
-struct key_entry {
-  key_info info;
-  bool initialized = false;
-  std::vector<bool> declared;
-  std::vector<caf::typed_response_promise<key_info>> waiters;
-};
-
-} // namespace
-
-struct coordinator_state {
-  static inline const char* name = "actorps.coordinator";
-
-  coordinator_config cfg;
-  std::unordered_map<std::string, key_entry> keys;
-  std::vector<std::string> names_by_id;
-  std::vector<bool> live;
-  std::vector<bool> at_barrier;
-  std::vector<caf::typed_response_promise<caf::ok_atom>> barrier_waiters;
-  optimizer_config optimizer;
-
-  // -- distributed mode -------------------------------------------------------
-
-  struct node_entry {
-    uint8_t role = 0;
-    uint32_t rank = 0;
-    caf::actor agent;
-    std::vector<caf::actor_addr> shards;
-    bool dead = false;
-    bool left = false;
-    caf::timestamp last_seen;
-  };
-
-  std::map<uint32_t, node_entry> nodes;
-  uint32_t workers_joined = 0;
-  uint32_t servers_joined = 0;
-  // Shards and relays per server rank, until every server registered.
-  std::vector<std::vector<caf::actor>> server_shards;
-  std::vector<std::vector<caf::actor>> server_relays;
-  std::vector<std::string> server_endpoints;
-  routing_table table;
-  bool routing_ready = false;
-  std::vector<caf::typed_response_promise<routing_table>> routing_waiters;
-  std::vector<bool> shard_dead;
-  bool done = false;
-  bool finished = false;
-
-  bool distributed() const {
-    return cfg.num_servers > 0;
-  }
-
-  caf::duration timeout() const {
-    return caf::duration{cfg.timeout};
-  }
-
-  // Releases the barrier once every live worker is in it.
-  void check_barrier() {
-    if (barrier_waiters.empty())
-      return;
-    for (size_t r = 0; r < live.size(); ++r)
-      if (live[r] && !at_barrier[r])
-        return;
-    for (auto& w : barrier_waiters)
-      w.deliver(caf::ok_atom::value);
-    barrier_waiters.clear();
-    at_barrier.assign(cfg.num_workers, false);
-  }
-
-  std::vector<uint32_t> live_ranks() const {
-    std::vector<uint32_t> result;
-    for (uint32_t r = 0; r < live.size(); ++r)
-      if (live[r])
-        result.push_back(r);
-    return result;
-  }
-};
-
-namespace {
-
-using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
+using self_ptr = coordinator_ptr;
 
 std::string quoted(const std::string& key) {
   return "'" + key + "'";
@@ -144,117 +66,6 @@ void broadcast(self_ptr self, Promise rp, Finish finish, OnReply on_reply,
             fan.promise().deliver(finish());
         },
         [=](caf::error& err) { fan.fail(std::move(err)); });
-}
-
-// Tells every live shard which workers are live (fire and forget).
-void announce_workers(self_ptr self) {
-  auto& st = self->state;
-  for (size_t i = 0; i < st.cfg.shards.size(); ++i)
-    if (i >= st.shard_dead.size() || !st.shard_dead[i])
-      self
-        ->request(st.cfg.shards[i], st.timeout(), workers_atom::value,
-                  st.live_ranks())
-        .then([](caf::ok_atom) {}, [](caf::error&) {});
-}
-
-// Tells `on_done` once, after every node went down (or the grace period
-// ended): no reply or shutdown message is lost with this process.
-void finish(self_ptr self) {
-  auto& st = self->state;
-  if (st.finished)
-    return;
-  st.finished = true;
-  if (st.cfg.on_done)
-    caf::anon_send(st.cfg.on_done, shutdown_atom::value);
-}
-
-// Ends a distributed job once no worker is left.
-void check_done(self_ptr self) {
-  auto& st = self->state;
-  if (!st.distributed() || st.done)
-    return;
-  if (std::any_of(st.live.begin(), st.live.end(), [](bool b) { return b; }))
-    return;
-  st.done = true;
-  bool waiting = false;
-  for (auto& [id, node] : st.nodes) {
-    if (node.role == role::server && !node.dead)
-      caf::anon_send(node.agent, shutdown_atom::value);
-    waiting = waiting || !node.dead;
-  }
-  if (!waiting)
-    finish(self);
-  else
-    self->delayed_send(self, std::chrono::seconds{5}, shutdown_atom::value);
-}
-
-// A worker rank left or died: release whoever waits for it.
-void drop_worker(self_ptr self, uint32_t rank) {
-  auto& st = self->state;
-  if (rank >= st.live.size() || !st.live[rank])
-    return;
-  st.live[rank] = false;
-  st.check_barrier();
-  announce_workers(self);
-  check_done(self);
-}
-
-// Marks the node owning `addr` dead and tells the survivors.
-void on_down(self_ptr self, const caf::down_msg& dm) {
-  auto& st = self->state;
-  for (auto& [id, node] : st.nodes) {
-    bool hit = node.agent && node.agent.address() == dm.source;
-    for (size_t i = 0; !hit && i < node.shards.size(); ++i)
-      hit = node.shards[i] == dm.source;
-    if (!hit || node.dead)
-      continue;
-    node.dead = true;
-    auto node_id = id;
-    auto role_of = node.role;
-    if (node.role == role::server) {
-      // Mark this server's shards dead in the global order.
-      size_t first = 0;
-      for (uint32_t r = 0; r < node.rank && r < st.server_shards.size(); ++r)
-        first += st.server_shards[r].size();
-      for (size_t i = 0; i < node.shards.size(); ++i)
-        if (first + i < st.shard_dead.size())
-          st.shard_dead[first + i] = true;
-    }
-    for (auto& [other_id, other] : st.nodes)
-      if (!other.dead && other.agent)
-        caf::anon_send(other.agent, node_down_atom::value, node_id, role_of);
-    if (st.cfg.on_done && !st.finished)
-      caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of);
-    if (role_of == role::worker && !node.left)
-      drop_worker(self, node.rank);
-    if (st.done && std::all_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {
-          return kvp.second.dead;
-        }))
-      finish(self);
-    return;
-  }
-}
-
-// Builds the routing table once every server registered its shards.
-void complete_routing(self_ptr self) {
-  auto& st = self->state;
-  for (auto& shards : st.server_shards)
-    if (shards.empty())
-      return;
-  for (size_t r = 0; r < st.server_shards.size(); ++r) {
-    for (auto& s : st.server_shards[r]) {
-      st.table.shards.push_back(s);
-      st.cfg.shards.push_back(caf::actor_cast<shard_actor>(s));
-    }
-    for (auto& x : st.server_relays[r])
-      st.table.relays.push_back(x);
-    st.table.servers.push_back(st.server_endpoints[r]);
-  }
-  st.shard_dead.assign(st.cfg.shards.size(), false);
-  st.routing_ready = true;
-  for (auto& w : st.routing_waiters)
-    w.deliver(st.table);
-  st.routing_waiters.clear();
 }
 
 coordinator_actor::behavior_type coordinator_impl(self_ptr self,

@@ -12,7 +12,7 @@
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
-#include "actors/shard.hpp"
+#include "actors/shard/shard.hpp"
 #include "messages/type_ids.hpp"
 
 /// Protocol of the coordinator.

@@ -10,8 +10,9 @@
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
-#include "actors/coordinator.hpp"
-#include "actors/shard.hpp"
+#include "actors/coordinator/coordinator.hpp"
+#include "actors/shard/shard.hpp"
+#include "core/batching.hpp"
 #include "messages/type_ids.hpp"
 
 /// Protocol of a worker: one training thread's view of the store.
@@ -45,7 +46,8 @@
 ///   priority)`, `(push_pull_atom, keys, priority, float_parts)` with `keys`
 ///   a `std::vector<std::string>`: the same on several keys at once, their
 ///   values back to back in `keys` order. Slices of at most
-///   `worker_config::batch_floats` floats are sent as one batch per shard, so
+///   `worker_config::batching.batch_floats` floats are sent as one batch per
+///   shard, so
 ///   a round of many small keys costs one message per shard, not per key.
 ///   Errors: as for one key; `shape_mismatch` names the total size.
 /// - `(compress_atom, key, compression)` -> `ok_atom`: pushes of `key` from
@@ -76,9 +78,6 @@
 /// does every later request that needs it.
 namespace actorps {
 
-/// Default of `worker_config::batch_floats`.
-constexpr uint64_t default_batch_floats = uint64_t{1} << 16;
-
 /// Static configuration of one worker.
 struct worker_config {
   uint32_t rank = 0;
@@ -91,9 +90,9 @@ struct worker_config {
   std::chrono::milliseconds timeout{60000};
   /// Timeout of a barrier (other workers may legitimately be slow).
   std::chrono::milliseconds barrier_timeout{600000};
-  /// Slices of at most this many floats travel in one batch message per
-  /// shard; larger ones alone. 0 sends every slice alone.
-  uint64_t batch_floats = default_batch_floats;
+  /// Which slices travel alone and which in one batch message per shard
+  /// (the client facade lays pushed values out by the same policy).
+  core::batching batching{};
   /// Per shard: bytes of requests sent and not answered yet beyond which
   /// further requests wait in the worker, highest priority first (a single
   /// larger request still goes alone). Bounds what queues up in the network
@@ -104,16 +103,13 @@ struct worker_config {
   /// The job is synchronous: pulls and push-pulls may wait for a round, so
   /// they never keep pushes back: sync pulls have a bound of their own
   /// (`max_bytes_in_flight` again), sync push-pulls hold no room (see
-  /// worker.cpp).
+  /// core/send_queue.hpp).
   bool sync = false;
   /// Compression of pushed values for keys without a setting of their own.
   /// The worker quantizes each pushed slice (keeping 2-bit residuals per
   /// slice); the values then cross the network packed.
   actorps::compression compression{};
 };
-
-/// Most floats one batch message carries; a fuller batch is split.
-constexpr uint64_t max_batch_floats = uint64_t{1} << 20;
 
 /// Interface of a worker actor.
 using worker_actor = caf::typed_actor<

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The coordinator's record of the job's nodes: who is live, when the job is
+// done, what happens when a node goes down, and the routing table.
+#include "actors/coordinator/state.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "caf/actor_cast.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/send.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/system_messages.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+namespace actorps {
+
+void announce_workers(coordinator_ptr self) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.cfg.shards.size(); ++i)
+    if (i >= st.shard_dead.size() || !st.shard_dead[i])
+      self
+        ->request(st.cfg.shards[i], st.timeout(), workers_atom::value,
+                  st.live_ranks())
+        .then([](caf::ok_atom) {}, [](caf::error&) {});
+}
+
+void finish(coordinator_ptr self) {
+  auto& st = self->state;
+  if (st.finished)
+    return;
+  st.finished = true;
+  if (st.cfg.on_done)
+    caf::anon_send(st.cfg.on_done, shutdown_atom::value);
+}
+
+void check_done(coordinator_ptr self) {
+  auto& st = self->state;
+  if (!st.distributed() || st.done)
+    return;
+  if (std::any_of(st.live.begin(), st.live.end(), [](bool b) { return b; }))
+    return;
+  st.done = true;
+  bool waiting = false;
+  for (auto& [id, node] : st.nodes) {
+    if (node.role == role::server && !node.dead)
+      caf::anon_send(node.agent, shutdown_atom::value);
+    waiting = waiting || !node.dead;
+  }
+  if (!waiting)
+    finish(self);
+  else
+    self->delayed_send(self, std::chrono::seconds{5}, shutdown_atom::value);
+}
+
+void drop_worker(coordinator_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  if (rank >= st.live.size() || !st.live[rank])
+    return;
+  st.live[rank] = false;
+  st.check_barrier();
+  announce_workers(self);
+  check_done(self);
+}
+
+void on_down(coordinator_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (auto& [id, node] : st.nodes) {
+    bool hit = node.agent && node.agent.address() == dm.source;
+    for (size_t i = 0; !hit && i < node.shards.size(); ++i)
+      hit = node.shards[i] == dm.source;
+    if (!hit || node.dead)
+      continue;
+    node.dead = true;
+    auto node_id = id;
+    auto role_of = node.role;
+    if (node.role == role::server) {
+      // Mark this server's shards dead in the global order.
+      size_t first = 0;
+      for (uint32_t r = 0; r < node.rank && r < st.server_shards.size(); ++r)
+        first += st.server_shards[r].size();
+      for (size_t i = 0; i < node.shards.size(); ++i)
+        if (first + i < st.shard_dead.size())
+          st.shard_dead[first + i] = true;
+    }
+    for (auto& [other_id, other] : st.nodes)
+      if (!other.dead && other.agent)
+        caf::anon_send(other.agent, node_down_atom::value, node_id, role_of);
+    if (st.cfg.on_done && !st.finished)
+      caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of);
+    if (role_of == role::worker && !node.left)
+      drop_worker(self, node.rank);
+    if (st.done && std::all_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {
+          return kvp.second.dead;
+        }))
+      finish(self);
+    return;
+  }
+}
+
+void complete_routing(coordinator_ptr self) {
+  auto& st = self->state;
+  for (auto& shards : st.server_shards)
+    if (shards.empty())
+      return;
+  for (size_t r = 0; r < st.server_shards.size(); ++r) {
+    for (auto& s : st.server_shards[r]) {
+      st.table.shards.push_back(s);
+      st.cfg.shards.push_back(caf::actor_cast<shard_actor>(s));
+    }
+    for (auto& x : st.server_relays[r])
+      st.table.relays.push_back(x);
+    st.table.servers.push_back(st.server_endpoints[r]);
+  }
+  st.shard_dead.assign(st.cfg.shards.size(), false);
+  st.routing_ready = true;
+  for (auto& w : st.routing_waiters)
+    w.deliver(st.table);
+  st.routing_waiters.clear();
+}
+
+} // namespace actorps

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/actor_addr.hpp"
+#include "caf/duration.hpp"
+#include "caf/timestamp.hpp"
+#include "caf/typed_response_promise.hpp"
+
+#include "actors/coordinator/coordinator.hpp"
+
+/// The state of the coordinator actor (internal: not installed), and the
+/// membership and supervision functions that membership.cpp implements for
+/// the handlers in coordinator.cpp.
+namespace actorps {
+
+struct key_entry {
+  key_info info;
+  bool initialized = false;
+  std::vector<bool> declared;
+  std::vector<caf::typed_response_promise<key_info>> waiters;
+};
+
+struct coordinator_state {
+  static inline const char* name = "actorps.coordinator";
+
+  coordinator_config cfg;
+  std::unordered_map<std::string, key_entry> keys;
+  std::vector<std::string> names_by_id;
+  std::vector<bool> live;
+  std::vector<bool> at_barrier;
+  std::vector<caf::typed_response_promise<caf::ok_atom>> barrier_waiters;
+  optimizer_config optimizer;
+
+  // -- distributed mode -------------------------------------------------------
+
+  struct node_entry {
+    uint8_t role = 0;
+    uint32_t rank = 0;
+    caf::actor agent;
+    std::vector<caf::actor_addr> shards;
+    bool dead = false;
+    bool left = false;
+    caf::timestamp last_seen;
+  };
+
+  std::map<uint32_t, node_entry> nodes;
+  uint32_t workers_joined = 0;
+  uint32_t servers_joined = 0;
+  // Shards and relays per server rank, until every server registered.
+  std::vector<std::vector<caf::actor>> server_shards;
+  std::vector<std::vector<caf::actor>> server_relays;
+  std::vector<std::string> server_endpoints;
+  routing_table table;
+  bool routing_ready = false;
+  std::vector<caf::typed_response_promise<routing_table>> routing_waiters;
+  std::vector<bool> shard_dead;
+  bool done = false;
+  bool finished = false;
+
+  bool distributed() const {
+    return cfg.num_servers > 0;
+  }
+
+  caf::duration timeout() const {
+    return caf::duration{cfg.timeout};
+  }
+
+  // Releases the barrier once every live worker is in it.
+  void check_barrier() {
+    if (barrier_waiters.empty())
+      return;
+    for (size_t r = 0; r < live.size(); ++r)
+      if (live[r] && !at_barrier[r])
+        return;
+    for (auto& w : barrier_waiters)
+      w.deliver(caf::ok_atom::value);
+    barrier_waiters.clear();
+    at_barrier.assign(cfg.num_workers, false);
+  }
+
+  std::vector<uint32_t> live_ranks() const {
+    std::vector<uint32_t> result;
+    for (uint32_t r = 0; r < live.size(); ++r)
+      if (live[r])
+        result.push_back(r);
+    return result;
+  }
+};
+
+using coordinator_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
+
+/// Tells every live shard which workers are live (fire and forget).
+void announce_workers(coordinator_ptr self);
+
+/// Tells `on_done` once, after every node went down (or the grace period
+/// ended): no reply or shutdown message is lost with this process.
+void finish(coordinator_ptr self);
+
+/// Ends a distributed job once no worker is left.
+void check_done(coordinator_ptr self);
+
+/// A worker rank left or died: releases whoever waits for it.
+void drop_worker(coordinator_ptr self, uint32_t rank);
+
+/// Marks the node that `dm` reports down dead and tells the survivors.
+void on_down(coordinator_ptr self, const caf::down_msg& dm);
+
+/// Builds the routing table once every server registered its shards.
+void complete_routing(coordinator_ptr self);
+
+} // namespace actorps

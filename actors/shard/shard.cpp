@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The shard actor's message handlers: each unpacks its message and calls
+// into the shard's state (state.hpp), which does the work.
+#include "actors/shard/state.hpp"
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "caf/actor_system.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include "core/optimizer.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+namespace {
+
+using shard_ptr = shard_actor::stateful_pointer<shard_state>;
+
+// A push or push_pull of one slice, answered through `Reply`'s promise.
+template <class Reply>
+caf::result<Reply>
+push_one(shard_ptr self, const char* op, op_kind kind, slice_push& msg) {
+  op_target t;
+  t.kind = kind;
+  auto rp = self->make_response_promise<Reply>();
+  if constexpr (std::is_same_v<Reply, caf::ok_atom>)
+    t.push_rp = rp;
+  else
+    t.pull_rp = rp;
+  self->state.submit(op, msg, std::move(t));
+  return rp;
+}
+
+shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
+  auto& st = self->state;
+  st.cfg = cfg;
+  st.live.assign(cfg.num_workers, true);
+  return {
+    // Takes the message by mutable reference to keep its buffer (see push).
+    [self](init_atom, slice_init& msg) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.init(msg))
+        return err;
+      return caf::ok_atom::value;
+    },
+    // Takes the message by mutable reference: CAF then hands over its own
+    // copy only if the message is shared, so the shard may keep the buffer.
+    [self](push_atom, slice_push& msg) -> caf::result<caf::ok_atom> {
+      return push_one<caf::ok_atom>(self, "push", op_kind::push, msg);
+    },
+    // A push, then a pull of the value it produced (one large slice; small
+    // ones travel in batches).
+    [self](push_pull_atom, slice_push& msg) -> caf::result<shared_floats> {
+      return push_one<shared_floats>(self, "push_pull", op_kind::push_pull,
+                                     msg);
+    },
+    [self](pull_atom, const slice_pull& msg) -> caf::result<shared_floats> {
+      op_target t;
+      t.kind = op_kind::pull;
+      t.pull_rp = self->make_response_promise<shared_floats>();
+      auto rp = t.pull_rp;
+      auto& st = self->state;
+      st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+                nullptr, 0, std::move(t));
+      return rp;
+    },
+    [self](batch_atom, const slice_batch& msg) -> caf::result<float_parts> {
+      // Once a promise exists, a returned error would be dropped: errors go
+      // through the promise.
+      auto rp = self->make_response_promise<float_parts>();
+      if (auto err = self->state.batch(msg, rp))
+        rp.deliver(std::move(err));
+      return rp;
+    },
+    [self](set_opt_atom,
+           const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+      if (auto err = to_error(core::validate(opt)))
+        return err;
+      self->state.set_optimizer(opt);
+      return caf::ok_atom::value;
+    },
+    [self](save_atom) -> state_snapshot { return self->state.save(); },
+    [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.load(snap))
+        return err;
+      return caf::ok_atom::value;
+    },
+    [self](workers_atom,
+           const std::vector<uint32_t>& live) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.set_live(live))
+        return err;
+      return caf::ok_atom::value;
+    },
+    [self](stats_atom) -> shard_stats { return self->state.stats; },
+    [self](command_atom, int32_t head,
+           const std::string& body) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (head == 0) {
+        optimizer_config opt;
+        if (auto err = to_error(core::parse_optimizer(body, opt)))
+          return err;
+        st.set_optimizer(opt);
+        return caf::ok_atom::value;
+      }
+      if (!st.cfg.on_command)
+        return make_error(errc::bad_config,
+                          "command: shard " + std::to_string(st.cfg.index)
+                            + " has no handler for command head "
+                            + std::to_string(head));
+      if (auto err = st.cfg.on_command(head, body))
+        return err;
+      return caf::ok_atom::value;
+    },
+  };
+}
+
+} // namespace
+
+shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg) {
+  return sys.spawn(shard_impl, std::move(cfg));
+}
+
+} // namespace actorps

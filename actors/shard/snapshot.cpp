@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Saving and loading a shard's slices, and the set of live workers.
+#include "actors/shard/state.hpp"
+
+#include <algorithm>
+
+#include "core/optimizer.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+state_snapshot shard_state::save() const {
+  state_snapshot snap;
+  snap.optimizer = opt;
+  snap.slices.reserve(slices.size());
+  for (auto& [id, s] : slices) {
+    slice_record rec;
+    rec.key_id = key_of(id);
+    rec.part = part_of(id);
+    rec.step = s.step;
+    rec.value.data = s.value.vec();
+    rec.state.data = s.opt_state;
+    snap.slices.push_back(std::move(rec));
+  }
+  // Deterministic order: by slice id.
+  std::sort(snap.slices.begin(), snap.slices.end(),
+            [](const slice_record& a, const slice_record& b) {
+              return std::make_pair(a.key_id, a.part)
+                     < std::make_pair(b.key_id, b.part);
+            });
+  return snap;
+}
+
+caf::error shard_state::load(const state_snapshot& snap) {
+  if (auto err = to_error(core::validate(snap.optimizer)))
+    return err;
+  // Check everything before changing anything: loading is all-or-nothing.
+  for (auto& rec : snap.slices) {
+    auto id = make_slice_id(rec.key_id, rec.part);
+    auto s = find(id);
+    if (s == nullptr)
+      return make_error(errc::unknown_key, "load_state: " + slice_name(id)
+                                             + " is not initialized on shard "
+                                             + std::to_string(cfg.index));
+    auto n = s->value.size();
+    if (rec.value.data.size() != n)
+      return make_error(errc::checkpoint_mismatch,
+                        "load_state: " + slice_name(id) + " has "
+                          + std::to_string(n)
+                          + " floats but the checkpoint has "
+                          + std::to_string(rec.value.data.size()));
+    auto want = core::state_size(snap.optimizer, n);
+    if (rec.state.data.size() != want)
+      return make_error(errc::checkpoint_mismatch,
+                        "load_state: " + slice_name(id) + " needs "
+                          + std::to_string(want) + " state floats for '"
+                          + snap.optimizer.name + "' but the checkpoint has "
+                          + std::to_string(rec.state.data.size()));
+  }
+  set_optimizer(snap.optimizer);
+  for (auto& rec : snap.slices) {
+    auto& s = slices[make_slice_id(rec.key_id, rec.part)];
+    s.value = shared_floats{rec.value.data};
+    s.opt_state = rec.state.data;
+    s.step = rec.step;
+  }
+  return caf::none;
+}
+
+caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
+  std::vector<bool> next(cfg.num_workers, false);
+  for (auto w : workers) {
+    if (w >= cfg.num_workers)
+      return make_error(errc::bad_config, "workers: worker " + std::to_string(w)
+                                            + " out of range (shard expects "
+                                            + std::to_string(cfg.num_workers)
+                                            + " workers)");
+    next[w] = true;
+  }
+  for (auto& kvp : slices) {
+    auto& sl = kvp.second;
+    // A worker that comes back joins the current round, not a past one.
+    for (uint32_t w = 0; w < cfg.num_workers; ++w)
+      if (next[w] && !live[w])
+        sl.pushes_of[w] = std::max(sl.pushes_of[w], sl.rounds_done);
+  }
+  live = std::move(next);
+  for (auto& kvp : slices)
+    advance_rounds(kvp.second);
+  return caf::none;
+}
+
+} // namespace actorps

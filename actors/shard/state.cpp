@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A shard's ordering of operations, synchronous rounds and updates.
+#include "actors/shard/state.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/batching.hpp"
+#include "core/optimizer.hpp"
+#include "core/parts.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+std::string slice_name(slice_id id) {
+  return "slice " + std::to_string(key_of(id)) + "/"
+         + std::to_string(part_of(id));
+}
+
+caf::error shard_state::check_worker(const char* op, slice_id id,
+                                     uint32_t worker) const {
+  if (worker >= cfg.num_workers)
+    return make_error(errc::bad_config,
+                      std::string{op} + ": worker " + std::to_string(worker)
+                        + " out of range (shard " + std::to_string(cfg.index)
+                        + " expects " + std::to_string(cfg.num_workers)
+                        + " workers) on " + slice_name(id));
+  return caf::none;
+}
+
+void shard_state::stash(const char* op, slice_state& s, slice_id id,
+                        uint32_t worker, uint64_t seq, stashed_op x) {
+  auto [i, added] = s.stash.emplace(std::make_pair(worker, seq), stashed_op{});
+  if (added) {
+    i->second = std::move(x);
+    return;
+  }
+  x.target.fail(
+    make_error(errc::bad_config, std::string{op} + ": sequence number "
+                                   + std::to_string(seq) + " of worker "
+                                   + std::to_string(worker) + " on "
+                                   + slice_name(id) + " is already waiting"));
+}
+
+slice_state* shard_state::find(slice_id id) {
+  auto i = slices.find(id);
+  return i == slices.end() ? nullptr : &i->second;
+}
+
+caf::error shard_state::not_initialized(const char* op, slice_id id) const {
+  return make_error(errc::not_initialized, std::string{op} + ": "
+                                             + slice_name(id)
+                                             + " is not initialized on shard "
+                                             + std::to_string(cfg.index));
+}
+
+void shard_state::set_optimizer(const optimizer_config& x) {
+  opt = x;
+  replaces = core::replaces_value(opt);
+  for (auto& kvp : slices) {
+    auto& s = kvp.second;
+    s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+    s.step = 0;
+  }
+}
+
+void shard_state::apply(slice_state& s, const float* merged) {
+  auto& w = s.value.mutate();
+  core::apply_update(opt, w.data(), merged, s.opt_state.data(), w.size(),
+                     s.step);
+  ++s.step;
+  ++stats.updates;
+}
+
+void shard_state::apply(slice_state& s, std::vector<float>&& merged) {
+  if (!replaces) {
+    apply(s, merged.data());
+    return;
+  }
+  s.value = shared_floats{std::move(merged)};
+  ++s.step;
+  ++stats.updates;
+}
+
+bool shard_state::round_complete(const round_sum& r) const {
+  for (uint32_t w = 0; w < cfg.num_workers; ++w)
+    if (live[w] && !r.contributed[w])
+      return false;
+  // A round with no live contributor at all has nothing to apply yet.
+  return r.contributors > 0;
+}
+
+void shard_state::advance_rounds(slice_state& s) {
+  for (;;) {
+    auto i = s.rounds.find(s.rounds_done);
+    if (i == s.rounds.end() || !round_complete(i->second))
+      return;
+    apply(s, std::move(i->second.sum));
+    s.rounds.erase(i);
+    ++s.rounds_done;
+    auto ready = [&](const waiting_pull& p) {
+      return p.min_rounds <= s.rounds_done;
+    };
+    for (auto& p : s.waiting)
+      if (ready(p))
+        p.target.pulled(s.value);
+    auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
+    stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
+    s.waiting.erase(first, s.waiting.end());
+  }
+}
+
+caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
+                                const float* g, std::size_t n,
+                                std::vector<float>* owned) {
+  ++stats.pushes;
+  // Checked in order, so the refused push still uses its sequence number.
+  if (!live[worker])
+    return make_error(errc::dead_node,
+                      "push: worker " + std::to_string(worker)
+                        + " left the job or was declared dead");
+  if (n != s.value.size())
+    return make_error(errc::shape_mismatch, "push: " + slice_name(id) + " has "
+                                              + std::to_string(s.value.size())
+                                              + " floats but the push has "
+                                              + std::to_string(n));
+  if (!cfg.sync) {
+    if (owned != nullptr)
+      apply(s, std::move(*owned));
+    else
+      apply(s, g);
+    return caf::none;
+  }
+  auto round = s.pushes_of[worker]++;
+  auto& r = s.rounds[round];
+  if (r.contributors == 0) {
+    if (owned != nullptr)
+      r.sum = std::move(*owned);
+    else
+      r.sum.assign(g, g + n);
+    r.contributed.assign(cfg.num_workers, false);
+  } else {
+    core::accumulate_into(r.sum.data(), g, n);
+  }
+  r.contributed[worker] = true;
+  ++r.contributors;
+  return caf::none;
+}
+
+void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
+  ++stats.pulls;
+  if (cfg.sync && s.rounds_done < s.pushes_of[worker]) {
+    s.waiting.push_back(waiting_pull{s.pushes_of[worker], std::move(t)});
+    ++stats.waiting_pulls;
+    return;
+  }
+  t.pulled(s.value);
+}
+
+void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
+                      const float* g, std::size_t n, op_target& t,
+                      std::vector<float>* owned) {
+  if (t.kind != op_kind::pull) {
+    if (auto err = do_push(s, id, worker, g, n, owned)) {
+      t.fail(std::move(err));
+      return;
+    }
+    if (t.kind == op_kind::push) {
+      t.pushed();
+      advance_rounds(s);
+      return;
+    }
+    advance_rounds(s);
+  }
+  do_pull(s, worker, t);
+}
+
+void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
+  for (;;) {
+    auto i = s.stash.find({worker, s.next_seq[worker]});
+    if (i == s.stash.end())
+      return;
+    auto op = std::move(i->second);
+    s.stash.erase(i);
+    ++s.next_seq[worker];
+    run(s, id, worker, op.grad.data(), op.grad.size(), op.target, &op.grad);
+  }
+}
+
+void shard_state::submit(const char* op, slice_state* s, slice_id id,
+                         uint32_t worker, uint64_t seq, const float* g,
+                         std::size_t n, op_target t,
+                         std::vector<float>* owned) {
+  if (s == nullptr) {
+    t.fail(not_initialized(op, id));
+    return;
+  }
+  auto now = admit(op, *s, id, worker, seq);
+  if (!now) {
+    t.fail(std::move(now.error()));
+    return;
+  }
+  if (*now) {
+    run(*s, id, worker, g, n, t, owned);
+    drain(*s, id, worker);
+    return;
+  }
+  stashed_op x;
+  if (owned != nullptr)
+    x.grad = std::move(*owned);
+  else
+    x.grad.assign(g, g + n);
+  x.target = std::move(t);
+  stash(op, *s, id, worker, seq, std::move(x));
+}
+
+void shard_state::submit(const char* op, slice_push& msg, op_target t) {
+  auto& g = msg.grad.data;
+  submit(op, find(msg.slice), msg.slice, msg.worker, msg.seq, g.data(),
+         g.size(), std::move(t), &g);
+}
+
+caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
+                                       slice_id id, uint32_t worker,
+                                       uint64_t seq) {
+  if (auto err = check_worker(op, id, worker))
+    return err;
+  auto expected_seq = s.next_seq[worker];
+  // A gap this large means lost messages or a restarted shard: waiting
+  // for the missing operations would only pile up stashed copies.
+  if (seq > expected_seq + max_seq_gap)
+    return make_error(
+      errc::bad_config,
+      std::string{op} + ": sequence number " + std::to_string(seq)
+        + " of worker " + std::to_string(worker) + " on " + slice_name(id)
+        + " is too far ahead (next is " + std::to_string(expected_seq) + ")");
+  if (seq < expected_seq)
+    return make_error(
+      errc::bad_config,
+      std::string{op} + ": sequence number " + std::to_string(seq)
+        + " of worker " + std::to_string(worker) + " on " + slice_name(id)
+        + " was used before (next is " + std::to_string(expected_seq) + ")");
+  if (seq == expected_seq) {
+    ++s.next_seq[worker];
+    return true;
+  }
+  ++stats.reordered;
+  return false;
+}
+
+// -- handlers' work -----------------------------------------------------------
+
+caf::error shard_state::init(slice_init& msg) {
+  if (find(msg.slice) != nullptr)
+    return make_error(errc::already_initialized,
+                      "init: " + slice_name(msg.slice)
+                        + " is already initialized on shard "
+                        + std::to_string(cfg.index));
+  if (msg.value.data.empty())
+    return make_error(errc::shape_mismatch,
+                      "init: " + slice_name(msg.slice) + " has an empty value");
+  auto& s = slices[msg.slice];
+  s.value = shared_floats{std::move(msg.value.data)};
+  s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+  s.next_seq.assign(cfg.num_workers, 0);
+  s.pushes_of.assign(cfg.num_workers, 0);
+  ++stats.slices;
+  stats.floats_stored += s.value.size();
+  return caf::none;
+}
+
+caf::error shard_state::batch(const slice_batch& msg, batch_promise rp) {
+  auto n = msg.slices.size();
+  if (msg.kind > static_cast<uint8_t>(op_kind::push_pull))
+    return make_error(errc::bad_config, "batch: unknown operation kind "
+                                          + std::to_string(msg.kind));
+  if (n == 0 || msg.seqs.size() != n)
+    return make_error(errc::bad_config,
+                      "batch: " + std::to_string(n) + " slices and "
+                        + std::to_string(msg.seqs.size())
+                        + " sequence numbers (need as many, at least one)");
+  ++stats.batches;
+  auto kind = static_cast<op_kind>(msg.kind);
+  const char* op = kind == op_kind::push   ? "push"
+                   : kind == op_kind::pull ? "pull"
+                                           : "push_pull";
+  if (auto err = check_worker(op, msg.slices[0], msg.worker))
+    return err;
+  // Check every slice and the payload before running anything.
+  std::vector<slice_state*> found;
+  found.reserve(n);
+  uint64_t total = 0;
+  for (auto id : msg.slices) {
+    auto s = find(id);
+    if (s == nullptr)
+      return not_initialized(op, id);
+    found.push_back(s);
+    total += s->value.size();
+  }
+  auto pushes = kind != op_kind::pull;
+  auto& flat = msg.data.data;
+  auto in_parts = flat.empty() && msg.parts.size > 0;
+  if (!flat.empty() && msg.parts.size > 0)
+    return make_error(errc::bad_config,
+                      std::string{op}
+                        + ": the batch carries values both in one buffer and "
+                          "in pieces");
+  auto carried = in_parts ? msg.parts.size : flat.size();
+  if (pushes && carried != total)
+    return make_error(errc::shape_mismatch,
+                      std::string{op} + ": " + std::to_string(n)
+                        + " slices hold " + std::to_string(total)
+                        + " floats but the batch carries "
+                        + std::to_string(carried));
+  if (pushes && in_parts && !msg.parts.valid(true))
+    return make_error(errc::shape_mismatch,
+                      std::string{op}
+                        + ": the pieces of the batch do not cover its values "
+                          "in order");
+  auto reply = std::make_shared<batch_reply>();
+  reply->rp = std::move(rp);
+  reply->remaining = n;
+  if (kind != op_kind::push) {
+    reply->shared = core::batching::share(n, total);
+    if (reply->shared) {
+      reply->out.size = total;
+      reply->out.buffers.reserve(n);
+      reply->out.pieces.reserve(n);
+    } else {
+      reply->flat.resize(total);
+    }
+  }
+  core::parts_cursor cursor{msg.parts};
+  uint64_t offset = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto len = found[i]->value.size();
+    op_target t;
+    t.kind = kind;
+    t.batch = reply;
+    t.offset = offset;
+    const float* g = nullptr;
+    if (pushes)
+      g = in_parts ? cursor.read(offset, len) : flat.data() + offset;
+    submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
+           pushes ? len : 0, std::move(t));
+    offset += len;
+  }
+  return caf::none;
+}
+
+} // namespace actorps

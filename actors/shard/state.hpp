@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "caf/error.hpp"
+#include "caf/expected.hpp"
+#include "caf/typed_response_promise.hpp"
+
+#include "actors/shard/shard.hpp"
+#include "messages/types.hpp"
+
+/// The state of a shard actor (internal: not installed): its slices, the
+/// ordering of each worker's operations per slice, synchronous rounds and
+/// updates (state.cpp), and saving and loading (snapshot.cpp). The message
+/// handlers in shard.cpp only unpack messages and call into it.
+namespace actorps {
+
+/// Names a slice in errors: "slice 3/1" (key id 3, part 1).
+std::string slice_name(slice_id id);
+
+using ok_promise = caf::typed_response_promise<caf::ok_atom>;
+using pull_promise = caf::typed_response_promise<shared_floats>;
+using batch_promise = caf::typed_response_promise<float_parts>;
+
+// The reply of a batch: the pulled values back to back, each slice's buffer
+// shared as a piece (copy on write, as a single pull shares it), delivered
+// once every operation of the batch completed, or the first error at once.
+// Slices shorter than `min_shared_floats` on average are copied into one
+// buffer instead: per piece, sharing costs more than copying a few floats.
+struct batch_reply {
+  batch_promise rp;
+  float_parts out;
+  // The copied reply when the slices are short.
+  std::vector<float> flat;
+  bool shared = true;
+  std::size_t remaining = 0;
+  bool failed = false;
+
+  void arrive() {
+    if (failed || --remaining > 0)
+      return;
+    if (shared)
+      rp.deliver(std::move(out));
+    else
+      rp.deliver(float_parts{std::move(flat)});
+  }
+
+  void fail(caf::error err) {
+    if (failed)
+      return;
+    failed = true;
+    rp.deliver(std::move(err));
+  }
+};
+
+using batch_ptr = std::shared_ptr<batch_reply>;
+
+// Where the outcome of one operation goes: the promise of a single push or
+// pull, or a place in a batch reply.
+struct op_target {
+  op_kind kind = op_kind::push;
+  ok_promise push_rp;
+  pull_promise pull_rp;
+  batch_ptr batch;
+  // Where a pulled value goes in batch->out.
+  uint64_t offset = 0;
+
+  void pushed() {
+    if (batch)
+      batch->arrive();
+    else
+      push_rp.deliver(caf::ok_atom::value);
+  }
+
+  // Pulls share the slice's buffer (copy on write, see shared_floats): a
+  // single pull as its reply, a batch as one piece of its reply.
+  void pulled(const shared_floats& value) {
+    if (!batch) {
+      pull_rp.deliver(value);
+      return;
+    }
+    if (!batch->failed && !batch->shared) {
+      std::memcpy(batch->flat.data() + offset, value.data(),
+                  value.size() * sizeof(float));
+    } else if (!batch->failed && value.size() > 0) {
+      auto& out = batch->out;
+      out.pieces.push_back(float_piece{
+        static_cast<uint32_t>(out.buffers.size()), 0, offset, value.size()});
+      out.buffers.push_back(value);
+    }
+    batch->arrive();
+  }
+
+  void fail(caf::error err) {
+    if (batch)
+      batch->fail(std::move(err));
+    else if (kind == op_kind::push)
+      push_rp.deliver(std::move(err));
+    else
+      pull_rp.deliver(std::move(err));
+  }
+};
+
+// An operation that arrived before an earlier one of the same worker.
+struct stashed_op {
+  std::vector<float> grad;
+  op_target target;
+};
+
+// A pull waiting for the sync round it depends on.
+struct waiting_pull {
+  uint64_t min_rounds = 0;
+  op_target target;
+};
+
+// Aggregation of one sync round of one slice.
+struct round_sum {
+  std::vector<float> sum;
+  std::vector<bool> contributed;
+  uint32_t contributors = 0;
+};
+
+struct slice_state {
+  shared_floats value;
+  std::vector<float> opt_state;
+  uint64_t step = 0;
+  // Next expected sequence number per worker.
+  std::vector<uint64_t> next_seq;
+  // Operations that arrived early, by (worker, seq).
+  std::map<std::pair<uint32_t, uint64_t>, stashed_op> stash;
+  // Sync mode: pushes each worker contributed, rounds applied, open rounds.
+  std::vector<uint64_t> pushes_of;
+  uint64_t rounds_done = 0;
+  std::map<uint64_t, round_sum> rounds;
+  std::vector<waiting_pull> waiting;
+};
+
+struct shard_state {
+  static inline const char* name = "actorps.shard";
+
+  /// Operations a worker may run ahead of the next expected one per slice.
+  static constexpr uint64_t max_seq_gap = 1 << 16;
+
+  shard_config cfg;
+  optimizer_config opt;
+  // The rule is "assign": a round's sum becomes the value as it is.
+  bool replaces = true;
+  std::unordered_map<slice_id, slice_state> slices;
+  std::vector<bool> live;
+  shard_stats stats;
+
+  // -- validation -------------------------------------------------------------
+
+  caf::error check_worker(const char* op, slice_id id, uint32_t worker) const;
+
+  // Keeps an operation until its predecessors ran; a duplicate fails.
+  void stash(const char* op, slice_state& s, slice_id id, uint32_t worker,
+             uint64_t seq, stashed_op x);
+
+  slice_state* find(slice_id id);
+
+  caf::error not_initialized(const char* op, slice_id id) const;
+
+  // -- updates ----------------------------------------------------------------
+
+  // Replaces the update rule; every slice's state and step start afresh.
+  void set_optimizer(const optimizer_config& x);
+
+  void apply(slice_state& s, const float* merged);
+
+  // Applies a merged push held in `merged`, which may be taken over: under
+  // "assign" it becomes the value without a copy (readers of the old value
+  // keep theirs).
+  void apply(slice_state& s, std::vector<float>&& merged);
+
+  bool round_complete(const round_sum& r) const;
+
+  // Applies every complete round in order and answers the pulls each unblocks.
+  void advance_rounds(slice_state& s);
+
+  // -- in-order processing ----------------------------------------------------
+
+  // Applies (async) or adds to its round (sync) one push of `n` floats.
+  // `owned`, if set, holds those floats and may be taken over as the round's
+  // sum instead of copying them.
+  caf::error do_push(slice_state& s, slice_id id, uint32_t worker,
+                     const float* g, std::size_t n, std::vector<float>* owned);
+
+  void do_pull(slice_state& s, uint32_t worker, op_target& t);
+
+  // Runs one operation whose predecessors all ran.
+  void run(slice_state& s, slice_id id, uint32_t worker, const float* g,
+           std::size_t n, op_target& t, std::vector<float>* owned = nullptr);
+
+  // Runs the operations of `worker` stashed behind the one just processed.
+  void drain(slice_state& s, slice_id id, uint32_t worker);
+
+  // Orders one operation on slice `id` (`s`, null if the slice does not
+  // exist here) among those of its worker: runs it now, or stashes it (with
+  // its pushed values) until its predecessors ran. `owned`, if set, holds the
+  // pushed values and may be taken over. Errors go to the operation's target.
+  void submit(const char* op, slice_state* s, slice_id id, uint32_t worker,
+              uint64_t seq, const float* g, std::size_t n, op_target t,
+              std::vector<float>* owned = nullptr);
+
+  // Submits a push or push_pull; the message's buffer may be taken over.
+  void submit(const char* op, slice_push& msg, op_target t);
+
+  // Checks a push or pull on slice `s` and orders it among the operations of
+  // its worker: returns whether it runs now (true) or must wait for an
+  // earlier one (false).
+  caf::expected<bool> admit(const char* op, slice_state& s, slice_id id,
+                            uint32_t worker, uint64_t seq);
+
+  // -- handlers' work (state.cpp) ---------------------------------------------
+
+  // Stores the initial value of a slice (its buffer is taken over).
+  caf::error init(slice_init& msg);
+
+  // Checks a batch and submits its operations; `rp` gets the reply.
+  caf::error batch(const slice_batch& msg, batch_promise rp);
+
+  // -- saving and loading (snapshot.cpp) --------------------------------------
+
+  // The optimizer and every slice, in slice id order.
+  state_snapshot save() const;
+
+  // Restores slices saved by `save`: all or nothing, checked first.
+  caf::error load(const state_snapshot& snap);
+
+  // The workers still taking part; rounds stop waiting for the others.
+  caf::error set_live(const std::vector<uint32_t>& workers);
+};
+
+} // namespace actorps

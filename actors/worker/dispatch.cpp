@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// How a worker turns one call into requests to shards: slicing and batching
+// (core/batching.hpp), compression, the per-shard send queues
+// (core/send_queue.hpp), the requests themselves (`to_shard`, the one place
+// where a worker's tensor bytes leave for a shard: the seam a second data
+// transport plugs into) and the assembly of pulled values (core/parts.hpp).
+#include "actors/worker/state.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "caf/event_based_actor.hpp"
+#include "caf/message_priority.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include "actors/fan_in.hpp"
+#include "core/layout.hpp"
+#include "core/parts.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+caf::error dead_shard(uint32_t index) {
+  return make_error(errc::dead_node, "shard " + std::to_string(index)
+                                       + " is down (its server died or "
+                                         "its connection was lost)");
+}
+
+const char* op_name(op_kind kind) {
+  switch (kind) {
+    case op_kind::push:
+      return "push";
+    case op_kind::pull:
+      return "pull";
+    default:
+      return "push_pull";
+  }
+}
+
+void set_compression(route& r, const compression& c) {
+  if (r.comp == c)
+    return;
+  r.comp = c;
+  r.residual.clear();
+}
+
+namespace {
+
+// Sends one request to shard `index` and tracks it until it completes.
+// Priority > 0 goes through the shard's relay when the shard is remote (CAF
+// drops priorities over the network), else with CAF's high priority.
+template <class Reply, class OnOk, class... Ts>
+void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
+              std::function<void(caf::error&)> on_err, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.dead[index]) {
+    auto err = dead_shard(index);
+    on_err(err);
+    return;
+  }
+  auto id = st.next_request++;
+  st.in_flight[index].emplace(id, std::move(on_err));
+  auto ok = [self, index, id, on_ok](Reply& x) mutable {
+    if (self->state.in_flight[index].erase(id) > 0)
+      on_ok(x);
+  };
+  auto fail = [self, index, id](caf::error& err) {
+    auto& pending = self->state.in_flight[index];
+    auto i = pending.find(id);
+    if (i == pending.end())
+      return;
+    auto f = std::move(i->second);
+    pending.erase(i);
+    f(err);
+  };
+  if (priority > 0 && !st.cfg.relays.empty())
+    self->request(st.cfg.relays[index], st.timeout(), std::forward<Ts>(xs)...)
+      .then(ok, fail);
+  else if (priority > 0)
+    self
+      ->request<caf::message_priority::high>(st.cfg.shards[index], st.timeout(),
+                                             std::forward<Ts>(xs)...)
+      .then(ok, fail);
+  else
+    self->request(st.cfg.shards[index], st.timeout(), std::forward<Ts>(xs)...)
+      .then(ok, fail);
+}
+
+// Runs the compression filter of `r` over the `n` floats of part `part`
+// about to be pushed (in place; 2-bit updates the part's residual). With
+// `packed` (the slice goes to a remote shard in a message of its own, so it
+// crosses packed by its key's codec), fp16 is left to the serializer:
+// packing truncates just as quantizing would, so the shard gets the same
+// values one pass sooner. A batch may mix codecs and cross unpacked: its
+// slices are always quantized here.
+void quantize_part(route& r, uint32_t part, float* x, uint64_t n, bool packed) {
+  if (r.comp.kind == codec::none || (packed && r.comp.kind == codec::fp16))
+    return;
+  float* residual = nullptr;
+  if (r.comp.kind == codec::two_bit) {
+    if (r.residual.size() < r.info.slices.size())
+      r.residual.resize(r.info.slices.size());
+    auto& res = r.residual[part];
+    if (res.size() != n)
+      res.assign(n, 0.0f);
+    residual = res.data();
+  }
+  quantize(r.comp, x, residual, n);
+}
+
+// The encoding of a payload that holds slices of several keys: theirs if
+// they all share it, else none (the values are quantized all the same, so
+// they only cross the network unpacked).
+void merge_encoding(floats& payload, bool first, const compression& c) {
+  if (first)
+    payload.encoding = c;
+  else if (payload.encoding != c)
+    payload.encoding = compression{};
+}
+
+// One push, pull or push_pull on one or more keys, in flight: counts the
+// shards' replies and collects the pulled slices as pieces of one output,
+// without copying them (see float_parts).
+struct gather {
+  std::size_t remaining = 0;
+  bool sealed = false;
+  bool failed = false;
+  float_parts out;
+  std::function<void(float_parts)> finish;
+  std::function<void(caf::error)> on_error;
+
+  void fail(caf::error err) {
+    if (failed)
+      return;
+    failed = true;
+    on_error(std::move(err));
+  }
+
+  void arrive() {
+    if (!failed && --remaining == 0 && sealed)
+      finish(std::move(out));
+  }
+
+  // Places a reply (see core::place_slice and core::place_batch).
+  template <class... Ts>
+  void put(Ts&&... xs) {
+    if (failed)
+      return;
+    if (auto st = core::place(out, std::forward<Ts>(xs)...); !st.ok())
+      fail(to_error(st));
+    else
+      arrive();
+  }
+};
+
+using gather_ptr = std::shared_ptr<gather>;
+
+// A batch being filled for one shard.
+struct batch_builder {
+  slice_batch msg;
+  std::vector<core::piece> pieces;
+  uint64_t floats = 0;
+};
+
+// Queues the request `(atom, msg)` for `shard` in its send queue; its reply
+// or error releases its bytes, then goes to `on_ok` or `on_err`.
+template <class Reply, class OnOk, class Atom, class Msg>
+void submit(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
+            uint64_t floats, OnOk on_ok,
+            std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
+  core::outgoing x;
+  x.priority = priority;
+  x.cost = core::cost_of(kind, floats, self->state.cfg.sync);
+  if constexpr (std::is_same_v<Msg, slice_batch>)
+    x.slices = msg.slices;
+  else
+    x.slices = {msg.slice};
+  x.send = [self, shard, priority, cost = x.cost, on_ok = std::move(on_ok),
+            on_err = std::move(on_err), atom, msg = std::move(msg)]() mutable {
+    to_shard<Reply>(
+      self, shard, priority,
+      [self, shard, cost, on_ok](Reply& r) mutable {
+        self->state.queues[shard].release(cost);
+        on_ok(r);
+      },
+      [self, shard, cost, on_err](caf::error& err) {
+        self->state.queues[shard].release(cost);
+        on_err(err);
+      },
+      atom, std::move(msg));
+  };
+  self->state.queues[shard].enqueue(std::move(x));
+}
+
+// Sends a batch, or its only operation as a plain push, pull or push_pull,
+// through the shard's send queue.
+void flush(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
+           batch_builder& b, const gather_ptr& g) {
+  if (b.pieces.empty())
+    return;
+  ++g->remaining;
+  std::function<void(caf::error&)> fail = [g](caf::error& err) {
+    g->fail(std::move(err));
+  };
+  auto msg = std::move(b.msg);
+  auto pieces = std::move(b.pieces);
+  auto expected = b.floats;
+  b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}, {}};
+  b.pieces.clear();
+  b.floats = 0;
+  if (msg.slices.size() == 1) {
+    auto at = pieces[0].offset;
+    auto on_value = [g, at, expected](shared_floats& x) {
+      g->put(at, expected, x);
+    };
+    if (msg.parts.size > 0)
+      msg.data.data = core::take_all(msg.parts);
+    auto one = slice_push{msg.slices[0], msg.worker, msg.seqs[0],
+                          std::move(msg.data)};
+    switch (kind) {
+      case op_kind::push:
+        submit<caf::ok_atom>(
+          self, shard, priority, kind, expected,
+          [g](caf::ok_atom) { g->arrive(); }, fail, push_atom::value,
+          std::move(one));
+        return;
+      case op_kind::pull:
+        submit<shared_floats>(self, shard, priority, kind, expected, on_value,
+                              fail, pull_atom::value,
+                              slice_pull{one.slice, one.worker, one.seq});
+        return;
+      case op_kind::push_pull:
+        submit<shared_floats>(self, shard, priority, kind, expected, on_value,
+                              fail, push_pull_atom::value, std::move(one));
+        return;
+    }
+  }
+  // A push batch answers with no floats: nothing to place.
+  auto sent = expected;
+  if (kind == op_kind::push) {
+    pieces.clear();
+    expected = 0;
+  }
+  submit<float_parts>(
+    self, shard, priority, kind, sent,
+    [g, pieces = std::move(pieces), expected](float_parts& x) {
+      g->put(pieces, expected, x);
+    },
+    fail, batch_atom::value, std::move(msg));
+}
+
+} // namespace
+
+void start_ops(worker_ptr self, op_kind kind,
+               const std::vector<std::string>& keys, int32_t priority,
+               float_parts data, std::function<void(float_parts)> finish,
+               std::function<void(caf::error)> on_error) {
+  auto& st = self->state;
+  auto op = op_name(kind);
+  auto pushes = kind != op_kind::pull;
+  const auto& batching = st.cfg.batching;
+  std::vector<route*> rs;
+  uint64_t total = 0;
+  // Batched slices of uncompressed keys refer to the caller's buffers
+  // instead of being copied into the batch, unless they are too short to be
+  // worth a piece each (compressed ones are quantized into a copy).
+  auto uncompressed = true;
+  uint64_t batched = 0;
+  uint64_t batched_floats = 0;
+  for (auto& k : keys) {
+    auto* r = &st.routes.at(k);
+    rs.push_back(r);
+    total += r->info.size;
+    uncompressed = uncompressed && r->comp.kind == codec::none;
+    for (auto& s : r->info.slices)
+      if (!batching.alone(s.length)) {
+        ++batched;
+        batched_floats += s.length;
+      }
+  }
+  auto share = pushes && uncompressed
+               && core::batching::share(batched, batched_floats);
+  if (pushes && data.size != total) {
+    if (keys.size() == 1)
+      on_error(to_error(core::check_size(op, rs[0]->info, data.size, "push")));
+    else
+      on_error(make_error(errc::shape_mismatch,
+                          std::string{op} + ": " + std::to_string(keys.size())
+                            + " keys hold " + std::to_string(total)
+                            + " floats but the push has "
+                            + std::to_string(data.size)));
+    return;
+  }
+  if (pushes && !data.valid(true)) {
+    on_error(make_error(errc::shape_mismatch,
+                        std::string{op}
+                          + ": the pieces of the pushed value do not cover it "
+                            "in order"));
+    return;
+  }
+  auto g = std::make_shared<gather>();
+  g->finish = std::move(finish);
+  g->on_error = std::move(on_error);
+  if (kind != op_kind::push)
+    g->out.size = total;
+  core::parts_reader in{data};
+  auto rank = st.cfg.rank;
+  auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
+  std::vector<batch_builder> open(num_shards);
+  for (auto& b : open)
+    b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}, {}};
+  auto cap = batching.cap();
+  auto remote = !st.cfg.relays.empty();
+  uint64_t key_offset = 0;
+  for (auto* r : rs) {
+    const auto& info = r->info;
+    for (auto& s : info.slices) {
+      auto id = make_slice_id(info.id, s.part);
+      auto seq = r->seq[s.part]++;
+      auto at = key_offset + s.offset;
+      auto& b = open[s.shard];
+      auto alone = batching.alone(s.length);
+      if (alone || b.floats + s.length > cap)
+        flush(self, s.shard, priority, kind, b, g);
+      // In sync mode, a large push-pull that has to wait goes as a push
+      // (which holds room until the shard took it, never longer) and a pull
+      // (which holds none while it waits for its round): a fused one could
+      // hold room while its round waits for this worker's queued pushes.
+      if (alone && kind == op_kind::push_pull && st.cfg.sync
+          && !st.queues[s.shard].fits(2 * s.length * sizeof(float))) {
+        auto part = [&](op_kind k, uint64_t part_seq, floats data) {
+          batch_builder one;
+          one.msg = slice_batch{rank,       static_cast<uint8_t>(k), {id},
+                                {part_seq}, std::move(data),         {}};
+          one.pieces.push_back(core::piece{at, s.length});
+          one.floats = s.length;
+          flush(self, s.shard, priority, k, one, g);
+        };
+        auto pushed = in.take(s.length);
+        quantize_part(*r, s.part, pushed.data(), s.length, remote);
+        part(op_kind::push, seq, floats{std::move(pushed), r->comp});
+        part(op_kind::pull, r->seq[s.part]++, floats{});
+        continue;
+      }
+      b.msg.slices.push_back(id);
+      b.msg.seqs.push_back(seq);
+      b.pieces.push_back(core::piece{at, s.length});
+      b.floats += s.length;
+      if (pushes && share && !alone) {
+        in.share(b.msg.parts, s.length);
+      } else if (pushes) {
+        auto& dst = b.msg.data;
+        auto first = b.msg.slices.size() == 1;
+        if (alone)
+          dst.data = in.take(s.length);
+        else
+          in.append(dst.data, s.length);
+        quantize_part(*r, s.part, dst.data.data() + dst.data.size() - s.length,
+                      s.length, remote && alone);
+        merge_encoding(dst, first, r->comp);
+      }
+      // A large slice travels alone, so big tensors stream over all shards.
+      if (alone)
+        flush(self, s.shard, priority, kind, b, g);
+    }
+    key_offset += info.size;
+  }
+  for (uint32_t i = 0; i < num_shards; ++i)
+    flush(self, i, priority, kind, open[i], g);
+  g->sealed = true;
+  if (!g->failed && g->remaining == 0)
+    g->finish(std::move(g->out));
+}
+
+// Rank 0 writes the value to every shard, then tells the coordinator. If a
+// shard fails, the coordinator hears of it too, so the waiting ranks fail
+// instead of waiting and rank 0 may try again.
+void write_init(worker_ptr self, key_info info, floats value,
+                caf::typed_response_promise<caf::ok_atom> rp) {
+  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
+  auto report = [self, id = info.id](bool ok) {
+    return self->request(self->state.cfg.coordinator, self->state.timeout(),
+                         init_done_atom::value, id, ok);
+  };
+  auto done = [self, fan, info, report]() mutable {
+    report(true).then(
+      [self, fan, info](caf::ok_atom) mutable {
+        add_route(self, info);
+        fan.promise().deliver(caf::ok_atom::value);
+      },
+      [fan](caf::error& err) { fan.fail(std::move(err)); });
+  };
+  auto on_error = [fan, report](caf::error& err) {
+    if (fan.failed())
+      return;
+    fan.fail(std::move(err));
+    report(false).then([](caf::ok_atom) {}, [](caf::error&) {});
+  };
+  for (auto& s : info.slices) {
+    slice_init msg{make_slice_id(info.id, s.part), {}};
+    if (info.slices.size() == 1) {
+      msg.value = std::move(value);
+    } else {
+      auto first = value.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
+      msg.value.data.assign(first,
+                            first + static_cast<std::ptrdiff_t>(s.length));
+    }
+    to_shard<caf::ok_atom>(
+      self, s.shard, 0,
+      [fan, done](caf::ok_atom) mutable {
+        if (fan.arrive())
+          done();
+      },
+      on_error, init_atom::value, std::move(msg));
+  }
+}
+
+} // namespace actorps

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "caf/duration.hpp"
+#include "caf/error.hpp"
+#include "caf/typed_response_promise.hpp"
+
+#include "actors/worker/worker.hpp"
+#include "core/send_queue.hpp"
+
+/// The state of a worker actor and the functions its files share (internal:
+/// not installed). worker.cpp holds the message handlers and the routing;
+/// dispatch.cpp turns one call into requests to shards (slicing, batching,
+/// compression, the send queues, assembly of pulled values).
+namespace actorps {
+
+/// Routing entry of one key plus this worker's next sequence number per part.
+struct route {
+  key_info info;
+  std::vector<uint64_t> seq;
+  /// The key's compression and, for 2-bit, each part's residual (allocated
+  /// at the part's first push).
+  compression comp;
+  std::vector<std::vector<float>> residual;
+};
+
+struct worker_state {
+  static inline const char* name = "actorps.worker";
+
+  worker_config cfg;
+  std::unordered_map<std::string, route> routes;
+  /// Keys with a compression setting of their own (see compress_atom).
+  std::unordered_map<std::string, compression> key_compression;
+  /// While a lookup is in flight, every later operation waits here, so that
+  /// operations take effect in issue order (lookups happen once per key).
+  bool stalled = false;
+  std::deque<std::function<void()>> backlog;
+  /// Per shard: dead or not, and the failure handlers of requests in flight,
+  /// so that a shard going down fails them at once (CAF 0.17 fails requests
+  /// to a dead remote peer only when they time out).
+  std::vector<bool> dead;
+  std::vector<std::unordered_map<uint64_t, std::function<void(caf::error&)>>>
+    in_flight;
+  uint64_t next_request = 0;
+  /// Per shard: requests waiting for room under cfg.max_bytes_in_flight.
+  std::vector<core::send_queue> queues;
+
+  caf::duration timeout() const {
+    return caf::duration{cfg.timeout};
+  }
+};
+
+using worker_ptr = worker_actor::stateful_pointer<worker_state>;
+
+/// Records the route of `key`; a known route keeps its sequence numbers.
+void add_route(worker_ptr self, key_info info);
+
+/// The `dead_node` error of shard `index`.
+caf::error dead_shard(uint32_t index);
+
+/// Sets the compression of `r`; a new codec starts from zero residuals.
+void set_compression(route& r, const compression& c);
+
+/// Name of an operation kind in errors ("push", "pull", "push_pull").
+const char* op_name(op_kind kind);
+
+/// Starts `kind` on `keys` (whose routes are known): checks the payload,
+/// numbers each slice's operation, and sends each large slice on its own
+/// (its buffer moved along when the caller gave it one of its own) and the
+/// small slices of each shard as batches. `finish` gets the pulled values
+/// of all keys back to back (empty for pushes) once every shard answered;
+/// `on_error` gets the first error instead.
+void start_ops(worker_ptr self, op_kind kind,
+               const std::vector<std::string>& keys, int32_t priority,
+               float_parts data, std::function<void(float_parts)> finish,
+               std::function<void(caf::error)> on_error);
+
+/// Rank 0 writes the value to every shard, then tells the coordinator. If a
+/// shard fails, the coordinator hears of it too, so the waiting ranks fail
+/// instead of waiting and rank 0 may try again.
+void write_init(worker_ptr self, key_info info, floats value,
+                caf::typed_response_promise<caf::ok_atom> rp);
+
+} // namespace actorps

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The worker actor: its message handlers, the routing table it caches from
+// the coordinator, and supervision of its shards. What one call sends to
+// the shards is in dispatch.cpp.
+#include "actors/worker/state.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "caf/actor_system.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/system_messages.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include "core/layout.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+// Records the route of `key`; a known route keeps its sequence numbers.
+void add_route(worker_ptr self, key_info info) {
+  auto& routes = self->state.routes;
+  auto i = routes.find(info.name);
+  if (i != routes.end()) {
+    i->second.info = std::move(info);
+    return;
+  }
+  auto name = info.name;
+  route r;
+  r.seq.assign(info.slices.size(), 0);
+  auto c = self->state.key_compression.find(name);
+  r.comp = c != self->state.key_compression.end() ? c->second
+                                                  : self->state.cfg.compression;
+  r.info = std::move(info);
+  routes.emplace(std::move(name), std::move(r));
+}
+
+namespace {
+
+std::string quoted(const std::string& key) {
+  return "'" + key + "'";
+}
+
+// Runs the operations that waited behind a lookup, until one stalls again.
+void drain_backlog(worker_ptr self) {
+  auto& st = self->state;
+  while (!st.stalled && !st.backlog.empty()) {
+    auto f = std::move(st.backlog.front());
+    st.backlog.pop_front();
+    f();
+  }
+}
+
+// Runs `f` once every key of `keys` has a route, fetching missing ones from
+// the coordinator first; operations issued meanwhile wait behind it.
+void with_routes(worker_ptr self, const std::vector<std::string>& keys,
+                 std::function<void()> f,
+                 std::function<void(const caf::error&)> on_error) {
+  auto& st = self->state;
+  if (st.stalled) {
+    // Rare (a lookup is in flight): the keys are copied only here.
+    st.backlog.emplace_back(
+      [self, keys, f = std::move(f), on_error = std::move(on_error)]() mutable {
+        with_routes(self, keys, std::move(f), std::move(on_error));
+      });
+    return;
+  }
+  std::vector<std::string> missing;
+  for (auto& k : keys)
+    if (st.routes.count(k) == 0
+        && std::find(missing.begin(), missing.end(), k) == missing.end())
+      missing.push_back(k);
+  if (missing.empty()) {
+    f();
+    return;
+  }
+  struct lookups {
+    std::size_t remaining = 0;
+    caf::error err;
+    std::function<void()> f;
+    std::function<void(const caf::error&)> on_error;
+  };
+  auto pending = std::make_shared<lookups>();
+  pending->remaining = missing.size();
+  pending->f = std::move(f);
+  pending->on_error = std::move(on_error);
+  auto arrive = [self, pending] {
+    if (--pending->remaining > 0)
+      return;
+    if (pending->err)
+      pending->on_error(pending->err);
+    else
+      pending->f();
+    self->state.stalled = false;
+    drain_backlog(self);
+  };
+  st.stalled = true;
+  for (auto& k : missing)
+    self->request(st.cfg.coordinator, st.timeout(), lookup_atom::value, k)
+      .then(
+        [self, arrive](key_info& info) {
+          add_route(self, std::move(info));
+          arrive();
+        },
+        [self, k, pending, arrive](caf::error& err) {
+          // An init may have made the route known meanwhile: keep it.
+          if (self->state.routes.count(k) == 0 && !pending->err)
+            pending->err = std::move(err);
+          arrive();
+        });
+}
+
+void on_down(worker_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  for (uint32_t i = 0; i < st.cfg.shards.size(); ++i) {
+    bool hit = st.cfg.shards[i].address() == dm.source
+               || (i < st.cfg.relays.size()
+                   && st.cfg.relays[i].address() == dm.source);
+    if (!hit || st.dead[i])
+      continue;
+    st.dead[i] = true;
+    auto pending = std::move(st.in_flight[i]);
+    st.in_flight[i].clear();
+    for (auto& kvp : pending) {
+      auto err = dead_shard(i);
+      kvp.second(err);
+    }
+    // Queued requests fail as they are sent (the shard is marked dead).
+    st.queues[i].pump();
+  }
+}
+
+// Runs `kind` on `keys` once their routes are known; delivers to `rp`.
+template <class Promise>
+void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
+             int32_t priority, float_parts data, Promise rp) {
+  if (keys.empty()) {
+    rp.deliver(make_error(errc::bad_config,
+                          std::string{op_name(kind)} + ": no keys given"));
+    return;
+  }
+  auto fail = [rp](const caf::error& err) mutable { rp.deliver(err); };
+  // Shared by the operation and the route check: the key list (10000 keys in
+  // a large call) is not copied.
+  auto ks = std::make_shared<const std::vector<std::string>>(std::move(keys));
+  auto run = [self, kind, ks, priority, rp, fail,
+              data = std::move(data)]() mutable {
+    start_ops(
+      self, kind, *ks, priority, std::move(data),
+      [rp](float_parts out) mutable {
+        if constexpr (std::is_same_v<Promise,
+                                     caf::typed_response_promise<float_parts>>)
+          rp.deliver(std::move(out));
+        else
+          rp.deliver(caf::ok_atom::value);
+      },
+      fail);
+  };
+  with_routes(self, *ks, std::move(run), fail);
+}
+
+worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.dead.assign(st.cfg.shards.size(), false);
+  st.in_flight.resize(st.cfg.shards.size());
+  st.queues.assign(st.cfg.shards.size(),
+                   core::send_queue{st.cfg.max_bytes_in_flight});
+  for (auto& x : st.cfg.shards)
+    self->monitor(x);
+  for (auto& x : st.cfg.relays)
+    self->monitor(x);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  return {
+    [self](init_atom, const std::string& key,
+           const std::vector<uint64_t>& shape,
+           floats& value) -> caf::result<caf::ok_atom> {
+      auto size = core::shape_size(shape);
+      if (shape.empty() || size != value.data.size())
+        return make_error(errc::shape_mismatch,
+                          "init: key " + quoted(key) + " with shape "
+                            + core::shape_string(shape) + " needs "
+                            + std::to_string(size) + " floats but got "
+                            + std::to_string(value.data.size()));
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      auto rank = self->state.cfg.rank;
+      self
+        ->request(self->state.cfg.coordinator, self->state.timeout(),
+                  declare_atom::value, key, shape, rank)
+        .then(
+          [self, rp, rank, value = std::move(value)](key_info& info) mutable {
+            if (rank == 0) {
+              write_init(self, std::move(info), std::move(value), rp);
+              return;
+            }
+            add_route(self, std::move(info));
+            rp.deliver(caf::ok_atom::value);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](push_atom, std::string& key, int32_t priority,
+           float_parts& grad) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      data_op(self, op_kind::push, {std::move(key)}, priority, std::move(grad),
+              rp);
+      return rp;
+    },
+    [self](push_atom, std::vector<std::string>& keys, int32_t priority,
+           float_parts& grads) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      data_op(self, op_kind::push, std::move(keys), priority, std::move(grads),
+              rp);
+      return rp;
+    },
+    [self](pull_atom, std::string& key,
+           int32_t priority) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::pull, {std::move(key)}, priority, float_parts{},
+              rp);
+      return rp;
+    },
+    [self](pull_atom, std::vector<std::string>& keys,
+           int32_t priority) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::pull, std::move(keys), priority, float_parts{},
+              rp);
+      return rp;
+    },
+    [self](push_pull_atom, std::string& key, int32_t priority,
+           float_parts& grad) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::push_pull, {std::move(key)}, priority,
+              std::move(grad), rp);
+      return rp;
+    },
+    [self](push_pull_atom, std::vector<std::string>& keys, int32_t priority,
+           float_parts& grads) -> caf::result<float_parts> {
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::push_pull, std::move(keys), priority,
+              std::move(grads), rp);
+      return rp;
+    },
+    [self](compress_atom, std::string& key,
+           compression c) -> caf::result<caf::ok_atom> {
+      if (auto why = check(c); !why.empty())
+        return make_error(errc::bad_config, "set_gradient_compression: " + why);
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      // Through with_routes (with no keys): behind every operation that
+      // waits for a lookup, so it takes effect in issue order.
+      auto apply = [self, key = std::move(key), c, rp]() mutable {
+        auto& st = self->state;
+        if (key.empty()) {
+          st.cfg.compression = c;
+          for (auto& kvp : st.routes)
+            if (st.key_compression.count(kvp.first) == 0)
+              set_compression(kvp.second, c);
+        } else {
+          st.key_compression[key] = c;
+          if (auto i = st.routes.find(key); i != st.routes.end())
+            set_compression(i->second, c);
+        }
+        rp.deliver(caf::ok_atom::value);
+      };
+      with_routes(self, {}, std::move(apply),
+                  [rp](const caf::error& err) mutable { rp.deliver(err); });
+      return rp;
+    },
+    [self](lookup_atom, const std::string& key) -> caf::result<key_info> {
+      auto rp = self->make_response_promise<key_info>();
+      with_routes(
+        self, {key},
+        [self, key, rp]() mutable {
+          rp.deliver(self->state.routes.at(key).info);
+        },
+        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      return rp;
+    },
+    [self](barrier_atom) -> caf::result<caf::ok_atom> {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      self
+        ->request(self->state.cfg.coordinator,
+                  caf::duration{self->state.cfg.barrier_timeout},
+                  barrier_atom::value, self->state.cfg.rank)
+        .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](dead_atom, int32_t node_or_group, int32_t timeout_s) {
+      return self->delegate(self->state.cfg.coordinator, dead_atom::value,
+                            node_or_group, timeout_s);
+    },
+    [self](command_atom, int32_t head, const std::string& body) {
+      return self->delegate(self->state.cfg.coordinator, command_atom::value,
+                            head, body);
+    },
+    [self](leave_atom) {
+      return self->delegate(self->state.cfg.coordinator, leave_atom::value,
+                            self->state.cfg.rank);
+    },
+    [self](set_opt_atom, const optimizer_config& opt) {
+      return self->delegate(self->state.cfg.coordinator, set_opt_atom::value,
+                            opt);
+    },
+    [self](save_atom) {
+      return self->delegate(self->state.cfg.coordinator, save_atom::value);
+    },
+    [self](load_atom, const state_snapshot& snap) {
+      return self->delegate(self->state.cfg.coordinator, load_atom::value,
+                            snap);
+    },
+  };
+}
+
+} // namespace
+
+worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
+  return sys.spawn(worker_impl, std::move(cfg));
+}
+
+} // namespace actorps

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/deploy.hpp"
+
+#include <utility>
+
+#include "caf/exit_reason.hpp"
+#include "caf/io/middleman.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/send.hpp"
+
+#include "actors/coordinator/coordinator.hpp"
+#include "actors/node.hpp"
+#include "actors/shard/shard.hpp"
+#include "messages/errors.hpp"
+#include "runtime/blocking.hpp"
+#include "runtime/network.hpp"
+
+namespace actorps {
+
+namespace {
+
+system_options system_options_of(const store_options& o) {
+  system_options so;
+  so.threads = o.threads;
+  so.scheduler = o.scheduler;
+  so.keep_freed_memory = o.keep_freed_memory;
+  return so;
+}
+
+} // namespace
+
+store_runtime::~store_runtime() {
+  for (auto& a : owned)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+worker_config worker_config_of(const store_options& o, uint32_t rank,
+                               bool sync) {
+  worker_config wc;
+  wc.rank = rank;
+  wc.timeout = o.timeout;
+  wc.barrier_timeout = o.barrier_timeout;
+  wc.max_bytes_in_flight = o.max_bytes_in_flight;
+  wc.sync = sync;
+  wc.compression = o.compression;
+  return wc;
+}
+
+std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
+  auto rt = std::make_shared<store_runtime>(system_options_of(o), o);
+  rt->num_workers = o.num_workers;
+  rt->sync = sync;
+  std::vector<shard_actor> shards;
+  for (uint32_t i = 0; i < o.num_shards; ++i) {
+    shard_config sc;
+    sc.index = i;
+    sc.num_workers = o.num_workers;
+    sc.sync = sync;
+    shards.push_back(spawn_shard(rt->sys, sc));
+  }
+  coordinator_config cc;
+  cc.num_workers = o.num_workers;
+  cc.bigarray_bound = o.bigarray_bound;
+  cc.slice_floats = o.slice_floats;
+  cc.timeout = o.timeout;
+  cc.shards = shards;
+  auto coordinator = spawn_coordinator(rt->sys, cc);
+  for (uint32_t r = 0; r < o.num_workers; ++r) {
+    auto wc = worker_config_of(o, r, sync);
+    wc.batching = rt->batching;
+    wc.coordinator = coordinator;
+    wc.shards = shards;
+    rt->workers.emplace(r, rt->own(spawn_worker(rt->sys, wc)));
+  }
+  rt->own(coordinator);
+  for (auto& x : shards)
+    rt->own(x);
+  return rt;
+}
+
+caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
+                                                        bool sync) {
+  auto where = parse_endpoint(o.coordinator);
+  if (!where)
+    return std::move(where.error());
+  auto so = system_options_of(o);
+  so.network = true;
+  so.heartbeat = o.heartbeat;
+  so.connection_timeout = o.connection_timeout;
+  auto rt = std::make_shared<store_runtime>(so, o);
+  auto any = connect_coordinator(rt->sys, *where, o.connect_timeout);
+  if (!any)
+    return make_error(errc::dead_node, "create: " + context_of(any.error()));
+  auto coord = caf::actor_cast<coordinator_actor>(*any);
+  auto agent = rt->own(spawn_node_agent(rt->sys, coord, caf::actor{}));
+  caf::scoped_actor self{rt->sys, true};
+  job_info job;
+  if (auto err = detail::ask(
+        self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
+        join_atom::value, role::worker, o.token,
+        sync ? join_mode::sync : join_mode::async))
+    return err;
+  routing_table table;
+  if (auto err = detail::ask(
+        self.ptr(), coord, o.timeout,
+        [&](routing_table& x) { table = std::move(x); }, routing_atom::value))
+    return err;
+  // Direct connections to every server (see routing_table::servers).
+  for (auto& server : table.servers) {
+    auto at = parse_endpoint(server);
+    if (!at)
+      return std::move(at.error());
+    auto direct = rt->sys.middleman().remote_actor<shard_actor>(at->host,
+                                                                at->port);
+    if (!direct)
+      return make_error(errc::dead_node, "create: cannot reach the server at "
+                                           + server + " ("
+                                           + render(direct.error()) + ")");
+  }
+  auto wc = worker_config_of(o, job.rank, job.sync);
+  wc.batching = rt->batching;
+  wc.coordinator = coord;
+  for (auto& x : table.shards)
+    wc.shards.push_back(caf::actor_cast<shard_actor>(x));
+  for (auto& x : table.relays)
+    wc.relays.push_back(caf::actor_cast<shard_actor>(x));
+  rt->num_workers = job.num_workers;
+  rt->sync = job.sync;
+  rt->opts.bigarray_bound = job.bigarray_bound;
+  auto worker = spawn_worker(rt->sys, wc);
+  rt->owned.insert(rt->owned.begin(), caf::actor_cast<caf::actor>(worker));
+  rt->workers.emplace(job.rank, worker);
+  return rt;
+}
+
+} // namespace actorps

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/actor_cast.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/expected.hpp"
+
+#include "actors/worker/worker.hpp"
+#include "runtime/kvstore.hpp"
+#include "runtime/system.hpp"
+
+/// Deployment wiring behind the client facade (internal: not installed):
+/// the actors a store runs in this process, built as a local node set
+/// (coordinator, shards and workers in one actor system) or as one worker
+/// of a distributed job (joined through the coordinator).
+namespace actorps {
+
+/// Everything a store runs in this process: shared by all its handles.
+struct store_runtime {
+  system_config cfg;
+  caf::actor_system sys;
+  store_options opts;
+  uint32_t num_workers = 0;
+  std::map<uint32_t, worker_actor> workers;
+  bool sync = false;
+  /// How the workers batch slices; the facade lays values out by it.
+  core::batching batching{};
+  // Long-lived actors of this process, sent an exit in this order.
+  std::vector<caf::actor> owned;
+
+  store_runtime(const system_options& so, const store_options& o)
+    : cfg(so), sys(cfg), opts(o) {
+  }
+
+  /// Sends every owned actor an exit, in order.
+  ~store_runtime();
+
+  template <class Handle>
+  Handle own(Handle h) {
+    owned.push_back(caf::actor_cast<caf::actor>(h));
+    return h;
+  }
+};
+
+/// The worker configuration that `o` asks for, for rank `rank` (without
+/// coordinator and shards, which the deployment knows).
+worker_config worker_config_of(const store_options& o, uint32_t rank,
+                               bool sync);
+
+/// Spawns a local store: coordinator, `o.num_shards` shards and
+/// `o.num_workers` workers in one actor system.
+std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync);
+
+/// Joins the distributed job at `o.coordinator` as one worker; fails with
+/// `dead_node` when the coordinator or a server cannot be reached, or with
+/// the coordinator's refusal.
+caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
+                                                        bool sync);
+
+} // namespace actorps

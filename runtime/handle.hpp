@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+// Internal to runtime/: the state and blocking machinery of one kvstore
+// handle (its worker actor, tickets of operations in flight, waits bounded
+// by timeouts, the key metadata cache). kvstore.cpp implements the public
+// calls on top of it; deploy.hpp builds the actors it talks to.
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "caf/duration.hpp"
+#include "caf/scoped_actor.hpp"
+#include "caf/sec.hpp"
+
+#include "core/layout.hpp"
+#include "messages/errors.hpp"
+#include "runtime/blocking.hpp"
+#include "runtime/deploy.hpp"
+#include "runtime/kvstore.hpp"
+#include "runtime/payload.hpp"
+
+namespace actorps {
+
+// Turns CAF's system errors into actorps errors a user can act on. `inner`
+// is the timeout the actors use for their own requests.
+inline caf::error translate(caf::error err, std::chrono::milliseconds inner) {
+  if (err == caf::sec::request_receiver_down)
+    return make_error(errc::dead_node,
+                      "the worker actor or a shard it needs is down");
+  if (err == caf::sec::request_timeout)
+    return make_error(errc::timeout,
+                      "no reply within " + std::to_string(inner.count())
+                        + " ms (a worker, shard or the coordinator is stuck "
+                          "or dead, or a sync round lacks a worker)");
+  return err;
+}
+
+struct kvstore::impl {
+  // Declared first so it is destroyed last: the scoped actor below belongs to
+  // its actor system.
+  std::shared_ptr<store_runtime> rt;
+  std::string type;
+  uint32_t rank = 0;
+  worker_actor worker;
+  std::unique_ptr<caf::scoped_actor> self;
+  std::unordered_map<std::string, key_info> keys;
+  // Operations in flight, by ticket number; each finisher receives the reply.
+  std::map<uint64_t, std::function<caf::error()>> pending;
+  uint64_t next_ticket = 1;
+  // First error of an operation finished on the way (reported by next wait).
+  caf::error deferred;
+  bool closed = false;
+  // Set while close() drains: pulls nobody waited for must not write into
+  // their outputs, which the caller may have freed already.
+  bool discarding = false;
+  bool barrier_before_exit = false;
+
+  impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
+    : rt(std::move(runtime)), type(std::move(t)), rank(r) {
+    worker = rt->workers.at(r);
+    self = std::make_unique<caf::scoped_actor>(rt->sys, true);
+  }
+
+  ~impl() {
+    self.reset();
+  }
+
+  // The facade waits a little longer than the actors' own request timeouts,
+  // so that their more precise errors arrive before the facade gives up.
+  static std::chrono::milliseconds outer(std::chrono::milliseconds inner) {
+    return inner + std::max(inner / 10, std::chrono::milliseconds{1000});
+  }
+
+  std::chrono::milliseconds timeout() const {
+    return outer(rt->opts.timeout);
+  }
+
+  // Receives the reply with id `mid` within `dur` (see detail::await_reply).
+  template <class OnValue>
+  caf::error
+  await(caf::message_id mid, std::chrono::milliseconds dur, OnValue& on_value) {
+    return translate(detail::await_reply(self->ptr(), mid, dur, on_value),
+                     rt->opts.timeout);
+  }
+
+  // Blocking request to the worker actor; `on_value` gets the reply.
+  template <class OnValue, class... Ts>
+  caf::error call(std::chrono::milliseconds dur, OnValue on_value, Ts&&... xs) {
+    auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
+    return await(h.id(), dur, on_value);
+  }
+
+  // Sends a request and keeps its finisher under a new ticket number. The
+  // hop to the worker actor keeps normal priority on purpose: the mailbox
+  // must not reorder one handle's operations before the worker numbers them;
+  // the worker applies the priority on its way to the shards.
+  template <class OnValue, class... Ts>
+  uint64_t start(OnValue on_value, Ts&&... xs) {
+    auto id = next_ticket++;
+    auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
+    pending.emplace(id, [this, mid = h.id(), on_value]() mutable {
+      return await(mid, timeout(), on_value);
+    });
+    return id;
+  }
+
+  // Finishes every pending operation up to and including `last`.
+  caf::error finish_until(uint64_t last) {
+    caf::error first = std::move(deferred);
+    deferred = caf::none;
+    while (!pending.empty() && pending.begin()->first <= last) {
+      auto f = std::move(pending.begin()->second);
+      pending.erase(pending.begin());
+      if (auto err = f(); err && !first)
+        first = std::move(err);
+    }
+    return first;
+  }
+
+  // Bounds the operations in flight: finishes the oldest ones.
+  void throttle() {
+    auto cap = std::max<std::size_t>(rt->opts.max_pending, 1);
+    while (pending.size() >= cap) {
+      auto f = std::move(pending.begin()->second);
+      pending.erase(pending.begin());
+      if (auto err = f(); err && !deferred)
+        deferred = std::move(err);
+    }
+  }
+
+  caf::expected<key_info> meta(const std::string& key) {
+    auto i = keys.find(key);
+    if (i != keys.end())
+      return i->second;
+    key_info info;
+    auto err = call(
+      timeout(), [&](key_info& x) { info = std::move(x); }, lookup_atom::value,
+      key);
+    if (err)
+      return err;
+    return keys.emplace(key, std::move(info)).first->second;
+  }
+
+  // The routing entry of each key (pointers into `keys`, which keeps its
+  // elements in place).
+  caf::expected<std::vector<const key_info*>>
+  key_infos(const char* op, const std::vector<std::string>& names) {
+    if (names.empty())
+      return make_error(errc::bad_config, std::string{op} + ": no keys given");
+    std::vector<const key_info*> out;
+    out.reserve(names.size());
+    for (auto& name : names) {
+      if (auto info = meta(name); !info)
+        return std::move(info.error());
+      out.push_back(&keys.at(name));
+    }
+    return out;
+  }
+
+  // The routing entries of `keys` for `op` on this handle: fails once the
+  // handle is closed, and on an empty or unknown key.
+  caf::expected<std::vector<const key_info*>>
+  open_keys(const char* op, const std::vector<std::string>& names) {
+    if (closed)
+      return make_error(errc::closed,
+                        std::string{op} + ": the store handle was closed");
+    return key_infos(op, names);
+  }
+
+  // Checks that `buffers` holds one buffer per key, of the key's size
+  // (`what` names them).
+  template <class Buffers>
+  static caf::error check_buffers(const char* op,
+                                  const std::vector<const key_info*>& infos,
+                                  const Buffers& buffers, const char* what) {
+    if (buffers.size() != infos.size())
+      return make_error(errc::shape_mismatch,
+                        std::string{op} + ": " + std::to_string(infos.size())
+                          + " keys but " + std::to_string(buffers.size()) + " "
+                          + what + "s");
+    for (size_t i = 0; i < infos.size(); ++i) {
+      auto got = static_cast<uint64_t>(buffers[i].size());
+      if (got != infos[i]->size)
+        return to_error(core::check_size(op, *infos[i], got, what));
+    }
+    return caf::none;
+  }
+
+  // Starts a request whose reply holds the pulled floats of `dst`.
+  template <class... Ts>
+  pull_ticket start_pull(payload::target_list dst, uint64_t n, Ts&&... xs) {
+    throttle();
+    auto id = start(
+      [this, dst = std::move(dst), n](const float_parts& x) {
+        // The worker checked the sizes; outputs nobody waits for any more
+        // (close after an error) are left alone.
+        if (x.size != n || discarding || !x.valid(false))
+          return;
+        payload::copy_out(x, dst);
+      },
+      std::forward<Ts>(xs)...);
+    return pull_ticket{id};
+  }
+};
+
+} // namespace actorps

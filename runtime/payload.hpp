@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "core/batching.hpp"
+#include "core/parallel.hpp"
+#include "core/values.hpp"
+
+/// How the client facade lays the caller's values out for its worker actor
+/// and copies pulled values back, free of CAF: where a pushed tensor's bytes
+/// enter actorps and a pulled one's leave it. Slices that travel alone
+/// (core/batching.hpp) get buffers of their own, so they reach their shard
+/// without another copy.
+namespace actorps::payload {
+
+/// Lays out a pushed value of the keys `infos`, back to back: each slice
+// that the worker sends alone gets a buffer of its own, which then travels
+// to its shard without another copy; the other slices are packed together.
+// `fill(i, from, n, out)` appends the floats [from, from + n) of key i to
+// `out` (appended, not resized and overwritten: one pass over the memory).
+// Slices of their own are filled on two threads when large enough (see
+// core::split_in_two), so `fill` must be safe to call concurrently for
+// distinct outputs.
+template <class Fill>
+float_parts pack(const std::vector<const key_info*>& infos,
+                 const core::batching& batching, Fill fill) {
+  uint64_t small = 0;
+  struct own_slice {
+    size_t key;
+    const slice_range* slice;
+  };
+  std::vector<own_slice> alone;
+  for (size_t i = 0; i < infos.size(); ++i)
+    for (auto& s : infos[i]->slices) {
+      if (!batching.alone(s.length))
+        small += s.length;
+      else
+        alone.push_back(own_slice{i, &s});
+    }
+  // Allocated here, so that the helper thread only copies.
+  std::vector<std::vector<float>> owns(alone.size());
+  std::vector<uint64_t> weights(alone.size());
+  for (size_t j = 0; j < alone.size(); ++j) {
+    owns[j].reserve(alone[j].slice->length);
+    weights[j] = alone[j].slice->length;
+  }
+  core::split_in_two(weights, core::parallel_min_floats, [&](size_t j) {
+    fill(alone[j].key, alone[j].slice->offset, alone[j].slice->length, owns[j]);
+  });
+  float_parts out;
+  std::vector<float> run;
+  run.reserve(small);
+  auto end_run = [&] {
+    if (!run.empty())
+      out.append(shared_floats{std::move(run)});
+    run = std::vector<float>{};
+  };
+  size_t next_own = 0;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    for (auto& s : infos[i]->slices) {
+      if (!batching.alone(s.length)) {
+        fill(i, s.offset, s.length, run);
+        continue;
+      }
+      end_run();
+      out.append(shared_floats{std::move(owns[next_own++])});
+    }
+  }
+  end_run();
+  return out;
+}
+
+// Packs one value per key (see the template above).
+float_parts pack(const std::vector<const key_info*>& infos,
+                 const core::batching& batching,
+                 const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values);
+
+// Where pulled floats go: `n` floats of the value, from `at`, to `dst`.
+struct target {
+  uint64_t at = 0;
+  uint64_t n = 0;
+  float* dst = nullptr;
+};
+
+// Sorted by `at`; ranges may coincide (one key pulled into several
+// outputs) but not overlap partly.
+using target_list = std::vector<target>;
+
+// One output per key, the keys back to back (outputs checked).
+target_list targets(const std::vector<const key_info*>& infos,
+                    std::vector<Eigen::Ref<Eigen::VectorXf>>& outs);
+
+// Copies every piece of `x` into the outputs whose range holds it (on two
+// threads when large enough, see core::split_in_two).
+void copy_out(const float_parts& x, const target_list& dst);
+
+} // namespace actorps::payload
