@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // How a worker turns one call into requests to shards: slicing and batching
 // (core/batching.hpp), compression, the per-shard send queues
-// (core/send_queue.hpp), the requests themselves (`to_shard`, the one place
-// where a worker's tensor bytes leave for a shard: the seam a second data
-// transport plugs into) and the assembly of pulled values (core/parts.hpp).
+// (core/send_queue.hpp), and the assembly of pulled values (core/parts.hpp).
+// The requests themselves leave through `to_shard` (shard_link.hpp).
+#include "actors/worker/shard_link.hpp"
 #include "actors/worker/state.hpp"
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "caf/event_based_actor.hpp"
-#include "caf/message_priority.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
@@ -22,12 +21,6 @@
 #include "messages/errors.hpp"
 
 namespace actorps {
-
-caf::error dead_shard(uint32_t index) {
-  return make_error(errc::dead_node, "shard " + std::to_string(index)
-                                       + " is down (its server died or "
-                                         "its connection was lost)");
-}
 
 const char* op_name(op_kind kind) {
   switch (kind) {
@@ -48,46 +41,6 @@ void set_compression(route& r, const compression& c) {
 }
 
 namespace {
-
-// Sends one request to shard `index` and tracks it until it completes.
-// Priority > 0 goes through the shard's relay when the shard is remote (CAF
-// drops priorities over the network), else with CAF's high priority.
-template <class Reply, class OnOk, class... Ts>
-void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
-              std::function<void(caf::error&)> on_err, Ts&&... xs) {
-  auto& st = self->state;
-  if (st.dead[index]) {
-    auto err = dead_shard(index);
-    on_err(err);
-    return;
-  }
-  auto id = st.next_request++;
-  st.in_flight[index].emplace(id, std::move(on_err));
-  auto ok = [self, index, id, on_ok](Reply& x) mutable {
-    if (self->state.in_flight[index].erase(id) > 0)
-      on_ok(x);
-  };
-  auto fail = [self, index, id](caf::error& err) {
-    auto& pending = self->state.in_flight[index];
-    auto i = pending.find(id);
-    if (i == pending.end())
-      return;
-    auto f = std::move(i->second);
-    pending.erase(i);
-    f(err);
-  };
-  if (priority > 0 && !st.cfg.relays.empty())
-    self->request(st.cfg.relays[index], st.timeout(), std::forward<Ts>(xs)...)
-      .then(ok, fail);
-  else if (priority > 0)
-    self
-      ->request<caf::message_priority::high>(st.cfg.shards[index], st.timeout(),
-                                             std::forward<Ts>(xs)...)
-      .then(ok, fail);
-  else
-    self->request(st.cfg.shards[index], st.timeout(), std::forward<Ts>(xs)...)
-      .then(ok, fail);
-}
 
 // Runs the compression filter of `r` over the `n` floats of part `part`
 // about to be pushed (in place; 2-bit updates the part's residual). With

@@ -38,6 +38,12 @@ void add_route(worker_ptr self, key_info info) {
   routes.emplace(std::move(name), std::move(r));
 }
 
+caf::error dead_shard(uint32_t index) {
+  return make_error(errc::dead_node, "shard " + std::to_string(index)
+                                       + " is down (its server died or "
+                                         "its connection was lost)");
+}
+
 namespace {
 
 std::string quoted(const std::string& key) {
