@@ -29,6 +29,9 @@ struct route {
   /// at the part's first push).
   compression comp;
   std::vector<std::vector<float>> residual;
+  /// The last call (`worker_state::calls`) that named this key: a key
+  /// named twice in one call is seen without hashing the key list.
+  uint64_t named_in = 0;
 };
 
 struct worker_state {
@@ -49,6 +52,8 @@ struct worker_state {
   std::vector<std::unordered_map<uint64_t, std::function<void(caf::error&)>>>
     in_flight;
   uint64_t next_request = 0;
+  /// Calls on several keys so far (see route::named_in).
+  uint64_t calls = 0;
   /// Per shard: requests waiting for room under cfg.max_bytes_in_flight.
   std::vector<core::send_queue> queues;
 

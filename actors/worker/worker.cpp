@@ -15,6 +15,7 @@
 #include "caf/system_messages.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
+#include "core/key_groups.hpp"
 #include "core/layout.hpp"
 #include "messages/errors.hpp"
 
@@ -139,7 +140,24 @@ void on_down(worker_ptr self, const caf::down_msg& dm) {
   }
 }
 
-// Runs `kind` on `keys` once their routes are known; delivers to `rp`.
+// True if `keys` (whose routes are known) names a key more than once.
+bool names_a_key_twice(worker_ptr self, const std::vector<std::string>& keys) {
+  if (keys.size() < 2)
+    return false;
+  auto& st = self->state;
+  auto call = ++st.calls;
+  for (auto& k : keys) {
+    auto& r = st.routes.at(k);
+    if (r.named_in == call)
+      return true;
+    r.named_in = call;
+  }
+  return false;
+}
+
+// Runs `kind` on `keys` once their routes are known; delivers to `rp`. A key
+// named more than once is pushed once with the sum of its values and pulled
+// once into every place that names it.
 template <class Promise>
 void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
              int32_t priority, float_parts data, Promise rp) {
@@ -154,14 +172,37 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
   auto ks = std::make_shared<const std::vector<std::string>>(std::move(keys));
   auto run = [self, kind, ks, priority, rp, fail,
               data = std::move(data)]() mutable {
+    auto done = [rp](float_parts out) mutable {
+      if constexpr (std::is_same_v<Promise,
+                                   caf::typed_response_promise<float_parts>>)
+        rp.deliver(std::move(out));
+      else
+        rp.deliver(caf::ok_atom::value);
+    };
+    if (!names_a_key_twice(self, *ks)) {
+      start_ops(self, kind, *ks, priority, std::move(data), std::move(done),
+                fail);
+      return;
+    }
+    // As MXNet: the values pushed for one key are summed into one push, and
+    // every output of a key pulled more than once gets its value.
+    auto groups = core::group_keys(*ks);
+    std::vector<uint64_t> sizes;
+    for (auto& k : groups.unique)
+      sizes.push_back(self->state.routes.at(k).info.size);
+    float_parts merged;
+    if (kind != op_kind::pull) {
+      auto st = core::sum_groups(groups, sizes, data, merged);
+      if (!st.ok()) {
+        st.message.replace(0, 4, op_name(kind));
+        fail(to_error(st));
+        return;
+      }
+    }
     start_ops(
-      self, kind, *ks, priority, std::move(data),
-      [rp](float_parts out) mutable {
-        if constexpr (std::is_same_v<Promise,
-                                     caf::typed_response_promise<float_parts>>)
-          rp.deliver(std::move(out));
-        else
-          rp.deliver(caf::ok_atom::value);
+      self, kind, groups.unique, priority, std::move(merged),
+      [groups, sizes, done](float_parts out) mutable {
+        done(core::expand_groups(groups, sizes, std::move(out)));
       },
       fail);
   };

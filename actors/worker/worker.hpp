@@ -49,6 +49,9 @@
 ///   `worker_config::batching.batch_floats` floats are sent as one batch per
 ///   shard, so
 ///   a round of many small keys costs one message per shard, not per key.
+///   A key named more than once is grouped as MXNet does: its pushed values
+///   are summed into one push, and it is pulled once into every place that
+///   names it.
 ///   Errors: as for one key; `shape_mismatch` names the total size.
 /// - `(compress_atom, key, compression)` -> `ok_atom`: pushes of `key` from
 ///   now on go through `compression` (see core/compression.hpp); an

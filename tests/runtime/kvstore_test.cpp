@@ -664,3 +664,98 @@ TEST_CASE("kvstore: rank and num_workers describe the store", "[integration]") {
   CHECK(h->rank() == 2);
   CHECK(h->num_workers() == 3);
 }
+
+TEST_CASE("kvstore: a key named twice in one call is merged, as MXNet",
+          "[integration]") {
+  // 3 floats make a small key; 300000 a sliced one (several slices, some
+  // alone, with a small bigarray bound).
+  auto n = GENERATE(as<Eigen::Index>{}, 3, 300000);
+  auto opts = local_options(1, 3);
+  opts.bigarray_bound = 100000;
+  opts.slice_floats = 50000;
+  Eigen::VectorXf a = Eigen::VectorXf::LinSpaced(n, 1.0f, 2.0f);
+  Eigen::VectorXf b = Eigen::VectorXf::Constant(n, 0.25f);
+  Eigen::VectorXf z = Eigen::VectorXf::Constant(n, 5.0f);
+  SECTION("push_many sums the values of a repeated key into one push") {
+    auto kv = make_store("local_async", opts);
+    require_ok(kv.init("w", Eigen::VectorXf::Zero(n)));
+    require_ok(kv.init("v", Eigen::VectorXf::Zero(n)));
+    require_ok(kv.push_many({"w", "v", "w"}, {a, z, b}));
+    Eigen::VectorXf w(n);
+    Eigen::VectorXf v(n);
+    auto t = kv.pull_many({"w", "v"}, {w, v});
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    CHECK(w.isApprox(a + b));
+    CHECK(v == z);
+  }
+  SECTION("with an optimizer, a repeated key is updated once") {
+    auto kv = make_store("local_async", opts);
+    optimizer_config adam;
+    adam.name = "adam";
+    adam.learning_rate = 0.1f;
+    require_ok(kv.set_optimizer(adam));
+    require_ok(kv.init("w", Eigen::VectorXf::Zero(n)));
+    require_ok(kv.push_many({"w", "w"}, {a, b}));
+    Eigen::VectorXf w(n);
+    auto t = kv.pull("w", w);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    // One Adam step from zero state moves every weight by -lr * g / (|g| +
+    // eps) with bias correction: about -0.1 whatever the gradient. Two steps
+    // would move it by about -0.2.
+    CHECK((w.array() + 0.1f).abs().maxCoeff() < 1e-3f);
+  }
+  SECTION("pull_many and push_pull_many fill every output of a repeated key") {
+    auto kv = make_store("local_async", opts);
+    require_ok(kv.init("w", a));
+    Eigen::VectorXf o1(n);
+    Eigen::VectorXf o2(n);
+    auto t = kv.pull_many({"w", "w"}, {o1, o2});
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    CHECK(o1 == a);
+    CHECK(o2 == a);
+    o1.setZero();
+    o2.setZero();
+    t = kv.push_pull_many({"w", "w"}, {a, b}, {o1, o2});
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    CHECK(o1.isApprox(a + b));
+    CHECK(o2 == o1);
+  }
+}
+
+TEST_CASE("kvstore: a repeated key counts once in a sync round",
+          "[integration]") {
+  auto kv = make_store("local_sync", local_options(2, 2));
+  auto hs = handles(kv);
+  auto err = run_workers(hs, [](kvstore& h) -> std::string {
+    if (auto e = h.init("w", Eigen::VectorXf::Zero(4)))
+      return render(e);
+    Eigen::VectorXf out(4);
+    for (int r = 0; r < 5; ++r) {
+      // Rank 0 pushes 1 and 2 for "w" in one call, rank 1 pushes 10: the
+      // round's sum is 13 (MXNet merges rank 0's two values first).
+      caf::error e;
+      if (h.rank() == 0)
+        e = h.push_many({"w", "w"}, {Eigen::VectorXf::Constant(4, 1.0f),
+                                     Eigen::VectorXf::Constant(4, 2.0f)});
+      else
+        e = h.push("w", Eigen::VectorXf::Constant(4, 10.0f));
+      if (e)
+        return render(e);
+      auto t = h.pull("w", out);
+      if (!t)
+        return render(t.error());
+      if (auto e2 = h.wait(*t))
+        return render(e2);
+      if (!(out.array() == 13.0f).all())
+        return "rank " + std::to_string(h.rank()) + " round "
+               + std::to_string(r) + " saw " + std::to_string(out[0]);
+    }
+    return {};
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
