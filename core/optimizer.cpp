@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,10 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
   const float lr = scheduled_learning_rate(cfg, step);
   const float wd = cfg.weight_decay;
   const float mu = cfg.momentum;
+  // Adam and RMSProp clip here, after weight decay (see apply_update).
+  const float clip = cfg.clip_gradient > 0.0f
+                       ? cfg.clip_gradient
+                       : std::numeric_limits<float>::infinity();
   switch (k) {
     case kind::assign:
     case kind::accumulate:
@@ -108,7 +113,7 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
     case kind::adagrad: {
       array_map h{state, size};
       h += g.square();
-      w -= lr * (g / (h + cfg.epsilon).sqrt() + wd * w);
+      w -= lr * (g / (h + epsilon_of(cfg)).sqrt() + wd * w);
       break;
     }
     case kind::adam: {
@@ -116,8 +121,9 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
       array_map v{state + n, size};
       const float b1 = cfg.beta1;
       const float b2 = cfg.beta2;
-      m = b1 * m + (1.0f - b1) * (g + wd * w);
-      v = b2 * v + (1.0f - b2) * (g + wd * w).square();
+      // As MXNet: weight decay joins the gradient before clipping.
+      m = b1 * m + (1.0f - b1) * (g + wd * w).max(-clip).min(clip);
+      v = b2 * v + (1.0f - b2) * (g + wd * w).max(-clip).min(clip).square();
       // The bias correction is one scalar per update; computing it in double
       // keeps 1 - beta^t accurate for large t at no measurable cost. The
       // element-wise work stays float32.
@@ -126,14 +132,17 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
       const double c2 = 1.0 - std::pow(static_cast<double>(b2), t);
       const auto lr_t
         = static_cast<float>(static_cast<double>(lr) * std::sqrt(c2) / c1);
-      w -= lr_t * m / (v.sqrt() + cfg.epsilon);
+      w -= lr_t * m / (v.sqrt() + epsilon_of(cfg));
       break;
     }
     case kind::rmsprop: {
       array_map r{state, size};
       const float rho = cfg.rho;
-      r = rho * r + (1.0f - rho) * (g + wd * w).square();
-      w -= lr * (g + wd * w) / (r.sqrt() + cfg.epsilon);
+      // As MXNet: weight decay joins the gradient before clipping, and
+      // epsilon sits inside the square root.
+      r = rho * r + (1.0f - rho) * (g + wd * w).max(-clip).min(clip).square();
+      w -= lr * (g + wd * w).max(-clip).min(clip)
+           / (r + epsilon_of(cfg)).sqrt();
       break;
     }
   }
@@ -188,11 +197,12 @@ float scheduled_learning_rate(const optimizer_config& cfg, uint64_t step) {
         last, lr * std::pow(static_cast<double>(cfg.lr_factor), decays)));
     }
     case schedule::cosine: {
-      if (step >= cfg.lr_updates)
+      // MXNet's CosineScheduler counts updates from 1.
+      auto t = step + 1;
+      if (t >= cfg.lr_updates)
         return cfg.lr_final;
       constexpr double pi = 3.14159265358979323846;
-      auto phase = static_cast<double>(step)
-                   / static_cast<double>(cfg.lr_updates);
+      auto phase = static_cast<double>(t) / static_cast<double>(cfg.lr_updates);
       return static_cast<float>(
         last + (lr - last) * 0.5 * (1.0 + std::cos(pi * phase)));
     }
@@ -229,8 +239,9 @@ status validate(const optimizer_config& cfg) {
     return bad_param("beta1", "in [0, 1)", cfg.beta1);
   if (!unit_interval(cfg.beta2))
     return bad_param("beta2", "in [0, 1)", cfg.beta2);
-  if (!finite_positive(cfg.epsilon))
-    return bad_param("epsilon", "finite and > 0", cfg.epsilon);
+  if (!std::isfinite(cfg.epsilon) || cfg.epsilon == 0.0f)
+    return bad_param("epsilon", "finite and > 0 (< 0: the optimizer's default)",
+                     cfg.epsilon);
   if (!unit_interval(cfg.rho))
     return bad_param("rho", "in [0, 1)", cfg.rho);
   return validate_schedule(cfg);
@@ -260,6 +271,12 @@ std::size_t state_size(const optimizer_config& cfg, std::size_t n) {
   return 0;
 }
 
+float epsilon_of(const optimizer_config& cfg) {
+  if (cfg.epsilon > 0.0f)
+    return cfg.epsilon;
+  return cfg.name == "adagrad" ? 1e-7f : 1e-8f;
+}
+
 void apply_update(const optimizer_config& cfg, float* w, const float* g,
                   float* state, std::size_t n, uint64_t step) {
   kind k = kind::assign;
@@ -279,7 +296,10 @@ void apply_update(const optimizer_config& cfg, float* w, const float* g,
   // then negating, as documented.
   const float scale = cfg.ascent ? -cfg.rescale_grad : cfg.rescale_grad;
   const float clip = cfg.clip_gradient;
-  if (clip > 0.0f)
+  // MXNet clips `rescale * g + wd * w` for Adam and RMSProp, and
+  // `rescale * g` alone for the others.
+  const bool clips_with_decay = k == kind::adam || k == kind::rmsprop;
+  if (clip > 0.0f && !clips_with_decay)
     apply_rule(k, cfg, wm, (scale * gm).max(-clip).min(clip), state, n, step);
   else
     apply_rule(k, cfg, wm, scale * gm, state, n, step);

@@ -12,10 +12,12 @@
 /// n weights, `state_size(cfg, n)` floats of optimizer state (zero at start)
 /// and a step counter t (the number of updates applied so far).
 ///
-/// Let g be the merged push of a round. For the optimizers (not for "assign"
-/// and "accumulate"), g is first preprocessed, element-wise:
-///   g = rescale_grad * g;  if ascent: g = -g;  if clip_gradient > 0:
-///   g = clamp(g, -clip_gradient, clip_gradient)
+/// The rules are MXNet's (optimizer_op-inl.h, optimizer.py). Let g be the
+/// merged push of a round and clip(x) = clamp(x, -clip_gradient,
+/// clip_gradient) when clip_gradient > 0, else x. For the optimizers (not
+/// for "assign" and "accumulate"), g is first preprocessed, element-wise:
+///   g = rescale_grad * g;  if ascent: g = -g;
+///   except for adam and rmsprop: g = clip(g)
 /// Then, with lr = scheduled_learning_rate(cfg, t) (learning_rate unless a
 /// schedule is set), wd = weight_decay, mu = momentum:
 /// - assign:     w = merged push                (MXNet without optimizer)
@@ -24,12 +26,13 @@
 /// - sgd, mu > 0: m = mu * m - lr * (g + wd * w);  w = w + m      (state: m)
 /// - nesterov:   d = g + wd * w;  m = mu * m + d;  w = w - lr * (d + mu * m)
 /// - adagrad:    h = h + g^2;  w = w - lr * (g / sqrt(h + epsilon) + wd * w)
-/// - adam:       d = g + wd * w;  m = beta1 * m + (1 - beta1) * d;
+/// - adam:       d = clip(g + wd * w);  m = beta1 * m + (1 - beta1) * d;
 ///               v = beta2 * v + (1 - beta2) * d^2;  t = t + 1;
 ///               lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t);
 ///               w = w - lr_t * m / (sqrt(v) + epsilon)          (state: m, v)
-/// - rmsprop:    d = g + wd * w;  n = rho * n + (1 - rho) * d^2;
-///               w = w - lr * d / (sqrt(n) + epsilon)            (state: n)
+/// - rmsprop:    d = clip(g + wd * w);  n = rho * n + (1 - rho) * d^2;
+///               w = w - lr * d / sqrt(n + epsilon)              (state: n)
+/// epsilon is `epsilon_of(cfg)`: MXNet's default per optimizer unless set.
 /// State layout: the k-th state vector of a slice occupies floats
 /// [k*n, (k+1)*n) (adam: m then v). All arithmetic is float32.
 namespace actorps::core {
@@ -63,6 +66,10 @@ std::size_t state_size(const optimizer_config& cfg, std::size_t n);
 /// `cfg.lr_schedule` (see optimizer_config). Precondition:
 /// `validate(cfg).ok()`. Computed in double, rounded to float.
 float scheduled_learning_rate(const optimizer_config& cfg, uint64_t step);
+
+/// The epsilon an optimizer uses: `cfg.epsilon` when > 0, else MXNet's
+/// default for the optimizer (1e-7 for adagrad, 1e-8 for adam and rmsprop).
+float epsilon_of(const optimizer_config& cfg);
 
 /// Applies one update to `n` weights `w` with merged push `g` and state
 /// `state` (`state_size(cfg, n)` floats). `step` is the number of updates

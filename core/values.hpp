@@ -155,7 +155,9 @@ struct optimizer_config {
   float clip_gradient = -1.0f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
-  float epsilon = 1e-8f;
+  /// Below 0: the optimizer's default, as MXNet's (1e-7 for adagrad, 1e-8
+  /// for adam and rmsprop); see core::epsilon_of.
+  float epsilon = -1.0f;
   /// Decay of RMSProp's running mean of squared gradients (MXNet `gamma1`).
   float rho = 0.9f;
   /// Gradient ascent instead of descent (the gradient's sign is flipped).
@@ -163,8 +165,9 @@ struct optimizer_config {
   /// Learning-rate schedule over a slice's update count t (as MXNet's
   /// lr_scheduler, kept on the servers with the optimizer state):
   /// "constant"; "factor": learning_rate * lr_factor^floor(t / lr_updates),
-  /// never below lr_final; "cosine": from learning_rate down to lr_final
-  /// along half a cosine over lr_updates updates, lr_final after that.
+  /// never below lr_final (MXNet's FactorScheduler); "cosine": from
+  /// learning_rate down to lr_final along half a cosine over lr_updates
+  /// updates, counted from 1 as MXNet's CosineScheduler, lr_final after that.
   std::string lr_schedule = "constant";
   /// Updates per decay ("factor") or until lr_final ("cosine").
   uint64_t lr_updates = 0;

@@ -64,7 +64,9 @@ outcome run_reference(const optimizer_config& cfg) {
   const double wd = cfg.weight_decay;
   const double b1 = cfg.beta1;
   const double b2 = cfg.beta2;
-  const double eps = cfg.epsilon;
+  // MXNet's defaults when unset.
+  const double eps = cfg.epsilon > 0 ? cfg.epsilon
+                                     : (cfg.name == "adagrad" ? 1e-7 : 1e-8);
   const double rho = cfg.rho;
   const double clip = cfg.clip_gradient;
   std::vector<double> w(initial_weights.begin(), initial_weights.end());
@@ -84,8 +86,12 @@ outcome run_reference(const optimizer_config& cfg) {
       double g = cfg.rescale_grad * static_cast<double>(raw[i]);
       if (cfg.ascent)
         g = -g;
-      if (clip > 0)
-        g = std::min(std::max(g, -clip), clip);
+      auto clipped = [&](double x) {
+        return clip > 0 ? std::min(std::max(x, -clip), clip) : x;
+      };
+      // MXNet clips after weight decay for adam and rmsprop only.
+      if (cfg.name != "adam" && cfg.name != "rmsprop")
+        g = clipped(g);
       if (cfg.name == "sgd" && mu == 0) {
         w[i] = w[i] - lr * (g + wd * w[i]);
       } else if (cfg.name == "sgd") {
@@ -99,7 +105,7 @@ outcome run_reference(const optimizer_config& cfg) {
         s1[i] = s1[i] + g * g;
         w[i] = w[i] - lr * (g / std::sqrt(s1[i] + eps) + wd * w[i]);
       } else if (cfg.name == "adam") {
-        double d = g + wd * w[i];
+        double d = clipped(g + wd * w[i]);
         s1[i] = b1 * s1[i] + (1 - b1) * d;
         s2[i] = b2 * s2[i] + (1 - b2) * d * d;
         double t = static_cast<double>(step + 1);
@@ -107,9 +113,9 @@ outcome run_reference(const optimizer_config& cfg) {
                       / (1 - std::pow(b1, t));
         w[i] = w[i] - lr_t * s1[i] / (std::sqrt(s2[i]) + eps);
       } else if (cfg.name == "rmsprop") {
-        double d = g + wd * w[i];
+        double d = clipped(g + wd * w[i]);
         s1[i] = rho * s1[i] + (1 - rho) * d * d;
-        w[i] = w[i] - lr * d / (std::sqrt(s1[i]) + eps);
+        w[i] = w[i] - lr * d / std::sqrt(s1[i] + eps);
       } else {
         FAIL("no reference for optimizer " << cfg.name);
       }
@@ -234,6 +240,26 @@ TEST_CASE("optimizer: updates follow the documented formulas", "[core]") {
        c.rescale_grad = 0.25f;
        c.clip_gradient = 0.3f;
      }},
+    // Weight decay large enough that clipping before or after it differs.
+    {"rmsprop clipping after weight decay, default epsilon",
+     [](optimizer_config& c) {
+       c.name = "rmsprop";
+       c.learning_rate = 0.01f;
+       c.weight_decay = 1.0f;
+       c.clip_gradient = 0.5f;
+     }},
+    {"adam clipping after weight decay",
+     [](optimizer_config& c) {
+       c.name = "adam";
+       c.learning_rate = 0.01f;
+       c.weight_decay = 1.0f;
+       c.clip_gradient = 0.5f;
+     }},
+    {"adagrad with MXNet's default epsilon",
+     [](optimizer_config& c) {
+       c.name = "adagrad";
+       c.learning_rate = 0.1f;
+     }},
   };
   for (const auto& c : cases) {
     for (bool ascent : {false, true}) {
@@ -300,7 +326,7 @@ TEST_CASE("optimizer: adam uses step + 1 for bias correction", "[core]") {
     double gi = g[i];
     double m = (1 - b1) * gi;
     double v = (1 - b2) * gi * gi;
-    double expected = w0[i] - lr_t * m / (std::sqrt(v) + cfg.epsilon);
+    double expected = w0[i] - lr_t * m / (std::sqrt(v) + core::epsilon_of(cfg));
     CHECK(w[i] == Approx(expected).epsilon(rel_tol));
     CHECK(state[i] == Approx(m).epsilon(rel_tol));
     CHECK(state[2 + i] == Approx(v).epsilon(rel_tol));
@@ -348,6 +374,21 @@ TEST_CASE("optimizer: state_size per optimizer", "[core]") {
   CHECK(core::state_size(make_config("adagrad"), k) == k);
   CHECK(core::state_size(make_config("adam"), k) == 2 * k);
   CHECK(core::state_size(make_config("rmsprop"), k) == k);
+}
+
+TEST_CASE("optimizer: epsilon defaults are MXNet's", "[core]") {
+  optimizer_config cfg;
+  cfg.name = "adagrad";
+  CHECK(core::epsilon_of(cfg) == 1e-7f);
+  cfg.name = "adam";
+  CHECK(core::epsilon_of(cfg) == 1e-8f);
+  cfg.name = "rmsprop";
+  CHECK(core::epsilon_of(cfg) == 1e-8f);
+  cfg.epsilon = 1e-3f;
+  CHECK(core::epsilon_of(cfg) == 1e-3f);
+  CHECK(core::validate(cfg).ok());
+  cfg.epsilon = -1.0f;
+  CHECK(core::validate(cfg).ok());
 }
 
 TEST_CASE("optimizer: validate accepts good configurations", "[core]") {
@@ -428,7 +469,7 @@ TEST_CASE("optimizer: validate rejects bad configurations", "[core]") {
       {"clip_gradient", &optimizer_config::clip_gradient, {inf, -inf, nan}},
       {"beta1", &optimizer_config::beta1, {-0.1f, 1.0f, nan}},
       {"beta2", &optimizer_config::beta2, {-0.1f, 1.0f, nan}},
-      {"epsilon", &optimizer_config::epsilon, {0.0f, -1e-8f, inf, nan}},
+      {"epsilon", &optimizer_config::epsilon, {0.0f, inf, -inf, nan}},
       {"rho", &optimizer_config::rho, {-0.1f, 1.0f, nan}},
     };
     for (const auto& entry : table) {
@@ -545,11 +586,13 @@ TEST_CASE("optimizer: learning-rate schedules", "[core]") {
     cfg.lr_final = 0.2f;
     REQUIRE(core::validate(cfg).ok());
     const double pi = std::acos(-1.0);
-    for (uint64_t t = 0; t <= 10; ++t) {
-      INFO("update " << t);
+    for (uint64_t step = 0; step <= 10; ++step) {
+      // MXNet's CosineScheduler sees num_update = step + 1.
+      auto t = step + 1;
+      INFO("update " << step);
       double expected = t >= 8 ? 0.2
                                : 0.2 + 0.3 * (1 + std::cos(pi * double(t) / 8));
-      CHECK(core::scheduled_learning_rate(cfg, t)
+      CHECK(core::scheduled_learning_rate(cfg, step)
             == Approx(expected).epsilon(1e-6));
     }
   }
