@@ -8,18 +8,12 @@
 #include "caf/actor.hpp"
 #include "caf/meta/type_name.hpp"
 
+#include "core/node_ids.hpp"
+
 /// Control-plane messages of a distributed job: membership and routing.
 /// Kept apart from messages/types.hpp so that the data-plane structs (and the
 /// client facade that includes them) do not pull in actor handles.
 namespace actorps {
-
-/// Roles of the nodes of a job; also the group ids of `num_dead_node`, which
-/// may be or-ed together (as in MXNet / ps-lite).
-namespace role {
-constexpr uint8_t coordinator = 1;
-constexpr uint8_t server = 2;
-constexpr uint8_t worker = 4;
-} // namespace role
 
 /// Version of the layout of actorps's messages on the network. It goes up
 /// whenever a message that crosses the network changes (2: batches gained
@@ -34,16 +28,6 @@ constexpr uint8_t any = 0;
 constexpr uint8_t sync = 1;
 constexpr uint8_t async = 2;
 } // namespace join_mode
-
-/// Node id of server `rank` (ps-lite numbering: 8, 10, 12, ...).
-constexpr uint32_t server_node_id(uint32_t rank) noexcept {
-  return 8 + 2 * rank;
-}
-
-/// Node id of worker `rank` (ps-lite numbering: 9, 11, 13, ...).
-constexpr uint32_t worker_node_id(uint32_t rank) noexcept {
-  return 9 + 2 * rank;
-}
 
 /// What the coordinator tells a node that joined the job.
 struct job_info {

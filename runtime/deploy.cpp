@@ -56,6 +56,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
     sc.index = i;
     sc.num_workers = o.num_workers;
     sc.sync = sync;
+    sc.on_command = o.on_command;
     shards.push_back(spawn_shard(rt->sys, sc));
   }
   coordinator_config cc;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,10 +14,19 @@
 #include "caf/expected.hpp"
 
 #include "core/errc.hpp"
+#include "core/node_ids.hpp"
 #include "messages/types.hpp"
 #include "runtime/scheduler_policy.hpp"
 
 namespace actorps {
+
+/// Handles the commands of `kvstore::send_command_to_servers` with a head
+/// other than 0. It runs inside each shard actor, once per shard and
+/// possibly on several threads at once: it must not block, and anything it
+/// shares between shards must be safe to use concurrently. An error it
+/// returns fails the command.
+using command_handler
+  = std::function<caf::error(int32_t head, const std::string& body)>;
 
 /// Options of a store.
 struct store_options {
@@ -50,6 +60,10 @@ struct store_options {
   /// Tune glibc malloc for the data plane when the store is created
   /// (process-wide; see `tune_malloc` in runtime/system.hpp).
   bool keep_freed_memory = true;
+  /// Local stores: the shards' handler of commands with a head other than 0
+  /// (distributed jobs install theirs on the servers: see
+  /// `server_options::on_command`).
+  command_handler on_command;
   /// Distributed stores: the coordinator's "host:port".
   std::string coordinator;
   /// Distributed stores: the job token.
@@ -234,16 +248,21 @@ public:
   caf::error load_optimizer_states(const std::string& path);
 
   /// MXNet's num_dead_node: how many nodes of `node_id` (a node id >= 8, or
-  /// an or-ed group: 1 coordinator, 2 servers, 4 workers) are dead: their
-  /// process went down, or no heartbeat came for `timeout`. Always 0 for a
-  /// local store.
+  /// an or-ed group: 1 coordinator, 2 servers, 4 workers; see
+  /// core/node_ids.hpp) are dead: their process went down, or no heartbeat
+  /// came for `timeout`. Worker `r` is node `worker_node_id(r)` (9 + 2r),
+  /// server `r` node `server_node_id(r)` (8 + 2r). Always 0 for a local
+  /// store.
   caf::expected<uint32_t>
   num_dead_node(int node_id,
                 std::chrono::seconds timeout = std::chrono::seconds{60});
 
   /// Sends a command to every shard and waits until all applied it. Head 0
   /// sets the optimizer from text ("name=sgd,learning_rate=0.1"); other heads
-  /// need a handler installed by the embedding program (shard_config).
+  /// go to the handler the embedding program installed
+  /// (`store_options::on_command`, or `server_options::on_command` on the
+  /// servers of a distributed job); without one they fail with
+  /// `bad_config`.
   caf::error send_command_to_servers(int head, const std::string& body);
 
   /// The shape of an initialized key. Errors: `unknown_key`,

@@ -160,6 +160,7 @@ caf::error run_server(const server_options& opts,
     sc.index = job.rank * opts.shards + i;
     sc.num_workers = job.num_workers;
     sc.sync = job.sync;
+    sc.on_command = opts.on_command;
     auto shard = spawn_shard(sys, sc);
     auto relay = spawn_priority_relay(sys, shard);
     shards.push_back(caf::actor_cast<caf::actor>(shard));

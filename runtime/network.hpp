@@ -11,6 +11,7 @@
 #include "caf/expected.hpp"
 #include "caf/fwd.hpp"
 
+#include "runtime/kvstore.hpp"
 #include "runtime/system.hpp"
 
 /// The coordinator and server processes of a distributed job. Each call runs
@@ -79,6 +80,9 @@ struct server_options {
   system_options system;
   /// Gets a line for each other node that goes down.
   std::function<void(const std::string&)> on_event;
+  /// The shards' handler of commands with a head other than 0 (see
+  /// `command_handler` in runtime/kvstore.hpp).
+  command_handler on_command;
 };
 
 /// Describes a node for humans: "worker 2 (node 13)".

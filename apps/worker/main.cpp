@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
       return cli::fail(app, "close: " + actorps::render(err), 3);
     return 0;
   }
-  auto dead_workers = kv->num_dead_node(4);
-  auto dead_servers = kv->num_dead_node(2);
+  auto dead_workers = kv->num_dead_node(actorps::role::worker);
+  auto dead_servers = kv->num_dead_node(actorps::role::server);
   if (info)
     std::cout << app << ": rank " << kv->rank() << ": all "
               << (job.tolerate_deaths || !job.check_values ? "rounds done"

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -758,4 +759,66 @@ TEST_CASE("kvstore: a repeated key counts once in a sync round",
   });
   INFO(err);
   CHECK(err.empty());
+}
+
+TEST_CASE("kvstore: commands reach the embedder's handler on every shard",
+          "[integration]") {
+  auto opts = local_options(1, 3);
+  std::mutex mtx;
+  std::vector<std::pair<int32_t, std::string>> seen;
+  opts.on_command = [&](int32_t head, const std::string& body) -> caf::error {
+    std::lock_guard<std::mutex> guard{mtx};
+    seen.emplace_back(head, body);
+    if (body == "refuse")
+      return make_error(errc::bad_config, "refused: " + body);
+    return caf::none;
+  };
+  auto kv = make_store("local_async", opts);
+  require_ok(kv.send_command_to_servers(7, "hello"));
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    REQUIRE(seen.size() == 3);
+    for (auto& [head, body] : seen) {
+      CHECK(head == 7);
+      CHECK(body == "hello");
+    }
+  }
+  auto err = kv.send_command_to_servers(8, "refuse");
+  require_code(err, errc::bad_config);
+  CHECK_THAT(render(err), Catch::Contains("refused: refuse"));
+  // Head 0 still sets the optimizer, without the handler.
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    seen.clear();
+  }
+  require_ok(kv.send_command_to_servers(0, "name=sgd,learning_rate=0.5"));
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    CHECK(seen.empty());
+  }
+  require_ok(kv.init("w", Eigen::VectorXf::Ones(2)));
+  require_ok(kv.push("w", Eigen::VectorXf::Constant(2, 1.0f)));
+  Eigen::VectorXf w(2);
+  auto t = kv.pull("w", w);
+  REQUIRE(t);
+  require_ok(kv.wait(*t));
+  CHECK((w.array() == 0.5f).all());
+}
+
+TEST_CASE("kvstore: without a handler, commands other than 0 are refused",
+          "[integration]") {
+  auto kv = make_store("local_async", local_options(1, 2));
+  auto err = kv.send_command_to_servers(7, "x");
+  require_code(err, errc::bad_config);
+  CHECK_THAT(render(err), Catch::Contains("no handler for command head 7"));
+}
+
+TEST_CASE("kvstore: node ids follow ps-lite's numbering", "[integration]") {
+  CHECK(coordinator_node_id == 1);
+  CHECK(server_node_id(0) == 8);
+  CHECK(server_node_id(3) == 14);
+  CHECK(worker_node_id(0) == 9);
+  CHECK(worker_node_id(2) == 13);
+  // Node ids and groups never collide: groups are below 8.
+  CHECK((role::coordinator | role::server | role::worker) < 8);
 }
