@@ -11,10 +11,6 @@
 #include <system_error>
 #include <utility>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 namespace actorps::core {
 
 namespace {
@@ -297,52 +293,10 @@ std::string record_name(uint64_t index) {
   return "record " + std::to_string(index);
 }
 
-std::string system_error_text(int err) {
-  // std::error_code renders like strerror but without strerror's shared
-  // buffer.
-  return std::error_code{err, std::generic_category()}.message();
-}
-
 status io_error(const char* what, const std::string& path, int err) {
   return status{errc::checkpoint_io, std::string{"checkpoint: cannot "} + what
                                        + " " + path + ": "
                                        + system_error_text(err)};
-}
-
-// Writes all of `n` bytes, retrying on EINTR and short writes. Returns 0 or
-// an errno value.
-int write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    auto written = ::write(fd, data, n);
-    if (written < 0) {
-      if (errno == EINTR)
-        continue;
-      return errno;
-    }
-    data += written;
-    n -= static_cast<size_t>(written);
-  }
-  return 0;
-}
-
-int close_checked(int fd) {
-  // Retrying close on EINTR may close a descriptor reused by another thread
-  // (Linux frees the descriptor first), so the result is taken as is.
-  return ::close(fd) == 0 ? 0 : errno;
-}
-
-// Makes the rename durable: the directory entry lives in the parent.
-int sync_parent_dir(const std::string& path) {
-  auto slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? std::string{"."}
-                    : slash == 0               ? std::string{"/"}
-                                               : path.substr(0, slash);
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    return errno;
-  int err = ::fsync(fd) == 0 ? 0 : errno;
-  int close_err = close_checked(fd);
-  return err != 0 ? err : close_err;
 }
 
 } // namespace
@@ -444,72 +398,66 @@ status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out) {
 }
 
 status write_file_atomic(const std::string& path,
-                         const std::vector<char>& bytes) {
+                         const std::vector<char>& bytes, file_system& fs) {
   const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return io_error("create", tmp, errno);
+  std::unique_ptr<writable_file> file;
+  if (int err = fs.create(tmp, file); err != 0)
+    return io_error("create", tmp, err);
   const char* what = nullptr;
-  int err = write_all(fd, bytes.data(), bytes.size());
+  int err = file->append(bytes.data(), bytes.size());
   if (err != 0)
     what = "write";
-  if (err == 0 && ::fsync(fd) != 0) {
-    err = errno;
+  if (err == 0) {
+    err = file->sync();
     what = "fsync";
   }
   // close reports delayed write errors on some file systems (NFS).
-  int close_err = close_checked(fd);
+  int close_err = file->close();
   if (err == 0 && close_err != 0) {
     err = close_err;
     what = "close";
   }
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    auto result = status{errc::checkpoint_io, "checkpoint: cannot rename " + tmp
-                                                + " to " + path + ": "
-                                                + system_error_text(err)};
-    ::unlink(tmp.c_str());
-    return result;
-  }
-  if (err != 0) {
-    ::unlink(tmp.c_str());
+  if (err == 0) {
+    if (err = fs.rename(tmp, path); err != 0) {
+      auto result = status{errc::checkpoint_io, "checkpoint: cannot rename "
+                                                  + tmp + " to " + path + ": "
+                                                  + system_error_text(err)};
+      fs.remove(tmp);
+      return result;
+    }
+  } else {
+    fs.remove(tmp);
     return io_error(what, tmp, err);
   }
   // The file is in place; only its directory entry may still be unsynced.
-  if (int dir_err = sync_parent_dir(path); dir_err != 0)
+  if (int dir_err = fs.sync_dir(path); dir_err != 0)
     return io_error("sync the directory of", path, dir_err);
   return status{};
 }
 
-status read_file(const std::string& path, std::vector<char>& out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return io_error("open", path, errno);
-  // Sized from fstat plus one byte, so that a file which does not change
-  // is read without reallocation and EOF shows up on the first short read.
-  // The loop still reads until EOF: the size is a hint only.
-  size_t capacity = size_t{1} << 16;
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0)
-    capacity = static_cast<size_t>(st.st_size) + 1;
-  std::vector<char> buf(capacity);
-  size_t used = 0;
+status read_file(const std::string& path, std::vector<char>& out,
+                 file_system& fs) {
+  std::unique_ptr<readable_file> file;
+  if (int err = fs.open(path, file); err != 0)
+    return io_error(err == EINVAL ? "read (not a regular file)" : "open", path,
+                    err);
+  // Sized from the file's size plus one byte, so that a file which does not
+  // change is read without reallocation and EOF shows up on the first short
+  // read. The loop still reads until EOF: the size is a hint only.
+  auto hint = file->size_hint();
+  std::vector<char> buf(hint > 0 ? hint + 1 : std::size_t{1} << 16);
+  std::size_t used = 0;
   for (;;) {
     if (used == buf.size())
       buf.resize(buf.size() * 2);
-    auto got = ::read(fd, buf.data() + used, buf.size() - used);
-    if (got < 0) {
-      int err = errno;
-      if (err == EINTR)
-        continue;
-      close_checked(fd);
+    std::size_t got = 0;
+    if (int err = file->read(buf.data() + used, buf.size() - used, got);
+        err != 0)
       return io_error("read", path, err);
-    }
     if (got == 0)
       break;
-    used += static_cast<size_t>(got);
+    used += got;
   }
-  close_checked(fd);
   buf.resize(used);
   out = std::move(buf);
   return status{};

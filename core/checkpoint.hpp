@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/errc.hpp"
+#include "core/file_system.hpp"
 #include "core/values.hpp"
 
 /// Checkpoint encoding of optimizer state and weights, free of CAF.
@@ -63,10 +64,13 @@ status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
 /// rename over `path`; the temporary file is removed on failure. Errors are
 /// `errc::checkpoint_io` naming the path and the system error.
 status write_file_atomic(const std::string& path,
-                         const std::vector<char>& bytes);
+                         const std::vector<char>& bytes,
+                         file_system& fs = posix_file_system());
 
-/// Reads the whole file; `errc::checkpoint_io` naming the path on failure,
-/// with `out` left unchanged.
-status read_file(const std::string& path, std::vector<char>& out);
+/// Reads the whole file; `errc::checkpoint_io` naming the path on failure
+/// (also for anything but a regular file: a device such as /dev/zero would
+/// never end), with `out` left unchanged.
+status read_file(const std::string& path, std::vector<char>& out,
+                 file_system& fs = posix_file_system());
 
 } // namespace actorps::core

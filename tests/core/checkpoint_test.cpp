@@ -14,12 +14,15 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/core/temp_dir.hpp"
+
 using actorps::errc;
 using actorps::optimizer_config;
 using actorps::slice_record;
 using actorps::state_snapshot;
 namespace core = actorps::core;
 namespace fs = std::filesystem;
+using actorps::test::temp_dir;
 
 namespace {
 
@@ -243,33 +246,6 @@ actorps::status decode_corrupt(const std::vector<char>& bytes) {
   CHECK_THAT(st.message, Catch::StartsWith("checkpoint: "));
   return st;
 }
-
-// A fresh directory under /tmp, removed with its contents at scope exit.
-class temp_dir {
-public:
-  temp_dir() {
-    char pattern[] = "/tmp/actorps_checkpoint_test_XXXXXX";
-    if (::mkdtemp(pattern) != nullptr)
-      path_ = pattern;
-  }
-
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-
-  ~temp_dir() {
-    if (!path_.empty()) {
-      std::error_code ec;
-      fs::remove_all(path_, ec);
-    }
-  }
-
-  const std::string& path() const noexcept {
-    return path_;
-  }
-
-private:
-  std::string path_;
-};
 
 } // namespace
 
