@@ -290,9 +290,21 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {
+      // Head 0 sets the optimizer: checked before anything is sent, and
+      // recorded like set_opt, so that a later save names the optimizer
+      // the shards run (its state is saved beside it).
+      optimizer_config opt;
+      if (head == 0)
+        if (auto err = to_error(core::parse_optimizer(body, opt)))
+          return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
       broadcast<caf::ok_atom>(
-        self, rp, [] { return caf::ok_atom::value; },
+        self, rp,
+        [self, head, opt] {
+          if (head == 0)
+            self->state.optimizer = opt;
+          return caf::ok_atom::value;
+        },
         [](size_t, caf::ok_atom) {}, false, command_atom::value, head, body);
       return rp;
     },

@@ -53,7 +53,9 @@
 ///   slice to cut from saved ones that saw different numbers of updates),
 ///   `bad_optimizer`.
 /// - `(command_atom, head, body)` -> `ok_atom` once every shard applied it
-///   (send_command_to_servers).
+///   (send_command_to_servers). Head 0 sets the optimizer from text, as
+///   set_opt does (and is recorded for save); its text is checked first.
+///   Errors: `bad_optimizer` (head 0), the shards' errors.
 ///
 /// Distributed jobs (num_servers > 0) add membership and supervision:
 /// - `(join_atom, role, token, agent, mode, version)` -> `job_info`: a server

@@ -56,18 +56,29 @@ struct deterministic_fixture {
   /// error; a missing reply is reported as `errc::timeout`.
   template <class T>
   caf::expected<T> reply() {
+    return reply<T>(self);
+  }
+
+  /// The same for the mailbox of `who` (another requester than `self`).
+  template <class T>
+  caf::expected<T> reply(caf::scoped_actor& who) {
     caf::expected<T> result = make_error(errc::timeout, "no reply");
-    self->receive([&](T& x) { result = std::move(x); },
-                  [&](caf::error& err) { result = std::move(err); },
-                  caf::after(std::chrono::seconds(0)) >> [] {});
+    who->receive([&](T& x) { result = std::move(x); },
+                 [&](caf::error& err) { result = std::move(err); },
+                 caf::after(std::chrono::seconds(0)) >> [] {});
     return result;
   }
 
   /// True if `self` has no message waiting.
   bool no_reply() {
+    return no_reply(self);
+  }
+
+  /// True if `who` has no message waiting.
+  bool no_reply(caf::scoped_actor& who) {
     bool none = true;
-    self->receive([&](caf::message&) { none = false; },
-                  caf::after(std::chrono::seconds(0)) >> [] {});
+    who->receive([&](caf::message&) { none = false; },
+                 caf::after(std::chrono::seconds(0)) >> [] {});
     return none;
   }
 };
