@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/network.hpp"
+#include "runtime/system.hpp"
 
 #include <chrono>
 #include <cstdlib>

@@ -12,7 +12,7 @@
 #include "caf/fwd.hpp"
 
 #include "runtime/kvstore.hpp"
-#include "runtime/system.hpp"
+#include "runtime/system_options.hpp"
 
 /// The coordinator and server processes of a distributed job. Each call runs
 /// a whole process role and returns when the job is over; the apps wrap them

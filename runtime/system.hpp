@@ -1,45 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-#include <chrono>
-#include <cstddef>
-
 #include "caf/actor_system_config.hpp"
 
-#include "runtime/scheduler_policy.hpp"
+#include "runtime/system_options.hpp"
 
 namespace actorps {
-
-/// Scheduler and network settings of an actorps actor system.
-struct system_options {
-  /// Scheduler threads; 0 keeps CAF's default (max(cores, 4)).
-  std::size_t threads = 0;
-  /// Use CAF's deterministic test scheduler (message-level tests).
-  bool testing = false;
-  /// Load CAF's network layer (io::middleman) for distributed jobs.
-  bool network = false;
-  /// Network: how often CAF sends a heartbeat on each connection (0: off).
-  std::chrono::milliseconds heartbeat{1000};
-  /// Network: a connection silent for this long is closed, so a hung peer
-  /// shows up as down (0: off). Must exceed the transfer time of the largest
-  /// message, or healthy connections get closed.
-  std::chrono::milliseconds connection_timeout{10000};
-  /// Scheduler policy (see scheduler_policy).
-  scheduler_policy scheduler = scheduler_policy::automatic;
-  /// Calls `tune_malloc()` when the actor system is configured.
-  bool keep_freed_memory = true;
-};
-
-/// Sets glibc malloc's thresholds for the data plane (process-wide): blocks
-/// of up to 64 MB come from the heap, not from a fresh mmap each, and up to
-/// 512 MB freed at the top of a heap stay with the process instead of going
-/// back to the kernel. Without it, glibc's dynamic thresholds give back the
-/// slice buffers a round frees, and the next round faults every page in
-/// again (measured: 1.5-2x slower rounds, depending on what ran before; see
-/// docs/benchmarks.md). Leaves malloc alone, and returns false, when the
-/// environment already tunes it (GLIBC_TUNABLES with glibc.malloc, or a
-/// MALLOC_*_ variable) or the C library is not glibc. Idempotent.
-bool tune_malloc();
 
 /// Actor-system configuration with every actorps message type and the
 /// actorps error category registered. No command-line parsing: the apps parse

@@ -20,6 +20,32 @@ void add_common_options(po::options_description& desc,
     "the flags without dashes; flags given on the command line win");
 }
 
+void add_threads_option(po::options_description& desc, std::size_t& threads,
+                        const std::string& help) {
+  desc.add_options()("threads", po::value(&threads)->default_value(threads),
+                     help.c_str());
+}
+
+void add_timeout_options(po::options_description& desc,
+                         long& connect_timeout_ms, long& timeout_ms,
+                         const std::string& timeout_help) {
+  desc.add_options()(
+    "connect-timeout-ms",
+    po::value(&connect_timeout_ms)->default_value(connect_timeout_ms),
+    "how long to keep trying to reach the coordinator, in ms")(
+    "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
+    timeout_help.c_str());
+}
+
+int finish(const std::string& app, const network_flags& flags,
+           const std::string& message) {
+  if (!message.empty())
+    return fail(app, message);
+  if (flags.level >= log_level::info)
+    std::cout << app << ": job done" << std::endl;
+  return 0;
+}
+
 std::optional<int>
 parse(int argc, char** argv, const po::options_description& d,
       po::variables_map& vm, const std::string& app, const std::string& usage) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -27,6 +28,19 @@ std::optional<int> parse(int argc, char** argv,
                          const boost::program_options::options_description& d,
                          boost::program_options::variables_map& vm,
                          const std::string& app, const std::string& usage);
+
+/// Adds --threads (scheduler threads of the app's actor system; 0: CAF's
+/// default) to `desc`.
+void add_threads_option(boost::program_options::options_description& desc,
+                        std::size_t& threads,
+                        const std::string& help
+                        = "scheduler threads (0: CAF's default)");
+
+/// Adds --connect-timeout-ms (how long to keep trying to reach the
+/// coordinator) and --timeout-ms (`timeout_help`) to `desc`.
+void add_timeout_options(boost::program_options::options_description& desc,
+                         long& connect_timeout_ms, long& timeout_ms,
+                         const std::string& timeout_help);
 
 /// How much an app prints on stdout.
 enum class log_level { error = 0, info = 1, debug = 2 };
@@ -93,6 +107,11 @@ void add_compression_option(boost::program_options::options_description& desc,
 /// on stderr) if it is not none, fp16, 2bit or 2bit:THRESHOLD.
 std::optional<int> check_compression(const std::string& app,
                                      const std::string& text, compression& out);
+
+/// The end of a runner's app: `message` (an error from the runner; empty:
+/// none) on stderr and 1, or "app: job done" at --log-level info and 0.
+int finish(const std::string& app, const network_flags& flags,
+           const std::string& message);
 
 /// Prints "app: message" on stderr and returns `code`.
 int fail(const std::string& app, const std::string& message, int code = 1);

@@ -39,9 +39,8 @@ int main(int argc, char** argv) {
     po::value(&opts.slice_floats)->default_value(opts.slice_floats),
     "largest slice of a sliced key, in floats (1..33554432)")(
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
-    "timeout of the coordinator's requests to shards, in ms")(
-    "threads", po::value(&opts.system.threads)->default_value(0),
-    "scheduler threads (0: CAF's default)");
+    "timeout of the coordinator's requests to shards, in ms");
+  cli::add_threads_option(desc, opts.system.threads);
   cli::add_network_options(desc, net);
   po::variables_map vm;
   if (auto rc = cli::parse(
@@ -75,9 +74,5 @@ int main(int argc, char** argv) {
               << mode << ", " << opts.num_workers << " workers, "
               << opts.num_servers << " servers)" << std::endl;
   });
-  if (err)
-    return cli::fail(app, actorps::render(err));
-  if (net.level >= cli::log_level::info)
-    std::cout << app << ": job done" << std::endl;
-  return 0;
+  return cli::finish(app, net, err ? actorps::render(err) : std::string{});
 }

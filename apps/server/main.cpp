@@ -31,14 +31,11 @@ int main(int argc, char** argv) {
     "port", po::value(&port)->default_value(port),
     "port for the workers' direct connections; 0 picks a free one")(
     "shards", po::value(&opts.shards)->default_value(opts.shards),
-    "shard actors to host (default: one per core)")(
-    "connect-timeout-ms",
-    po::value(&connect_timeout_ms)->default_value(connect_timeout_ms),
-    "how long to keep trying to reach the coordinator, in ms")(
-    "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
-    "how long to wait for the coordinator's answers, in ms")(
-    "threads", po::value(&opts.system.threads)->default_value(0),
-    "scheduler threads (0: CAF's default)");
+    "shard actors to host (default: one per core)");
+  cli::add_timeout_options(desc, connect_timeout_ms, timeout_ms,
+                           "how long to wait for the coordinator's answers, "
+                           "in ms");
+  cli::add_threads_option(desc, opts.system.threads);
   cli::add_network_options(desc, net);
   po::variables_map vm;
   if (auto rc = cli::parse(
@@ -72,9 +69,5 @@ int main(int argc, char** argv) {
       std::cout << app << ": server rank " << rank << " hosts " << opts.shards
                 << " shards" << std::endl;
   });
-  if (err)
-    return cli::fail(app, actorps::render(err));
-  if (net.level >= cli::log_level::info)
-    std::cout << app << ": job done" << std::endl;
-  return 0;
+  return cli::finish(app, net, err ? actorps::render(err) : std::string{});
 }

@@ -160,10 +160,10 @@ int main(int argc, char** argv) {
     "limit-test", po::value(&limit_test)->default_value(0),
     "use only the first N test samples (0: all)")(
     "out", po::value(&out_dir)->default_value(out_dir),
-    "folder for the curves (CSV and SVG)")(
-    "threads", po::value(&store.threads)->default_value(0),
-    "actor-system scheduler threads (0: the cores the training threads "
-    "leave, at least 1)");
+    "folder for the curves (CSV and SVG)");
+  cli::add_threads_option(desc, store.threads,
+                          "actor-system scheduler threads (0: the cores the "
+                          "training threads leave, at least 1)");
   cli::add_train_options(desc, train);
   std::string compression_text;
   cli::add_compression_option(desc, compression_text);

@@ -54,12 +54,10 @@ int main(int argc, char** argv) {
     "synthetic: push+pull rounds")("progress", po::bool_switch(&job.progress),
                                    "synthetic: print a line after every round")(
     "tolerate-deaths", po::bool_switch(&job.tolerate_deaths),
-    "synthetic: skip the value checks (other workers may be killed)")(
-    "connect-timeout-ms",
-    po::value(&connect_timeout_ms)->default_value(connect_timeout_ms),
-    "how long to keep trying to reach the coordinator, in ms")(
-    "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
-    "bound on every push, pull and control call, in ms");
+    "synthetic: skip the value checks (other workers may be killed)");
+  cli::add_timeout_options(desc, connect_timeout_ms, timeout_ms,
+                           "bound on every push, pull and control call, in "
+                           "ms");
   cli::add_network_options(desc, net);
   cli::add_train_options(desc, train, "mnist: ");
   std::string compression_text;

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "bench/options.hpp"
+
+#include "apps/common/cli.hpp"
+#include "core/layout.hpp"
+
+namespace po = boost::program_options;
+namespace cli = actorps::apps;
+
+namespace actorps::bench {
+
+namespace {
+
+constexpr const char* app = "actorps-bench";
+
+void add_run_options(po::options_description& desc, bench_options& o,
+                     std::string& max_inflight, std::string& scheduler) {
+  desc.add_options()("modes", po::value(&o.modes)->default_value(o.modes),
+                     "local, dist or both (comma-separated)")(
+    "sizes", po::value(&o.sizes)->default_value(o.sizes),
+    "one-key cases: sizes in bytes (K, M suffixes; none: no such cases)")(
+    "many", po::value(&o.many)->default_value(o.many),
+    "many-key cases: KEYSxFLOATS, comma-separated (none: no such cases)")(
+    "round", po::value(&o.round_kinds)->default_value(o.round_kinds),
+    "round kinds, comma-separated: fused (one push_pull request per round) "
+    "and/or split (a push request, wait, a pull request, wait)")(
+    "backlog", po::value(&o.backlog)->default_value(o.backlog),
+    "priority cases: the latency of a 4 KB pull at priority 10, and at "
+    "priority 0, issued right after a push of this size at priority 0 (0: "
+    "no priority cases)")(
+    "compression",
+    po::value(&o.compressed.codecs)->default_value(o.compressed.codecs),
+    "compressed cases: codecs, comma-separated (fp16, 2bit, "
+    "2bit:THRESHOLD; none: no such cases); one fused case per codec and "
+    "--compressed-sizes entry, with bytes on the wire per round")(
+    "compressed-sizes",
+    po::value(&o.compressed.sizes)->default_value(o.compressed.sizes),
+    "compressed cases: sizes of the one key, comma-separated")(
+    "workers", po::value(&o.workers_text)->default_value(o.workers_text),
+    "worker counts to run, comma-separated")(
+    "shards", po::value(&o.shards)->default_value(o.shards),
+    "shards (local: in the process; dist: in the one server process)")(
+    "slice-floats",
+    po::value(&o.tune.slice_floats)->default_value(o.tune.slice_floats),
+    "largest slice of a sliced key, in floats")(
+    "max-inflight", po::value(&max_inflight)->default_value(max_inflight),
+    "per shard, bytes a worker keeps in flight before further requests wait "
+    "in it, by priority (K, M suffixes)")(
+    "warmup", po::value(&o.plan.warmup)->default_value(o.plan.warmup),
+    "warm-up rounds per case (not measured)")(
+    "rounds", po::value(&o.plan.rounds)->default_value(o.plan.rounds),
+    "measured rounds per case");
+  cli::add_threads_option(desc, o.sys.threads,
+                          "scheduler threads of every actor system (0: CAF's "
+                          "default)");
+  desc.add_options()(
+    "scheduler", po::value(&scheduler)->default_value(scheduler),
+    "CAF scheduler policy of every actor system: auto (sharing with the "
+    "network, else work stealing), sharing or stealing")(
+    "quick", po::bool_switch(&o.quick),
+    "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
+    "--backlog 1M --compressed-sizes 64K --warmup 1 --rounds 3, quick "
+    "limits")("no-limits", po::bool_switch(&o.no_limits),
+              "skip measuring memcpy and loopback TCP")(
+    "json", po::value(&o.json_path), "also write the results as JSON here")(
+    "timeout-s", po::value(&o.timeout_s)->default_value(o.timeout_s),
+    "dist: bound on each process's silence and exit, in seconds");
+}
+
+void add_role_options(po::options_description& hidden, bench_options& o) {
+  hidden.add_options()("role", po::value(&o.role),
+                       "coordinator|server|worker|basp-echo|basp-client|"
+                       "broker-server|broker-client")(
+    "coordinator", po::value(&o.coordinator),
+    "host:port")("cases", po::value(&o.cases_text), "encoded cases")(
+    "bench-workers", po::value(&o.bench_workers)->default_value(1),
+    "workers of the job")("server-pid", po::value(&o.server_pid),
+                          "the server process, whose peak RSS a worker "
+                          "measures per case");
+}
+
+// --quick: tiny sizes and few rounds, where the user gave none.
+void apply_quick(const po::variables_map& vm, bench_options& o) {
+  auto unset = [&](const char* name) { return vm[name].defaulted(); };
+  if (unset("sizes"))
+    o.sizes = "4K,64K";
+  if (unset("many"))
+    o.many = "10x256,100x1";
+  if (unset("warmup"))
+    o.plan.warmup = 1;
+  if (unset("rounds"))
+    o.plan.rounds = 3;
+  if (unset("backlog"))
+    o.backlog = "1M";
+  if (unset("compressed-sizes"))
+    o.compressed.sizes = "64K";
+}
+
+} // namespace
+
+std::optional<int> parse_options(int argc, char** argv, bench_options& out) {
+  std::string config_file;
+  std::string max_inflight = std::to_string(out.tune.max_inflight);
+  std::string scheduler = "auto";
+  po::options_description desc{"Options"};
+  cli::add_common_options(desc, config_file);
+  add_run_options(desc, out, max_inflight, scheduler);
+  po::options_description hidden{"Roles (started by the harness itself)"};
+  add_role_options(hidden, out);
+  po::options_description all;
+  all.add(desc).add(hidden);
+  po::variables_map vm;
+  if (auto rc = cli::parse(
+        argc, argv, all, vm, app,
+        "usage: actorps-bench [options]\n"
+        "Measures push+pull rounds (split: push every key, wait, pull every "
+        "key, wait; fused: push_pull every key, wait; the shards sum the "
+        "pushes of a round, no optimizer) in local "
+        "mode (one process) and dist mode (coordinator, server and worker "
+        "processes on 127.0.0.1), next to this machine's memcpy and loopback "
+        "TCP limits. Prints a table; --json writes the figures."))
+    return rc;
+  if (!parse_scheduler_policy(scheduler, out.sys.scheduler))
+    return cli::fail(app,
+                     "--scheduler: expected auto, sharing or stealing, got '"
+                       + scheduler + "'",
+                     2);
+  if (!parse_size(max_inflight, out.tune.max_inflight))
+    return cli::fail(app,
+                     "--max-inflight: '" + max_inflight
+                       + "' is not a size such as 8M (a multiple of 4 bytes)",
+                     2);
+  if (out.quick)
+    apply_quick(vm, out);
+  return std::nullopt;
+}
+
+std::string plan_run(bench_options& o) {
+  if (auto e = make_cases(o.sizes, o.many, o.round_kinds, o.backlog,
+                          o.compressed, o.cases);
+      !e.empty())
+    return e;
+  for (const auto& w : split(o.workers_text, ',')) {
+    uint64_t n = 0;
+    if (!parse_count(w, n) || w.size() > 3 || n == 0)
+      return "--workers: '" + w + "' is not a count from 1";
+    o.worker_counts.push_back(static_cast<uint32_t>(n));
+  }
+  for (const auto& m : split(o.modes, ',')) {
+    if (m == "local")
+      o.local = true;
+    else if (m == "dist")
+      o.dist = true;
+    else
+      return "--modes: unknown mode '" + m + "'";
+  }
+  if (o.worker_counts.empty() || (!o.local && !o.dist) || o.plan.rounds == 0
+      || o.shards == 0 || o.timeout_s <= 0 || o.tune.slice_floats == 0
+      || o.tune.slice_floats > core::max_slice_floats)
+    return "need at least one worker count and mode, --rounds, --shards and "
+           "--timeout-s > 0, --slice-floats 1.."
+           + std::to_string(core::max_slice_floats);
+  return {};
+}
+
+} // namespace actorps::bench
