@@ -10,6 +10,8 @@ packages=(
   libboost-program-options-dev  # the apps' command lines
   catch2                        # tests
   zlib1g-dev                    # reading the data set's .gz files
+  pkg-config                    # the package test: the installed actorps.pc
+  nlohmann-json3-dev            # JSON the programs write (bench figures)
   dataset-fashion-mnist         # the training job's data
 )
 

@@ -9,8 +9,8 @@
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
-#include "actors/coordinator/coordinator.hpp"
-#include "messages/type_ids.hpp"
+#include <actorps/actors/coordinator/coordinator.hpp>
+#include <actorps/messages/type_ids.hpp>
 
 /// Protocol of a node agent: one per server or worker process.
 ///

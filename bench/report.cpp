@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <ostream>
 
+#include <nlohmann/json.hpp>
+
 namespace actorps::bench {
 
 namespace {
@@ -85,16 +87,6 @@ void print_echoes(const char* title,
   std::printf("\n\n");
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\')
-      out += '\\';
-    out += ch;
-  }
-  return out;
-}
-
 } // namespace
 
 void print_table(const std::vector<result>& results, const machine_limits& m,
@@ -171,76 +163,76 @@ void write_json(std::ostream& out, const std::vector<result>& results,
                 const std::vector<server_memory>& memory,
                 const machine_limits& m, bool limits, const round_plan& plan,
                 uint32_t shards) {
-  out << "{\n  \"tool\": \"actorps-bench\",\n";
-  out << "  \"warmup_rounds\": " << plan.warmup
-      << ",\n  \"measured_rounds\": " << plan.rounds
-      << ",\n  \"shards\": " << shards << ",\n";
-  if (limits) {
-    out << "  \"machine\": {\"memcpy_gbps\": " << m.memcpy_gbps
-        << ", \"tcp_gbps\": " << m.tcp_gbps
-        << ", \"tcp_rtt_us\": " << m.tcp_rtt_us << ", \"tcp_echo\": [";
-    for (size_t i = 0; i < m.echoes.size(); ++i)
-      out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.echoes[i].bytes
-          << ", \"round_us\": " << m.echoes[i].round_us << "}";
-    out << "], \"basp_echo\": [";
-    for (size_t i = 0; i < m.basp_echoes.size(); ++i)
-      out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.basp_echoes[i].bytes
-          << ", \"round_us\": " << m.basp_echoes[i].round_us << "}";
-    out << "], \"broker_round\": [";
-    for (size_t i = 0; i < m.broker_rounds.size(); ++i)
-      out << (i == 0 ? "" : ", ") << "{\"bytes\": " << m.broker_rounds[i].bytes
-          << ", \"round_us\": " << m.broker_rounds[i].round_us << "}";
-    out << "]},\n";
-  }
-  out << "  \"results\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const auto& r = results[i];
-    out << (i == 0 ? "\n" : ",\n") << "    {\"mode\": \"" << r.mode
-        << "\", \"case\": \"" << json_escape(r.what.name) << "\", \"round\": \""
-        << r.what.round() << "\", \"priority\": " << r.what.priority
-        << ", \"backlog_bytes\": " << r.what.backlog * sizeof(float)
-        << ", \"keys\": " << r.what.keys
-        << ", \"floats_per_key\": " << r.what.floats
-        << ", \"payload_bytes\": " << r.what.payload_bytes()
-        << ", \"workers\": " << r.workers
-        << ", \"round_us\": {\"median\": " << r.median() * 1e6
-        << ", \"min\": " << r.min() * 1e6 << ", \"max\": " << r.max() * 1e6
-        << "}, \"gbps\": " << r.gbps() << ", \"compression\": \""
-        << to_string(r.what.comp) << "\"";
-    if (r.server_peak_mb >= 0)
-      out << ", \"server_peak_rss_mb\": " << r.server_peak_mb
-          << ", \"server_weights_mb\": " << r.server_weights_mb
-          << ", \"server_bound_mb\": " << rss_bound_mb(r.server_weights_mb);
-    if (r.wire_sent >= 0)
-      out << ", \"wire_sent_bytes_per_round\": " << r.wire_sent
-          << ", \"wire_received_bytes_per_round\": " << r.wire_received;
+  using json = nlohmann::ordered_json;
+  auto rounds = [](const std::vector<machine_limits::echo>& xs) {
+    auto arr = json::array();
+    for (const auto& e : xs)
+      arr.push_back({{"bytes", e.bytes}, {"round_us", e.round_us}});
+    return arr;
+  };
+  json doc = {{"tool", "actorps-bench"},
+              {"warmup_rounds", plan.warmup},
+              {"measured_rounds", plan.rounds},
+              {"shards", shards}};
+  if (limits)
+    doc["machine"] = {{"memcpy_gbps", m.memcpy_gbps},
+                      {"tcp_gbps", m.tcp_gbps},
+                      {"tcp_rtt_us", m.tcp_rtt_us},
+                      {"tcp_echo", rounds(m.echoes)},
+                      {"basp_echo", rounds(m.basp_echoes)},
+                      {"broker_round", rounds(m.broker_rounds)}};
+  auto& rows = doc["results"] = json::array();
+  for (const auto& r : results) {
+    const auto us = r.median() * 1e6;
+    json row
+      = {{"mode", r.mode},
+         {"case", r.what.name},
+         {"round", r.what.round()},
+         {"priority", r.what.priority},
+         {"backlog_bytes", r.what.backlog * sizeof(float)},
+         {"keys", r.what.keys},
+         {"floats_per_key", r.what.floats},
+         {"payload_bytes", r.what.payload_bytes()},
+         {"workers", r.workers},
+         {"round_us",
+          {{"median", us}, {"min", r.min() * 1e6}, {"max", r.max() * 1e6}}},
+         {"gbps", r.gbps()},
+         {"compression", to_string(r.what.comp)}};
+    if (r.server_peak_mb >= 0) {
+      row["server_peak_rss_mb"] = r.server_peak_mb;
+      row["server_weights_mb"] = r.server_weights_mb;
+      row["server_bound_mb"] = rss_bound_mb(r.server_weights_mb);
+    }
+    if (r.wire_sent >= 0) {
+      row["wire_sent_bytes_per_round"] = r.wire_sent;
+      row["wire_received_bytes_per_round"] = r.wire_received;
+    }
     if (limits && m.tcp_gbps > 0 && !r.what.priority_case()) {
       if (r.mode == "local") {
-        out << ", \"fraction_of_memcpy\": " << r.gbps() / m.memcpy_gbps;
+        row["fraction_of_memcpy"] = r.gbps() / m.memcpy_gbps;
       } else {
         if (auto echo = echo_us(r, m); echo > 0)
-          out << ", \"fraction_of_tcp_echo\": " << echo / (r.median() * 1e6);
+          row["fraction_of_tcp_echo"] = echo / us;
         if (auto basp = basp_echo_us(r, m); basp > 0)
-          out << ", \"fraction_of_basp_echo\": " << basp / (r.median() * 1e6);
+          row["fraction_of_basp_echo"] = basp / us;
         if (auto broker = broker_round_us(r, m); broker > 0)
-          out << ", \"fraction_of_broker_round\": "
-              << broker / (r.median() * 1e6);
-        out << ", \"fraction_of_tcp\": " << r.gbps() / m.tcp_gbps
-            << ", \"multiple_of_tcp_rtt\": " << r.median() * 1e6 / m.tcp_rtt_us;
+          row["fraction_of_broker_round"] = broker / us;
+        row["fraction_of_tcp"] = r.gbps() / m.tcp_gbps;
+        row["multiple_of_tcp_rtt"] = us / m.tcp_rtt_us;
       }
     }
-    out << ", \"rounds_us\": [";
-    for (size_t k = 0; k < r.times.size(); ++k)
-      out << (k == 0 ? "" : ", ") << r.times[k] * 1e6;
-    out << "]}";
+    auto& times = row["rounds_us"] = json::array();
+    for (auto t : r.times)
+      times.push_back(t * 1e6);
+    rows.push_back(std::move(row));
   }
-  out << "\n  ],\n  \"server_memory\": [";
-  for (size_t i = 0; i < memory.size(); ++i)
-    out << (i == 0 ? "\n" : ",\n") << "    {\"workers\": " << memory[i].workers
-        << ", \"peak_rss_mb\": " << memory[i].peak_mb
-        << ", \"weights_mb\": " << memory[i].weights_mb
-        << ", \"bound_mb\": " << memory[i].bound_mb() << "}";
-  out << "\n  ]\n}\n";
+  auto& mem = doc["server_memory"] = json::array();
+  for (const auto& x : memory)
+    mem.push_back({{"workers", x.workers},
+                   {"peak_rss_mb", x.peak_mb},
+                   {"weights_mb", x.weights_mb},
+                   {"bound_mb", x.bound_mb()}});
+  out << doc.dump(2) << '\n';
 }
 
 } // namespace actorps::bench

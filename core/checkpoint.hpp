@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "core/errc.hpp"
-#include "core/file_system.hpp"
-#include "core/values.hpp"
+#include <actorps/core/errc.hpp>
+#include <actorps/core/file_system.hpp>
+#include <actorps/core/values.hpp>
 
 /// Checkpoint encoding of optimizer state and weights, free of CAF.
 ///

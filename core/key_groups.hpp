@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/errc.hpp"
-#include "core/values.hpp"
+#include <actorps/core/errc.hpp>
+#include <actorps/core/values.hpp>
 
 /// Repeated keys in one call, as MXNet groups them (`GroupKVPairsPush`,
 /// `GroupKVPairsPull`): the values pushed for one key are summed into one

@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/errc.hpp"
-#include "core/values.hpp"
+#include <actorps/core/errc.hpp>
+#include <actorps/core/values.hpp>
 
 /// Placement of keys on shards, free of CAF.
 ///

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/errc.hpp"
-#include "core/values.hpp"
+#include <actorps/core/errc.hpp>
+#include <actorps/core/values.hpp>
 
 /// Update rules of a shard, free of CAF. A shard keeps, beside each slice of
 /// n weights, `state_size(cfg, n)` floats of optimizer state (zero at start)

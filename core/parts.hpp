@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/errc.hpp"
-#include "core/values.hpp"
+#include <actorps/core/errc.hpp>
+#include <actorps/core/values.hpp>
 
 /// Reading and writing values held as `float_parts` (pieces of shared
 /// buffers), free of CAF: how a worker cuts a pushed value into slices and

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/values.hpp"
+#include <actorps/core/values.hpp>
 
 /// A worker's queue of requests to one shard, free of CAF: highest priority
 /// first, with a bound on the bytes sent and not answered yet (P3,

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/compression.hpp"
+#include <actorps/core/compression.hpp>
 
 /// Values that the pure libraries compute on and the actors exchange: float
 /// payloads, slice ids, key layouts, optimizer settings and saved state.

@@ -8,7 +8,7 @@
 #include "caf/actor.hpp"
 #include "caf/meta/type_name.hpp"
 
-#include "core/node_ids.hpp"
+#include <actorps/core/node_ids.hpp>
 
 /// Control-plane messages of a distributed job: membership and routing.
 /// Kept apart from messages/types.hpp so that the data-plane structs (and the

@@ -9,7 +9,7 @@
 #include "caf/make_message.hpp"
 #include "caf/message.hpp"
 
-#include "core/errc.hpp"
+#include <actorps/core/errc.hpp>
 
 CAF_ERROR_CODE_ENUM(actorps::errc, "actorps")
 

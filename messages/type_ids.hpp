@@ -7,8 +7,8 @@
 
 #include "caf/type_id.hpp"
 
-#include "messages/control.hpp"
-#include "messages/types.hpp"
+#include <actorps/messages/control.hpp>
+#include <actorps/messages/types.hpp>
 
 // The project's only type-ID block: ids are numbered with __COUNTER__, so a
 // second block in another header would collide. Every type that crosses a

@@ -13,7 +13,7 @@
 #include "caf/meta/type_name.hpp"
 #include "caf/sec.hpp"
 
-#include "core/values.hpp"
+#include <actorps/core/values.hpp>
 
 /// Plain message structs exchanged by the actors of actorps. Each has an
 /// `inspect` overload beside it; all of them are registered once through

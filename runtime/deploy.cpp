@@ -80,7 +80,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
 }
 
 caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
-                                                        bool sync) {
+                                                        uint8_t mode) {
   auto where = parse_endpoint(o.coordinator);
   if (!where)
     return std::move(where.error());
@@ -98,8 +98,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   job_info job;
   if (auto err = detail::ask(
         self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
-        join_atom::value, role::worker, o.token,
-        sync ? join_mode::sync : join_mode::async))
+        join_atom::value, role::worker, o.token, mode))
     return err;
   routing_table table;
   if (auto err = detail::ask(

@@ -57,10 +57,11 @@ worker_config worker_config_of(const store_options& o, uint32_t rank,
 /// `o.num_workers` workers in one actor system.
 std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync);
 
-/// Joins the distributed job at `o.coordinator` as one worker; fails with
-/// `dead_node` when the coordinator or a server cannot be reached, or with
-/// the coordinator's refusal.
+/// Joins the distributed job at `o.coordinator` as one worker, expecting
+/// `mode` (a `join_mode`: any takes the job's); fails with `dead_node` when
+/// the coordinator or a server cannot be reached, or with the coordinator's
+/// refusal. The runtime's `sync` is the job's mode.
 caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
-                                                        bool sync);
+                                                        uint8_t mode);
 
 } // namespace actorps

@@ -39,18 +39,24 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
                                        const store_options& opts) {
   bool sync = false;
   bool dist = false;
+  // Dist: the mode the job must have (any: take the job's).
+  uint8_t mode = join_mode::any;
   if (type == "local" || type == "local_async") {
   } else if (type == "local_sync") {
     sync = true;
   } else if (type == "dist_async") {
     dist = true;
-  } else if (type == "dist_sync" || type == "dist") {
+    mode = join_mode::async;
+  } else if (type == "dist_sync") {
     dist = sync = true;
+    mode = join_mode::sync;
+  } else if (type == "dist") {
+    dist = true;
   } else {
     return make_error(errc::bad_config,
                       "create: unknown store type '" + type
                         + "' (expected local, local_async, local_sync, "
-                          "dist_sync or dist_async)");
+                          "dist, dist_sync or dist_async)");
   }
   if (!dist && (opts.num_workers == 0 || opts.num_shards == 0))
     return make_error(errc::bad_config,
@@ -72,11 +78,13 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     auto rt = make_local(opts, sync);
     return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
   }
-  auto rt = make_dist(opts, sync);
+  auto rt = make_dist(opts, mode);
   if (!rt)
     return std::move(rt.error());
   auto rank = (*rt)->workers.begin()->first;
-  return kvstore{std::make_unique<impl>(std::move(*rt), type, rank)};
+  // "dist" becomes the job's mode.
+  auto joined = (*rt)->sync ? "dist_sync" : "dist_async";
+  return kvstore{std::make_unique<impl>(std::move(*rt), joined, rank)};
 }
 
 caf::expected<kvstore> kvstore::worker(uint32_t rank) const {

@@ -13,10 +13,10 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
-#include "core/errc.hpp"
-#include "core/node_ids.hpp"
-#include "messages/types.hpp"
-#include "runtime/scheduler_policy.hpp"
+#include <actorps/core/errc.hpp>
+#include <actorps/core/node_ids.hpp>
+#include <actorps/messages/types.hpp>
+#include <actorps/runtime/scheduler_policy.hpp>
 
 namespace actorps {
 
@@ -99,7 +99,8 @@ private:
 /// updates once) run coordinator, shards and workers in one process.
 /// "dist_sync" and "dist_async" connect this process, as one worker, to the
 /// coordinator at `store_options::coordinator` (see apps/); the mode must
-/// match the job's.
+/// match the job's. "dist" joins in whatever mode the job has; `type()`
+/// and `synchronous()` then tell which.
 ///
 /// Contract: `push` and `pull` return at once; a pull's output may be read
 /// only after `wait` on its ticket (or `wait_all`). Pushes and pulls of one

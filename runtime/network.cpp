@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/network.hpp"
-#include "runtime/system.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -18,9 +17,11 @@
 #include "actors/node.hpp"
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
+#include "core/join_tally.hpp"
 #include "core/layout.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
+#include "runtime/system.hpp"
 
 namespace actorps {
 
@@ -112,13 +113,29 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + render(port.error()) + ")");
   }
   on_listening(*port);
+  core::join_tally tally{opts.num_workers, opts.num_servers};
+  auto status = [&](const std::string& line) {
+    if (opts.on_status)
+      opts.on_status(line);
+  };
+  auto interval = opts.status_interval.count() > 0 ? opts.status_interval
+                                                   : std::chrono::hours{24};
   bool running = true;
   self->receive_while(
     running)([&](shutdown_atom) { running = false; },
              [&](node_down_atom, uint32_t node_id, uint8_t role_id) {
                if (opts.on_event)
                  opts.on_event(describe_node(node_id, role_id) + " is down");
-             });
+             },
+             [&](join_atom, uint32_t, uint8_t role_id, uint32_t rank) {
+               if (tally.add(role_id, rank))
+                 status(tally.describe());
+             },
+             caf::after(interval) >>
+               [&] {
+                 if (!tally.complete() && opts.status_interval.count() > 0)
+                   status(tally.describe());
+               });
   static_cast<void>(sys.middleman().unpublish(coord, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   return caf::none;

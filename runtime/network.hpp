@@ -11,8 +11,8 @@
 #include "caf/expected.hpp"
 #include "caf/fwd.hpp"
 
-#include "runtime/kvstore.hpp"
-#include "runtime/system_options.hpp"
+#include <actorps/runtime/kvstore.hpp>
+#include <actorps/runtime/system_options.hpp>
 
 /// The coordinator and server processes of a distributed job. Each call runs
 /// a whole process role and returns when the job is over; the apps wrap them
@@ -55,6 +55,12 @@ struct coordinator_options {
   /// Gets a line for each node that goes down (called on the caller's
   /// thread, inside run_coordinator).
   std::function<void(const std::string&)> on_event;
+  /// While nodes are missing, gets a line such as "waiting for 1 of 2
+  /// workers (joined: 0) and 1 of 1 servers (joined: none)" whenever
+  /// `status_interval` passed without a join, then "all 2 workers and 1
+  /// servers joined" once (caller's thread, inside run_coordinator).
+  std::function<void(const std::string&)> on_status;
+  std::chrono::milliseconds status_interval{5000};
 };
 
 /// Runs the coordinator: publishes it, calls `on_listening` with the port it

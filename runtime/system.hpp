@@ -3,7 +3,7 @@
 
 #include "caf/actor_system_config.hpp"
 
-#include "runtime/system_options.hpp"
+#include <actorps/runtime/system_options.hpp>
 
 namespace actorps {
 

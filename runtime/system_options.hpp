@@ -8,7 +8,7 @@
 #include <chrono>
 #include <cstddef>
 
-#include "runtime/scheduler_policy.hpp"
+#include <actorps/runtime/scheduler_policy.hpp>
 
 namespace actorps {
 

@@ -365,6 +365,9 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       node.last_seen = caf::make_timestamp();
       if (agent)
         self->monitor(agent);
+      if (st.cfg.on_done)
+        caf::anon_send(st.cfg.on_done, join_atom::value, info.node_id, role_id,
+                       info.rank);
       return info;
     },
     [self](shards_atom, uint32_t node_id, const std::vector<caf::actor>& shards,

@@ -12,8 +12,8 @@
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
-#include "actors/shard/shard.hpp"
-#include "messages/type_ids.hpp"
+#include <actorps/actors/shard/shard.hpp>
+#include <actorps/messages/type_ids.hpp>
 
 /// Protocol of the coordinator.
 ///
@@ -81,7 +81,9 @@
 /// hears `(node_down_atom, node_id, role)`. Once every worker left or died,
 /// every server agent gets `(shutdown_atom)`, and `on_done` gets it once
 /// every node went down (at most 5 s later). `(shutdown_atom)` sent to the
-/// coordinator itself ends that wait.
+/// coordinator itself ends that wait. `on_done` also hears
+/// `(join_atom, node_id, role, rank)` for every node admitted, so a runner
+/// can say whom the job still waits for.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -106,7 +108,8 @@ struct coordinator_config {
   /// Heartbeat interval told to joining nodes.
   std::chrono::milliseconds heartbeat{1000};
   /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
-  /// and `(node_down_atom, node_id, role)` for every node that goes down.
+  /// `(node_down_atom, node_id, role)` for every node that goes down and
+  /// `(join_atom, node_id, role, rank)` for every node admitted.
   caf::actor on_done;
 };
 

@@ -13,7 +13,7 @@
 #include "caf/actor.hpp"
 #include "caf/fwd.hpp"
 
-#include "actors/shard/shard.hpp"
+#include <actorps/actors/shard/shard.hpp>
 
 namespace actorps {
 

@@ -10,7 +10,7 @@
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
-#include "messages/type_ids.hpp"
+#include <actorps/messages/type_ids.hpp>
 
 /// Protocol of a parameter shard.
 ///

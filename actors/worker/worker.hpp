@@ -10,10 +10,10 @@
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
-#include "actors/coordinator/coordinator.hpp"
-#include "actors/shard/shard.hpp"
-#include "core/batching.hpp"
-#include "messages/type_ids.hpp"
+#include <actorps/actors/coordinator/coordinator.hpp>
+#include <actorps/actors/shard/shard.hpp>
+#include <actorps/core/batching.hpp>
+#include <actorps/messages/type_ids.hpp>
 
 /// Protocol of a worker: one training thread's view of the store.
 ///

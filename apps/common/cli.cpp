@@ -3,8 +3,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include <unistd.h>
 
 #include "apps/common/train.hpp"
 
@@ -35,6 +38,44 @@ void add_timeout_options(po::options_description& desc,
     "how long to keep trying to reach the coordinator, in ms")(
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
     timeout_help.c_str());
+}
+
+std::string prepare_output(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto folder = fs::path{path}.parent_path();
+  if (!folder.empty() && !fs::is_directory(folder, ec)) {
+    fs::create_directories(folder, ec);
+    if (ec)
+      return "cannot create " + folder.string() + ": " + ec.message();
+  }
+  if (fs::is_directory(path, ec))
+    return path + " is a folder";
+  auto existed = fs::exists(path, ec);
+  if (!std::ofstream{path, std::ios::app})
+    return "cannot write " + path;
+  if (!existed)
+    fs::remove(path, ec);
+  return {};
+}
+
+std::string write_file_atomically(const std::string& path,
+                                  const std::string& text) {
+  auto tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out{tmp, std::ios::binary | std::ios::trunc};
+    out << text;
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return "cannot write " + tmp;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return "cannot rename " + tmp + " to " + path;
+  }
+  return {};
 }
 
 int finish(const std::string& app, const network_flags& flags,
@@ -173,6 +214,13 @@ void add_train_options(po::options_description& desc, train_options& opts,
     po::value(&opts.momentum)
       ->default_value(opts.momentum, render(opts.momentum)),
     text("momentum").c_str())(
+    "server-momentum",
+    po::value(&opts.server_momentum)
+      ->default_value(opts.server_momentum, "derived"),
+    text("async: the momentum the shards run, in [0, 1) (derived: "
+         "max(0, 1 - workers x (1 - momentum)), since asynchrony adds "
+         "momentum of its own)")
+      .c_str())(
     "lr-schedule",
     po::value(&opts.lr_schedule)->default_value(opts.lr_schedule),
     text("cosine (the learning rate falls to 0 along half a cosine over "
@@ -193,6 +241,12 @@ std::optional<int> check(const std::string& app, const train_options& opts) {
     return fail(
       app, "--momentum must be in [0, 1), got " + std::to_string(opts.momentum),
       2);
+  if (opts.server_momentum != -1.0f
+      && !(opts.server_momentum >= 0 && opts.server_momentum < 1))
+    return fail(app,
+                "--server-momentum must be in [0, 1), got "
+                  + std::to_string(opts.server_momentum),
+                2);
   if (opts.lr_schedule != "cosine" && opts.lr_schedule != "constant")
     return fail(app,
                 "--lr-schedule must be cosine or constant, got '"

@@ -113,6 +113,18 @@ std::optional<int> check_compression(const std::string& app,
 int finish(const std::string& app, const network_flags& flags,
            const std::string& message);
 
+/// Makes sure a file can be written at `path` before a long run writes it:
+/// creates its folder, and opens it for appending (a file this creates is
+/// removed again; an existing one is left as it is). An error text naming
+/// the path, or an empty string.
+std::string prepare_output(const std::string& path);
+
+/// Writes `text` to `path` atomically: to a temporary file in the same
+/// folder, then renamed over `path`, so a reader sees all of it or no
+/// file. An error text naming the path, or an empty string.
+std::string write_file_atomically(const std::string& path,
+                                  const std::string& text);
+
 /// Prints "app: message" on stderr and returns `code`.
 int fail(const std::string& app, const std::string& message, int code = 1);
 

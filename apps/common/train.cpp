@@ -45,8 +45,11 @@ optimizer_config server_optimizer(const train_options& opts, bool sync,
   // al., "Asynchrony begets momentum"); keep the total near the requested
   // one. W = 4, momentum 0.9: 0.6 on the shards (diverged at 0.9, measured).
   auto cfg = sgd_momentum(opts, 1.0f, updates * workers);
-  cfg.momentum = std::max(
-    0.0f, 1.0f - static_cast<float>(workers) * (1.0f - opts.momentum));
+  cfg.momentum
+    = opts.server_momentum >= 0
+        ? opts.server_momentum
+        : std::max(0.0f,
+                   1.0f - static_cast<float>(workers) * (1.0f - opts.momentum));
   return cfg;
 }
 

@@ -21,6 +21,9 @@ struct train_options {
   uint32_t batch = 16;
   float learning_rate = 0.025f;
   float momentum = 0.9f;
+  /// Async stores: the momentum the shards run; negative (the default)
+  /// derives it from `momentum` (see `server_optimizer`).
+  float server_momentum = -1.0f;
   /// "cosine" (down to 0 over all epochs' updates) or "constant".
   std::string lr_schedule = "cosine";
   uint32_t seed = 42;
@@ -55,7 +58,8 @@ struct train_callbacks {
 /// spanning all epochs' updates of a slice (sync: one per step, async: one
 /// per step and worker); sync stores rescale the summed gradients by 1/W,
 /// async stores lower the momentum to max(0, 1 - W * (1 - momentum)), since
-/// asynchrony adds momentum of its own.
+/// asynchrony adds momentum of its own (W = 4, momentum 0.9: 0.6), unless
+/// `opts.server_momentum` (>= 0) gives it.
 optimizer_config server_optimizer(const train_options& opts, bool sync,
                                   uint32_t workers, uint64_t train_size);
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // actorps-coordinator: the coordinator process of a distributed job.
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -19,14 +20,21 @@ int main(int argc, char** argv) {
   std::string mode = "dist_sync";
   unsigned port = 0;
   long timeout_ms = 60000;
+  long status_ms = 5000;
+  std::string port_file;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   desc.add_options()("host", po::value(&opts.host)->default_value(opts.host),
                      "address to listen on (\"\" for every interface)")(
     "port", po::value(&port)->default_value(port),
     "port to listen on; 0 picks a free one (printed at start)")(
-    "token", po::value(&opts.token)->default_value(""),
-    "job token every server and worker must present")(
+    "port-file", po::value(&port_file),
+    "once listening, write the port (digits and a newline) to this file, "
+    "atomically: a script may wait for the file and read it")(
+    "status-interval-ms", po::value(&status_ms)->default_value(status_ms),
+    "while servers or workers are missing, say whom the job waits for this "
+    "often (0: never)")("token", po::value(&opts.token)->default_value(""),
+                        "job token every server and worker must present")(
     "mode", po::value(&mode)->default_value(mode), "dist_sync or dist_async")(
     "workers", po::value(&opts.num_workers)->default_value(opts.num_workers),
     "number of workers of the job")(
@@ -54,8 +62,18 @@ int main(int argc, char** argv) {
   if (mode != "dist_sync" && mode != "dist_async")
     return cli::fail(
       app, "--mode must be dist_sync or dist_async, got '" + mode + "'", 2);
-  if (port > 65535 || timeout_ms <= 0)
-    return cli::fail(app, "--port must be 0..65535 and --timeout-ms > 0", 2);
+  if (port > 65535 || timeout_ms <= 0 || status_ms < 0)
+    return cli::fail(app,
+                     "--port must be 0..65535, --timeout-ms > 0 and "
+                     "--status-interval-ms >= 0",
+                     2);
+  if (!port_file.empty()) {
+    if (auto e = cli::prepare_output(port_file); !e.empty())
+      return cli::fail(app, "--port-file: " + e, 2);
+    // A file left by an earlier run must not pass for this one's.
+    std::error_code ec;
+    std::filesystem::remove(port_file, ec);
+  }
   if (opts.bigarray_bound == 0 || opts.slice_floats == 0
       || opts.slice_floats > actorps::core::max_slice_floats)
     return cli::fail(app,
@@ -67,7 +85,17 @@ int main(int argc, char** argv) {
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, opts.system);
   opts.on_event = cli::event_printer(app, net);
+  opts.status_interval = std::chrono::milliseconds{status_ms};
+  if (net.level >= cli::log_level::info)
+    opts.on_status = [&](const std::string& line) {
+      std::cout << app << ": " << line << std::endl;
+    };
   auto err = actorps::run_coordinator(opts, [&](uint16_t p) {
+    if (!port_file.empty())
+      if (auto e = cli::write_file_atomically(port_file,
+                                              std::to_string(p) + "\n");
+          !e.empty())
+        std::cerr << app << ": --port-file: " << e << std::endl;
     // Printed at every log level: scripts read the port from it.
     std::cout << app << ": listening on "
               << (opts.host.empty() ? "*" : opts.host) << ":" << p << " ("

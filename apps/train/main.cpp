@@ -5,9 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iomanip>
-#include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -16,6 +13,7 @@
 #include <unistd.h>
 
 #include "apps/common/cli.hpp"
+#include "apps/common/curves.hpp"
 #include "apps/common/mnist.hpp"
 #include "apps/common/train.hpp"
 #include "messages/errors.hpp"
@@ -74,62 +72,6 @@ private:
   uint32_t last_epoch_ = 0;
   int last_quarter_ = 0;
 };
-
-std::string write_csv(const std::string& path,
-                      const std::vector<cli::epoch_report>& rs) {
-  std::ofstream f{path};
-  f << "epoch,train_loss,test_accuracy,samples_per_s,seconds\n";
-  for (auto& r : rs)
-    f << r.epoch << ',' << r.loss << ',' << r.accuracy << ',' << r.samples_per_s
-      << ',' << r.seconds << '\n';
-  return f ? std::string{} : "cannot write " + path;
-}
-
-// Two small line charts side by side: training loss and test accuracy.
-std::string write_svg(const std::string& path, const std::string& title,
-                      const std::vector<cli::epoch_report>& rs) {
-  std::ofstream f{path};
-  f << std::setprecision(3);
-  const int w = 360, h = 240, pad = 40;
-  f << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << 2 * w + pad
-    << "\" height=\"" << h + 2 * pad
-    << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
-    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << pad << "\" y=\"20\" font-size=\"14\">" << title
-    << "</text>\n";
-  auto chart = [&](int x0, const char* label, auto value, double lo, double hi,
-                   const char* color) {
-    f << "<g transform=\"translate(" << x0 << "," << pad << ")\">\n"
-      << "<rect width=\"" << w - pad << "\" height=\"" << h - pad
-      << "\" fill=\"none\" stroke=\"#999\"/>\n"
-      << "<text x=\"0\" y=\"-6\">" << label << " (" << lo << " to " << hi
-      << ")</text>\n<polyline fill=\"none\" stroke=\"" << color
-      << "\" stroke-width=\"2\" points=\"";
-    for (size_t i = 0; i < rs.size(); ++i) {
-      auto x = rs.size() == 1 ? 0.0
-                              : double(i) / double(rs.size() - 1) * (w - pad);
-      auto v = (value(rs[i]) - lo) / (hi - lo == 0 ? 1 : hi - lo);
-      f << x << ',' << (1 - v) * (h - pad) << ' ';
-    }
-    f << "\"/>\n<text x=\"0\" y=\"" << h - pad + 16 << "\">epoch 1</text>"
-      << "<text x=\"" << w - pad - 50 << "\" y=\"" << h - pad + 16
-      << "\">epoch " << rs.size() << "</text>\n</g>\n";
-  };
-  double max_loss = 0;
-  double min_acc = 1;
-  for (auto& r : rs) {
-    max_loss = std::max(max_loss, r.loss);
-    min_acc = std::min(min_acc, r.accuracy);
-  }
-  chart(
-    pad, "training loss", [](auto& r) { return r.loss; }, 0.0, max_loss,
-    "#c0392b");
-  chart(
-    w + pad, "test accuracy", [](auto& r) { return r.accuracy; },
-    std::max(0.0, min_acc - 0.05), 1.0, "#2471a3");
-  f << "</svg>\n";
-  return f ? std::string{} : "cannot write " + path;
-}
 
 } // namespace
 
@@ -193,6 +135,11 @@ int main(int argc, char** argv) {
     auto cores = std::max(1u, std::thread::hardware_concurrency());
     store.threads = cores > store.num_workers ? cores - store.num_workers : 1;
   }
+  // The output folder before the run, not after it: a bad --out fails
+  // at once instead of after the training.
+  const std::string stem = out_dir + "/" + (baseline ? "baseline" : mode);
+  if (auto e = cli::prepare_output(stem + ".csv"); !e.empty())
+    return cli::fail(app, "--out: " + e, 2);
   cli::dataset train_set;
   cli::dataset test_set;
   if (auto st = cli::load_split(data_dir, "train", train_set); !st.ok())
@@ -277,14 +224,9 @@ int main(int argc, char** argv) {
     = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
         .count();
   std::printf("total time %.1f s\n", total);
-  std::string stem = out_dir + "/" + (baseline ? "baseline" : mode);
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec)
-    return cli::fail(app, "cannot create " + out_dir + ": " + ec.message());
-  if (auto e = write_csv(stem + ".csv", reports); !e.empty())
+  if (auto e = cli::write_csv(stem + ".csv", reports); !e.empty())
     return cli::fail(app, e);
-  if (auto e = write_svg(stem + ".svg", "actorps-train: " + what, reports);
+  if (auto e = cli::write_svg(stem + ".svg", "actorps-train: " + what, reports);
       !e.empty())
     return cli::fail(app, e);
   std::printf("curves: %s.csv and %s.svg\n", stem.c_str(), stem.c_str());

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   actorps::apps::synthetic_options job;
   cli::network_flags net;
   std::string config_file;
-  std::string mode = "dist_sync";
+  std::string mode = "job";
   std::string job_name = "synthetic";
   actorps::apps::train_options train;
   std::string data_dir = actorps::apps::default_data_dir;
@@ -34,9 +34,10 @@ int main(int argc, char** argv) {
   cli::add_common_options(desc, config_file);
   desc.add_options()("coordinator", po::value(&store.coordinator),
                      "the coordinator's host:port (required)")(
-    "token", po::value(&store.token)->default_value(""),
-    "the job token")("mode", po::value(&mode)->default_value(mode),
-                     "dist_sync or dist_async (must match the coordinator's)")(
+    "token", po::value(&store.token)->default_value(""), "the job token")(
+    "mode", po::value(&mode)->default_value(mode),
+    "dist_sync or dist_async (must match the coordinator's), or job: "
+    "whichever the coordinator runs")(
     "job", po::value(&job_name)->default_value(job_name),
     "the job to run: synthetic (exact-sum check) or mnist (the Fashion-MNIST "
     "training job of actorps-train)")(
@@ -75,9 +76,10 @@ int main(int argc, char** argv) {
   if (auto where = actorps::parse_endpoint(store.coordinator); !where)
     return cli::fail(app, "--coordinator: " + actorps::render(where.error()),
                      2);
-  if (mode != "dist_sync" && mode != "dist_async")
+  if (mode != "dist_sync" && mode != "dist_async" && mode != "job")
     return cli::fail(
-      app, "--mode must be dist_sync or dist_async, got '" + mode + "'", 2);
+      app, "--mode must be dist_sync, dist_async or job, got '" + mode + "'",
+      2);
   if (job_name != "synthetic" && job_name != "mnist")
     return cli::fail(
       app,
@@ -116,13 +118,13 @@ int main(int argc, char** argv) {
   auto info = net.level >= cli::log_level::info;
   store.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, store);
-  auto kv = actorps::kvstore::create(mode, store);
+  auto kv = actorps::kvstore::create(mode == "job" ? "dist" : mode, store);
   if (!kv)
     return cli::fail(app, actorps::render(kv.error()));
   kv->set_barrier_before_exit(!job.tolerate_deaths);
   if (info)
     std::cout << app << ": rank " << kv->rank() << " of " << kv->num_workers()
-              << " (" << mode << ")" << std::endl;
+              << " (" << kv->type() << ")" << std::endl;
   std::ostringstream quiet;
   std::string problem;
   if (job_name == "mnist") {

@@ -2,7 +2,9 @@
 #include "actors/coordinator/coordinator.hpp"
 
 #include <atomic>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "caf/event_based_actor.hpp"
@@ -390,6 +392,39 @@ TEST_CASE("coordinator: joining needs the token, the mode and the version",
   REQUIRE(s0);
   CHECK(s0->node_id == server_node_id(0));
   require_error(f.join(role::server, "tok", f.agent()), errc::bad_config);
+}
+
+TEST_CASE("coordinator: on_done hears every admitted node, no refused one",
+          "[coordinator]") {
+  test::deterministic_fixture f;
+  caf::scoped_actor watcher{f.sys, true};
+  coordinator_config cc;
+  cc.num_workers = 1;
+  cc.num_servers = 1;
+  cc.token = "tok";
+  cc.on_done = caf::actor_cast<caf::actor>(watcher);
+  auto coord = f.guard(spawn_coordinator(f.sys, cc));
+  auto join = [&](uint8_t role_id, std::string token) {
+    f.self->send(coord, join_atom::value, role_id, std::move(token),
+                 caf::actor{}, join_mode::any, wire_version);
+    f.run();
+    return f.reply<job_info>();
+  };
+  // What the watcher heard: (node id, role, rank), or nothing.
+  auto heard = [&]() -> std::optional<std::tuple<uint32_t, uint8_t, uint32_t>> {
+    std::optional<std::tuple<uint32_t, uint8_t, uint32_t>> out;
+    watcher->receive([&](join_atom, uint32_t id, uint8_t r,
+                         uint32_t rank) { out = std::make_tuple(id, r, rank); },
+                     caf::after(std::chrono::seconds(0)) >> [] {});
+    return out;
+  };
+  REQUIRE_FALSE(join(role::worker, "wrong"));
+  CHECK_FALSE(heard());
+  REQUIRE(join(role::server, "tok"));
+  CHECK(heard() == std::make_tuple(server_node_id(0), role::server, 0u));
+  REQUIRE(join(role::worker, "tok"));
+  CHECK(heard() == std::make_tuple(worker_node_id(0), role::worker, 0u));
+  CHECK_FALSE(heard());
 }
 
 TEST_CASE("coordinator: a local coordinator takes no joins", "[coordinator]") {

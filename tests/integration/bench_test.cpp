@@ -1,16 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // actorps-bench, run as CI runs it: tiny sizes, local and dist.
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "tests/integration/process.hpp"
@@ -28,87 +27,102 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The JSON line of the dist result for `name` with `workers` workers (the
-// harness writes one result a line).
-std::string dist_line(const std::string& json, const std::string& name,
-                      int workers) {
-  std::istringstream in{json};
-  std::string line;
-  while (std::getline(in, line))
-    if (line.find("\"mode\": \"dist\"") != std::string::npos
-        && line.find("\"case\": \"" + name + "\"") != std::string::npos
-        && line.find("\"round\": \"fused\"") != std::string::npos
-        && line.find("\"workers\": " + std::to_string(workers))
-             != std::string::npos)
-      return line;
-  return {};
+using json = nlohmann::json;
+
+// The results of `doc` whose field `key` equals `value`.
+size_t count_results(const json& doc, const char* key, const json& value) {
+  size_t n = 0;
+  for (const auto& r : doc.at("results"))
+    if (r.contains(key) && r.at(key) == value)
+      ++n;
+  return n;
 }
 
-// The number after `"key": ` in `line`; -1 if absent.
-double number_after(const std::string& line, const std::string& key) {
-  auto at = line.find("\"" + key + "\": ");
-  if (at == std::string::npos)
-    return -1;
-  return std::strtod(line.c_str() + at + key.size() + 4, nullptr);
+// The results that carry the field `key`.
+size_t count_with(const json& doc, const char* key) {
+  size_t n = 0;
+  for (const auto& r : doc.at("results"))
+    n += r.contains(key) ? 1 : 0;
+  return n;
+}
+
+// The fused dist result for `name` with `workers` workers (null if none).
+json dist_result(const json& doc, const std::string& name, int workers) {
+  for (const auto& r : doc.at("results"))
+    if (r.at("mode") == "dist" && r.at("case") == name
+        && r.at("round") == "fused" && r.at("workers") == workers)
+      return r;
+  return nullptr;
 }
 
 } // namespace
 
 TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
           "[integration][bench]") {
-  auto json = std::filesystem::temp_directory_path()
+  auto path = std::filesystem::temp_directory_path()
               / ("actorps-bench-" + std::to_string(::getpid()) + ".json");
-  process bench{{ACTORPS_BENCH_BIN, "--quick", "--json", json.string()}};
+  process bench{{ACTORPS_BENCH_BIN, "--quick", "--json", path.string()}};
   auto rc = bench.wait_exit(300s);
   INFO(bench.output());
   REQUIRE(rc == 0);
-  std::ifstream in{json};
+  std::ifstream in{path};
   REQUIRE(in);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  auto text = buf.str();
-  std::filesystem::remove(json);
+  // The file must be valid JSON (json::parse throws otherwise).
+  auto doc = json::parse(in);
+  in.close();
+  std::filesystem::remove(path);
   // (4 quick cases x 2 round kinds + 2 priority cases + 2 compressed
   // cases) x 2 modes x 2 worker counts, each checked by the harness itself
   // (every pulled value is the round's sum, or the small key's value).
-  CHECK(count(text, "\"mode\": \"local\"") == 24);
-  CHECK(count(text, "\"mode\": \"dist\"") == 24);
+  CHECK(count_results(doc, "mode", "local") == 24);
+  CHECK(count_results(doc, "mode", "dist") == 24);
+  CHECK(count_results(doc, "workers", 2) == 24);
   // ... and the server's peak memory of each dist run.
-  CHECK(count(text, "\"workers\": 2") == 24 + 1);
-  CHECK(count(text, "\"peak_rss_mb\"") == 2);
+  REQUIRE(doc.at("server_memory").size() == 2);
+  CHECK(doc.at("server_memory")[1].at("workers") == 2);
+  CHECK(doc.at("server_memory")[0].at("peak_rss_mb").get<double>() > 0);
   CHECK(count(bench.output(), "dist server, ") == 3);
   // ... and while each dist case ran.
-  CHECK(count(text, "\"server_peak_rss_mb\"") == 24);
+  CHECK(count_with(doc, "server_peak_rss_mb") == 24);
   CHECK(count(bench.output(), "dist server, peak RSS while each case ran")
         == 1);
-  CHECK(count(text, "\"round\": \"fused\"") == 24);
+  CHECK(count_results(doc, "round", "fused") == 24);
   // Bytes on the wire of every dist case but the priority ones: a 64 KB
   // push crosses whole, as 2 bytes a value under fp16, as 2 bits under
   // 2-bit (plus message headers); the pulls come back whole.
-  CHECK(count(text, "\"wire_sent_bytes_per_round\"") == 20);
+  CHECK(count_with(doc, "wire_sent_bytes_per_round") == 20);
   for (int w : {1, 2}) {
     INFO(w << " workers");
-    auto plain = dist_line(text, "64 KB", w);
-    auto fp16 = dist_line(text, "64 KB fp16", w);
-    auto two_bit = dist_line(text, "64 KB 2bit:1", w);
+    auto plain = dist_result(doc, "64 KB", w);
+    auto fp16 = dist_result(doc, "64 KB fp16", w);
+    auto two_bit = dist_result(doc, "64 KB 2bit:1", w);
+    REQUIRE(plain.is_object());
+    REQUIRE(fp16.is_object());
+    REQUIRE(two_bit.is_object());
+    auto sent = [](const json& r) {
+      return r.at("wire_sent_bytes_per_round").get<double>();
+    };
     const double payload = 64 * 1024;
-    CHECK(number_after(plain, "wire_sent_bytes_per_round") >= payload);
-    CHECK(number_after(fp16, "wire_sent_bytes_per_round") >= payload / 2);
-    CHECK(number_after(fp16, "wire_sent_bytes_per_round") < payload * 0.6);
-    CHECK(number_after(two_bit, "wire_sent_bytes_per_round") >= payload / 16);
-    CHECK(number_after(two_bit, "wire_sent_bytes_per_round") < payload * 0.1);
-    CHECK(number_after(fp16, "wire_received_bytes_per_round") >= payload);
+    CHECK(sent(plain) >= payload);
+    CHECK(sent(fp16) >= payload / 2);
+    CHECK(sent(fp16) < payload * 0.6);
+    CHECK(sent(two_bit) >= payload / 16);
+    CHECK(sent(two_bit) < payload * 0.1);
+    CHECK(fp16.at("wire_received_bytes_per_round").get<double>() >= payload);
   }
-  CHECK(count(text, "\"round\": \"prio10\"") == 4);
-  CHECK(count(text, "\"backlog_bytes\": 1048576") == 8);
-  CHECK(text.find("\"tcp_rtt_us\"") != std::string::npos);
+  CHECK(count_results(doc, "round", "prio10") == 4);
+  CHECK(count_results(doc, "backlog_bytes", 1048576) == 8);
+  CHECK(doc.at("machine").contains("tcp_rtt_us"));
   // One TCP echo round, one BASP echo round and one broker round per
   // uncompressed payload size (4 KB, 64 KB, 10 x 256 and 100 x 1 floats),
   // the yardsticks of the uncompressed dist rounds.
-  CHECK(count(text, "{\"bytes\": ") == 12);
-  CHECK(count(text, "\"fraction_of_tcp_echo\"") == 16);
-  CHECK(count(text, "\"fraction_of_basp_echo\"") == 16);
-  CHECK(count(text, "\"fraction_of_broker_round\"") == 16);
+  for (auto what : {"tcp_echo", "basp_echo", "broker_round"})
+    CHECK(doc.at("machine").at(what).size() == 4);
+  CHECK(count_with(doc, "fraction_of_tcp_echo") == 16);
+  CHECK(count_with(doc, "fraction_of_basp_echo") == 16);
+  CHECK(count_with(doc, "fraction_of_broker_round") == 16);
+  for (const auto& r : doc.at("results"))
+    CHECK(r.at("rounds_us").size() == doc.at("measured_rounds"));
   CHECK(count(bench.output(), "% of TCP echo") == 16);
   CHECK(count(bench.output(), "% of BASP echo") == 16);
   CHECK(count(bench.output(), "% of broker round") == 16);

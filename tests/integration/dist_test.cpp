@@ -234,7 +234,8 @@ TEST_CASE("dist: a killed server fails the workers' calls with a clear error",
   CHECK(std::chrono::steady_clock::now() - killed < 15s);
 }
 
-TEST_CASE("dist: a wrong token is refused and the job goes on",
+TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "
+          "takes the job's",
           "[integration]") {
   dist_job job{"dist_async", 1, 1};
   process intruder{{ACTORPS_WORKER_BIN, "--coordinator", job.address, "--token",
@@ -246,9 +247,49 @@ TEST_CASE("dist: a wrong token is refused and the job goes on",
   CHECK_EXIT(wrong_mode, 1, startup);
   CHECK(wrong_mode.output().find("dist_async") != std::string::npos);
   job.add_server();
-  auto& w = job.add_worker({"--rounds", "5", "--size", "100"});
+  // No --mode: the worker takes the job's.
+  process w{{ACTORPS_WORKER_BIN, "--coordinator", job.address, "--token",
+             token(), "--rounds", "5", "--size", "100"}};
   CHECK_EXIT(w, 0, job_time);
+  CHECK(w.output().find("(dist_async)") != std::string::npos);
   CHECK_EXIT(*job.coordinator, 0, job_time);
+}
+
+TEST_CASE("dist: the coordinator writes a port file and says whom it waits "
+          "for",
+          "[integration]") {
+  auto dir = std::filesystem::temp_directory_path()
+             / ("actorps-port-" + std::to_string(::getpid()));
+  auto port_file = dir / "sub" / "coordinator.port";
+  std::filesystem::create_directories(port_file.parent_path());
+  std::ofstream{port_file} << "1\n"; // left by an earlier run
+  process coord{{ACTORPS_COORDINATOR_BIN, "--host", "127.0.0.1", "--port", "0",
+                 "--token", token(), "--workers", "2", "--servers", "1",
+                 "--port-file", port_file.string(), "--status-interval-ms",
+                 "100"}};
+  REQUIRE(coord.wait_for("waiting for 2 of 2 workers (joined: none) and 1 "
+                         "of 1 servers (joined: none)",
+                         startup));
+  // The file was written before the listening line was printed.
+  std::string port;
+  std::ifstream{port_file} >> port;
+  INFO(coord.output());
+  REQUIRE(port != "1");
+  auto address = "127.0.0.1:" + port;
+  CHECK(coord.output().find("listening on " + address + " ")
+        != std::string::npos);
+  process server{
+    {ACTORPS_SERVER_BIN, "--coordinator", address, "--token", token()}};
+  process w0{{ACTORPS_WORKER_BIN, "--coordinator", address, "--token", token(),
+              "--rounds", "3", "--size", "10"}};
+  CHECK(coord.wait_for("waiting for 1 of 2 workers (joined: 0)", startup));
+  process w1{{ACTORPS_WORKER_BIN, "--coordinator", address, "--token", token(),
+              "--rounds", "3", "--size", "10"}};
+  CHECK(coord.wait_for("all 2 workers and 1 servers joined", startup));
+  CHECK_EXIT(w0, 0, job_time);
+  CHECK_EXIT(w1, 0, job_time);
+  CHECK_EXIT(coord, 0, job_time);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("dist: an unreachable coordinator fails fast with a clear message",

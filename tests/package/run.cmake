@@ -29,6 +29,37 @@ endif()
 if(NOT out MATCHES "w = 0.8 0.8 0.8 0.8")
   message(FATAL_ERROR "unexpected output: ${out}")
 endif()
+
+# The same example, built with one plain compiler call whose flags come from
+# the installed pkg-config file (no CMake, no -I into the source tree).
+find_program(PKG_CONFIG NAMES pkg-config pkgconf REQUIRED)
+file(GLOB_RECURSE pc_files "${WORK_DIR}/prefix/*/actorps.pc")
+list(LENGTH pc_files n)
+if(NOT n EQUAL 1)
+  message(FATAL_ERROR "expected one installed actorps.pc, found: ${pc_files}")
+endif()
+get_filename_component(pc_dir "${pc_files}" DIRECTORY)
+execute_process(COMMAND "${CMAKE_COMMAND}" -E env "PKG_CONFIG_PATH=${pc_dir}"
+                        "${PKG_CONFIG}" --cflags --libs actorps
+                RESULT_VARIABLE rc OUTPUT_VARIABLE pc_flags
+                ERROR_VARIABLE pc_err OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config --cflags --libs actorps failed: ${pc_err}")
+endif()
+message(STATUS "pkg-config flags: ${pc_flags}")
+separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+execute_process(COMMAND "${CXX}" "${SOURCE_DIR}/tests/package/main.cpp"
+                        ${pc_flags} -o "${WORK_DIR}/pc_example"
+                RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "building the example with pkg-config's flags failed:"
+                      "\n${err}")
+endif()
+execute_process(COMMAND "${WORK_DIR}/pc_example" RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "w = 0.8 0.8 0.8 0.8")
+  message(FATAL_ERROR "the pkg-config example failed (${rc}): ${out}")
+endif()
 file(REMOVE_RECURSE "${WORK_DIR}")
 
 # The README shows this very example: keep them identical.
