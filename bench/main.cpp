@@ -78,7 +78,7 @@ std::string measure_machine(const bench_options& o, machine_limits& limits) {
 
 } // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   bench_options o;
   if (auto rc = parse_options(argc, argv, o))
     return *rc;
@@ -116,4 +116,8 @@ int main(int argc, char** argv) {
     std::printf("\nwrote %s\n", o.json_path.c_str());
   }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return cli::guarded_main(app, [&] { return run(argc, argv); });
 }

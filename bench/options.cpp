@@ -154,6 +154,12 @@ std::string plan_run(bench_options& o) {
     else
       return "--modes: unknown mode '" + m + "'";
   }
+  if (o.shards > cli::max_shards || o.sys.threads > cli::max_threads)
+    return "--shards must be 1.." + std::to_string(cli::max_shards)
+           + " and --threads 0.." + std::to_string(cli::max_threads);
+  if (!o.json_path.empty())
+    if (auto e = cli::prepare_output(o.json_path); !e.empty())
+      return "--json: " + e;
   if (o.worker_counts.empty() || (!o.local && !o.dist) || o.plan.rounds == 0
       || o.shards == 0 || o.timeout_s <= 0 || o.tune.slice_floats == 0
       || o.tune.slice_floats > core::max_slice_floats)

@@ -21,6 +21,7 @@
 #include "core/checkpoint.hpp"
 #include "core/layout.hpp"
 #include "core/optimizer.hpp"
+#include "core/secret.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -321,7 +322,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                             + std::to_string(version) + ", the coordinator "
                             + std::to_string(wire_version)
                             + " (run one actorps version on every node)");
-      if (token != st.cfg.token)
+      if (!core::constant_time_equal(token, st.cfg.token))
         return make_error(errc::unauthorized,
                           "join: wrong job token (the coordinator refused "
                           "this node)");

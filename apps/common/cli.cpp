@@ -3,10 +3,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <stdexcept>
+#include <typeinfo>
+#include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "apps/common/train.hpp"
@@ -87,27 +93,157 @@ int finish(const std::string& app, const network_flags& flags,
   return 0;
 }
 
+namespace {
+
+// Boost converts "-1" to an unsigned option by wrapping it around (to
+// 4294967295); refuse a minus sign before any unsigned option's value.
+void refuse_negative_unsigned(const po::parsed_options& parsed,
+                              const po::variables_map& vm) {
+  for (const auto& opt : parsed.options) {
+    if (opt.value.empty() || !vm.count(opt.string_key))
+      continue;
+    const auto& type = vm[opt.string_key].value().type();
+    bool is_unsigned = type == typeid(unsigned) || type == typeid(unsigned long)
+                       || type == typeid(unsigned long long)
+                       || type == typeid(unsigned short);
+    auto text = opt.value.front();
+    auto first = text.find_first_not_of(" \t");
+    if (is_unsigned && first != std::string::npos && text[first] == '-')
+      throw std::invalid_argument{
+        "--" + opt.string_key + ": expected a count >= 0, got '" + text + "'"};
+  }
+}
+
+} // namespace
+
 std::optional<int>
 parse(int argc, char** argv, const po::options_description& d,
       po::variables_map& vm, const std::string& app, const std::string& usage) {
   try {
-    po::store(po::parse_command_line(argc, argv, d), vm);
+    // No positional words: a stray word is a mistake, not something to
+    // ignore. They are gathered under a hidden name to be named in the error.
+    po::options_description with_words;
+    with_words.add(d).add_options()("unexpected-words",
+                                    po::value<std::vector<std::string>>(), "");
+    po::positional_options_description words;
+    words.add("unexpected-words", -1);
+    auto parsed = po::command_line_parser(argc, argv)
+                    .options(with_words)
+                    .positional(words)
+                    .run();
+    po::store(parsed, vm);
+    if (vm.count("unexpected-words")) {
+      std::string list;
+      for (const auto& w :
+           vm["unexpected-words"].as<std::vector<std::string>>())
+        list += (list.empty() ? "'" : ", '") + w + "'";
+      return fail(app,
+                  "unexpected word(s) " + list
+                    + " on the command line: every option starts with --",
+                  2);
+    }
+    refuse_negative_unsigned(parsed, vm);
     if (vm.count("help")) {
       std::cout << usage << "\n\n" << d << '\n';
       return 0;
     }
     if (vm.count("config")) {
       auto path = vm["config"].as<std::string>();
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(path, ec))
+        return fail(app,
+                    "--config: '" + path
+                      + "' is not a regular file (or does not exist)",
+                    2);
       std::ifstream in{path};
       if (!in)
         return fail(app, "cannot read config file '" + path + "'", 2);
-      po::store(po::parse_config_file(in, d), vm);
+      auto from_file = po::parse_config_file(in, d);
+      po::store(from_file, vm);
+      refuse_negative_unsigned(from_file, vm);
     }
     po::notify(vm);
   } catch (const std::exception& e) {
     return fail(app, std::string{e.what()} + " (see --help)", 2);
   }
   return std::nullopt;
+}
+
+std::optional<int> check_range(const std::string& app, const std::string& flag,
+                               uint64_t value, uint64_t lo, uint64_t hi) {
+  if (value >= lo && value <= hi)
+    return std::nullopt;
+  return fail(app,
+              "--" + flag + " must be " + std::to_string(lo) + ".."
+                + std::to_string(hi) + ", got " + std::to_string(value),
+              2);
+}
+
+void add_token_options(po::options_description& desc, token_flags& flags) {
+  desc.add_options()("token-file", po::value(&flags.file),
+                     "read the job token from this file (owner-only "
+                     "permissions, e.g. chmod 600; else the ACTORPS_TOKEN "
+                     "environment variable is used)")(
+    "token", po::value(&flags.token),
+    "the job token itself: other users of this machine can read it with ps, "
+    "prefer --token-file or ACTORPS_TOKEN");
+}
+
+std::string read_token_file(const std::string& path, std::string& out) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return "cannot read " + path;
+  if (!S_ISREG(st.st_mode))
+    return path + " is not a regular file";
+  if ((st.st_mode & 077) != 0)
+    return path + " is readable or writable by group or others (chmod 600 "
+           + path + ")";
+  if (st.st_size > 4096)
+    return path + " is over 4 KB: not a token";
+  std::ifstream in{path, std::ios::binary};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  if (!in && !in.eof())
+    return "cannot read " + path;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+    text.pop_back();
+  if (text.empty())
+    return path + " is empty";
+  if (text.find('\n') != std::string::npos)
+    return path + " has more than one line";
+  out = std::move(text);
+  return {};
+}
+
+std::optional<int> resolve_token(const std::string& app,
+                                 const token_flags& flags, std::string& out) {
+  if (!flags.file.empty() && !flags.token.empty())
+    return fail(app, "give --token-file or --token, not both", 2);
+  if (!flags.file.empty()) {
+    if (auto e = read_token_file(flags.file, out); !e.empty())
+      return fail(app, "--token-file: " + e, 2);
+    return std::nullopt;
+  }
+  if (!flags.token.empty()) {
+    out = flags.token;
+    return std::nullopt;
+  }
+  if (const char* env = std::getenv("ACTORPS_TOKEN"))
+    out = env;
+  return std::nullopt;
+}
+
+std::optional<int> check_threads(const std::string& app, uint64_t threads) {
+  return check_range(app, "threads", threads, 0, max_threads);
+}
+
+int guarded_main(const std::string& app, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return fail(app, std::string{"unexpected error: "} + e.what(), 1);
+  } catch (...) {
+    return fail(app, "unexpected error", 1);
+  }
 }
 
 void add_network_options(po::options_description& desc, network_flags& flags) {
@@ -230,8 +366,10 @@ void add_train_options(po::options_description& desc, train_options& opts,
 }
 
 std::optional<int> check(const std::string& app, const train_options& opts) {
-  if (opts.epochs == 0 || opts.batch == 0)
-    return fail(app, "--epochs and --batch must be > 0", 2);
+  if (auto rc = check_range(app, "epochs", opts.epochs, 1, 100000))
+    return rc;
+  if (auto rc = check_range(app, "batch", opts.batch, 1, 1000000))
+    return rc;
   if (!(std::isfinite(opts.learning_rate) && opts.learning_rate > 0))
     return fail(app,
                 "--lr must be finite and > 0, got "

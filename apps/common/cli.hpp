@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -23,7 +24,9 @@ void add_common_options(boost::program_options::options_description& desc,
 /// Parses the command line, then the --config file (same names as the flags,
 /// `name = value` lines; the command line wins). Returns an exit code when
 /// the program must stop (0 after --help, 2 after a bad flag or file, with
-/// one line on stderr naming `app`), nothing when it may go on.
+/// one line on stderr naming `app`), nothing when it may go on. Refuses
+/// positional words, a --config that is not a regular file, and a negative
+/// value for an unsigned option (Boost would wrap it around).
 std::optional<int> parse(int argc, char** argv,
                          const boost::program_options::options_description& d,
                          boost::program_options::variables_map& vm,
@@ -41,6 +44,45 @@ void add_threads_option(boost::program_options::options_description& desc,
 void add_timeout_options(boost::program_options::options_description& desc,
                          long& connect_timeout_ms, long& timeout_ms,
                          const std::string& timeout_help);
+
+/// Nothing if `lo <= value <= hi`; else exit code 2 after "--flag must be
+/// lo..hi, got value" on stderr.
+std::optional<int> check_range(const std::string& app, const std::string& flag,
+                               uint64_t value, uint64_t lo, uint64_t hi);
+
+/// Largest thread counts and node counts the apps accept.
+constexpr uint64_t max_threads = 512;
+constexpr uint64_t max_workers = 65536;
+constexpr uint64_t max_servers = 4096;
+constexpr uint64_t max_shards = 1024;
+
+/// `check_range` of --threads: 0 (CAF's default) to `max_threads`.
+std::optional<int> check_threads(const std::string& app, uint64_t threads);
+
+/// Runs an app's `main` body: an exception that escapes it becomes one line
+/// on stderr and exit code 1, never an abort.
+int guarded_main(const std::string& app, const std::function<int()>& body);
+
+/// Where the job token comes from: --token-file, else the ACTORPS_TOKEN
+/// environment variable, else --token (which `ps` shows to every user).
+struct token_flags {
+  std::string token;
+  std::string file;
+};
+
+/// Adds --token-file and --token to `desc`.
+void add_token_options(boost::program_options::options_description& desc,
+                       token_flags& flags);
+
+/// Reads a token file into `out`: a regular file of at most 4 KB, readable
+/// by its owner only (as ssh wants of a key), one line (a trailing newline
+/// is dropped). An error text naming the file, or an empty string.
+std::string read_token_file(const std::string& path, std::string& out);
+
+/// The job token from `flags` (see token_flags) into `out`; exit code 2,
+/// after one line on stderr, if the file is refused or both flags are given.
+std::optional<int> resolve_token(const std::string& app,
+                                 const token_flags& flags, std::string& out);
 
 /// How much an app prints on stdout.
 enum class log_level { error = 0, info = 1, debug = 2 };

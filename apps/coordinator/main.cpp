@@ -12,8 +12,11 @@
 namespace po = boost::program_options;
 namespace cli = actorps::apps;
 
-int main(int argc, char** argv) {
-  const std::string app = "actorps-coordinator";
+namespace {
+
+const std::string app = "actorps-coordinator";
+
+int run(int argc, char** argv) {
   actorps::coordinator_options opts;
   cli::network_flags net;
   std::string config_file;
@@ -33,9 +36,8 @@ int main(int argc, char** argv) {
     "atomically: a script may wait for the file and read it")(
     "status-interval-ms", po::value(&status_ms)->default_value(status_ms),
     "while servers or workers are missing, say whom the job waits for this "
-    "often (0: never)")("token", po::value(&opts.token)->default_value(""),
-                        "job token every server and worker must present")(
-    "mode", po::value(&mode)->default_value(mode), "dist_sync or dist_async")(
+    "often (0: never)")("mode", po::value(&mode)->default_value(mode),
+                        "dist_sync or dist_async")(
     "workers", po::value(&opts.num_workers)->default_value(opts.num_workers),
     "number of workers of the job")(
     "servers", po::value(&opts.num_servers)->default_value(opts.num_servers),
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
     "timeout of the coordinator's requests to shards, in ms");
   cli::add_threads_option(desc, opts.system.threads);
+  cli::token_flags tok;
+  cli::add_token_options(desc, tok);
   cli::add_network_options(desc, net);
   po::variables_map vm;
   if (auto rc = cli::parse(
@@ -58,6 +62,16 @@ int main(int argc, char** argv) {
         "address it listens on; exits once every worker is done."))
     return *rc;
   if (auto rc = cli::check(app, net))
+    return *rc;
+  if (auto rc = cli::resolve_token(app, tok, opts.token))
+    return *rc;
+  if (auto rc = cli::check_range(app, "workers", opts.num_workers, 1,
+                                 cli::max_workers))
+    return *rc;
+  if (auto rc = cli::check_range(app, "servers", opts.num_servers, 1,
+                                 cli::max_servers))
+    return *rc;
+  if (auto rc = cli::check_threads(app, opts.system.threads))
     return *rc;
   if (mode != "dist_sync" && mode != "dist_async")
     return cli::fail(
@@ -103,4 +117,10 @@ int main(int argc, char** argv) {
               << opts.num_servers << " servers)" << std::endl;
   });
   return cli::finish(app, net, err ? actorps::render(err) : std::string{});
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return cli::guarded_main(app, [&] { return run(argc, argv); });
 }

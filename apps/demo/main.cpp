@@ -15,8 +15,11 @@
 
 namespace po = boost::program_options;
 
-int main(int argc, char** argv) {
-  const std::string app = "actorps-demo";
+namespace {
+
+const std::string app = "actorps-demo";
+
+int run(int argc, char** argv) {
   actorps::store_options store;
   actorps::apps::synthetic_options job;
   store.num_workers = 4;
@@ -95,4 +98,10 @@ int main(int argc, char** argv) {
               2.0 * ops * job.size * 4 / secs / 1e9);
   std::printf("demo: all values exact\n");
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return actorps::apps::guarded_main(app, [&] { return run(argc, argv); });
 }

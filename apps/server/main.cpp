@@ -11,8 +11,11 @@
 namespace po = boost::program_options;
 namespace cli = actorps::apps;
 
-int main(int argc, char** argv) {
-  const std::string app = "actorps-server";
+namespace {
+
+const std::string app = "actorps-server";
+
+int run(int argc, char** argv) {
   actorps::server_options opts;
   cli::network_flags net;
   std::string config_file;
@@ -25,7 +28,6 @@ int main(int argc, char** argv) {
   cli::add_common_options(desc, config_file);
   desc.add_options()("coordinator", po::value(&coordinator),
                      "the coordinator's host:port (required)")(
-    "token", po::value(&opts.token)->default_value(""), "the job token")(
     "host", po::value(&opts.host)->default_value(opts.host),
     "address on which workers reach this server (it listens there)")(
     "port", po::value(&port)->default_value(port),
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
                            "how long to wait for the coordinator's answers, "
                            "in ms");
   cli::add_threads_option(desc, opts.system.threads);
+  cli::token_flags tok;
+  cli::add_token_options(desc, tok);
   cli::add_network_options(desc, net);
   po::variables_map vm;
   if (auto rc = cli::parse(
@@ -45,6 +49,13 @@ int main(int argc, char** argv) {
         "the coordinator ends the job."))
     return *rc;
   if (auto rc = cli::check(app, net))
+    return *rc;
+  if (auto rc = cli::resolve_token(app, tok, opts.token))
+    return *rc;
+  if (auto rc = cli::check_range(app, "shards", opts.shards, 1,
+                                 cli::max_shards))
+    return *rc;
+  if (auto rc = cli::check_threads(app, opts.system.threads))
     return *rc;
   if (coordinator.empty())
     return cli::fail(app, "--coordinator HOST:PORT is required", 2);
@@ -70,4 +81,10 @@ int main(int argc, char** argv) {
                 << " shards" << std::endl;
   });
   return cli::finish(app, net, err ? actorps::render(err) : std::string{});
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return cli::guarded_main(app, [&] { return run(argc, argv); });
 }

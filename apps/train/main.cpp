@@ -73,10 +73,9 @@ private:
   int last_quarter_ = 0;
 };
 
-} // namespace
+const std::string app = "actorps-train";
 
-int main(int argc, char** argv) {
-  const std::string app = "actorps-train";
+int run(int argc, char** argv) {
   cli::train_options train;
   actorps::store_options store;
   store.num_workers = 4;
@@ -125,9 +124,15 @@ int main(int argc, char** argv) {
   if (auto rc = cli::check_compression(app, compression_text,
                                        store.compression))
     return *rc;
-  if (store.num_workers == 0 || store.num_shards == 0 || limit_train < 0
-      || limit_test < 0)
-    return cli::fail(app, "--workers and --shards must be > 0, limits >= 0", 2);
+  if (auto rc = cli::check_range(app, "workers", store.num_workers, 1, 256))
+    return *rc;
+  if (auto rc = cli::check_range(app, "shards", store.num_shards, 1,
+                                 cli::max_shards))
+    return *rc;
+  if (auto rc = cli::check_threads(app, store.threads))
+    return *rc;
+  if (limit_train < 0 || limit_test < 0)
+    return cli::fail(app, "--limit-train and --limit-test must be >= 0", 2);
   if (store.threads == 0) {
     // The training threads keep the cores busy; more scheduler threads than
     // cores left only contend with them (measured on 2 cores, 4 workers:
@@ -231,4 +236,10 @@ int main(int argc, char** argv) {
     return cli::fail(app, e);
   std::printf("curves: %s.csv and %s.svg\n", stem.c_str(), stem.c_str());
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return cli::guarded_main(app, [&] { return run(argc, argv); });
 }

@@ -16,8 +16,11 @@
 namespace po = boost::program_options;
 namespace cli = actorps::apps;
 
-int main(int argc, char** argv) {
-  const std::string app = "actorps-worker";
+namespace {
+
+const std::string app = "actorps-worker";
+
+int run(int argc, char** argv) {
   actorps::store_options store;
   actorps::apps::synthetic_options job;
   cli::network_flags net;
@@ -34,7 +37,6 @@ int main(int argc, char** argv) {
   cli::add_common_options(desc, config_file);
   desc.add_options()("coordinator", po::value(&store.coordinator),
                      "the coordinator's host:port (required)")(
-    "token", po::value(&store.token)->default_value(""), "the job token")(
     "mode", po::value(&mode)->default_value(mode),
     "dist_sync or dist_async (must match the coordinator's), or job: "
     "whichever the coordinator runs")(
@@ -60,6 +62,8 @@ int main(int argc, char** argv) {
                            "bound on every push, pull and control call, in "
                            "ms");
   cli::add_network_options(desc, net);
+  cli::token_flags tok;
+  cli::add_token_options(desc, tok);
   cli::add_train_options(desc, train, "mnist: ");
   std::string compression_text;
   cli::add_compression_option(desc, compression_text);
@@ -70,6 +74,14 @@ int main(int argc, char** argv) {
         "Joins a distributed actorps job as one worker and runs a job."))
     return *rc;
   if (auto rc = cli::check(app, net))
+    return *rc;
+  if (auto rc = cli::resolve_token(app, tok, store.token))
+    return *rc;
+  if (auto rc = cli::check_range(app, "keys", job.keys, 1, 1000000))
+    return *rc;
+  if (auto rc = cli::check_range(app, "size", job.size, 1, uint64_t{1} << 30))
+    return *rc;
+  if (auto rc = cli::check_range(app, "rounds", job.rounds, 1, 1000000000))
     return *rc;
   if (store.coordinator.empty())
     return cli::fail(app, "--coordinator HOST:PORT is required", 2);
@@ -108,11 +120,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (job.keys == 0 || job.size == 0 || job.rounds == 0 || timeout_ms <= 0)
-    return cli::fail(app,
-                     "--keys, --size, --rounds and --timeout-ms must be "
-                     "> 0",
-                     2);
+  if (timeout_ms <= 0)
+    return cli::fail(app, "--timeout-ms must be > 0", 2);
   store.connect_timeout
     = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   auto info = net.level >= cli::log_level::info;
@@ -169,4 +178,10 @@ int main(int argc, char** argv) {
   if (auto err = kv->close())
     return cli::fail(app, "close: " + actorps::render(err), 3);
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  return cli::guarded_main(app, [&] { return run(argc, argv); });
 }

@@ -278,10 +278,16 @@ TEST_CASE("dist: the coordinator writes a port file and says whom it waits "
   auto address = "127.0.0.1:" + port;
   CHECK(coord.output().find("listening on " + address + " ")
         != std::string::npos);
+  // The others read the token from an owner-only file.
+  auto token_file = (dir / "token").string();
+  std::ofstream{token_file} << token() << "\n";
+  std::filesystem::permissions(token_file,
+                               std::filesystem::perms::owner_read
+                                 | std::filesystem::perms::owner_write);
   process server{
-    {ACTORPS_SERVER_BIN, "--coordinator", address, "--token", token()}};
-  process w0{{ACTORPS_WORKER_BIN, "--coordinator", address, "--token", token(),
-              "--rounds", "3", "--size", "10"}};
+    {ACTORPS_SERVER_BIN, "--coordinator", address, "--token-file", token_file}};
+  process w0{{ACTORPS_WORKER_BIN, "--coordinator", address, "--token-file",
+              token_file, "--rounds", "3", "--size", "10"}};
   CHECK(coord.wait_for("waiting for 1 of 2 workers (joined: 0)", startup));
   process w1{{ACTORPS_WORKER_BIN, "--coordinator", address, "--token", token(),
               "--rounds", "3", "--size", "10"}};
@@ -346,6 +352,39 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
                "--compression", "2bit:0"}};
     CHECK_EXIT(i, 2, startup);
     CHECK(i.output().find("--compression") != std::string::npos);
+  }
+  SECTION("counts, ranges, stray words, folders and token files") {
+    auto expect = [](std::vector<std::string> argv, const std::string& says) {
+      process p{std::move(argv)};
+      CHECK_EXIT(p, 2, startup);
+      CHECK(p.output().find(says) != std::string::npos);
+    };
+    expect({ACTORPS_SERVER_BIN, "--shards", "-1"}, "--shards");
+    expect({ACTORPS_COORDINATOR_BIN, "--workers", "-1"}, "--workers");
+    expect({ACTORPS_COORDINATOR_BIN, "--workers", "0"},
+           "--workers must be 1..");
+    expect({ACTORPS_COORDINATOR_BIN, "--threads", "100000"}, "--threads");
+    expect({ACTORPS_TRAIN_BIN, "--threads", "100000"}, "--threads");
+    expect({ACTORPS_COORDINATOR_BIN, "dist_sync"}, "'dist_sync'");
+    expect({ACTORPS_COORDINATOR_BIN, "--config", "/tmp"}, "regular file");
+    expect({ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--size",
+            "99999999999"},
+           "--size");
+    namespace fs = std::filesystem;
+    auto loose = fs::temp_directory_path()
+                 / ("actorps-loose-" + std::to_string(::getpid()));
+    std::ofstream{loose} << token();
+    fs::permissions(loose, fs::perms::owner_read | fs::perms::group_read
+                             | fs::perms::others_read);
+    expect({ACTORPS_SERVER_BIN, "--coordinator", "127.0.0.1:1", "--token-file",
+            loose.string()},
+           "chmod 600");
+    fs::remove(loose);
+    auto out = fs::temp_directory_path()
+               / ("actorps-out-" + std::to_string(::getpid()));
+    std::ofstream{out} << "a file, not a folder";
+    expect({ACTORPS_TRAIN_BIN, "--out", out.string()}, "--out");
+    fs::remove(out);
   }
   SECTION("a config file sets the same options as the flags") {
     auto path = "/tmp/actorps-coordinator-" + std::to_string(::getpid())

@@ -786,15 +786,14 @@ TEST_CASE("kvstore: commands reach the embedder's handler on every shard",
   auto err = kv.send_command_to_servers(8, "refuse");
   require_code(err, errc::bad_config);
   CHECK_THAT(render(err), Catch::Contains("refused: refuse"));
-  // Head 0 still sets the optimizer, without the handler.
-  {
-    std::lock_guard<std::mutex> guard{mtx};
-    seen.clear();
-  }
+  // Head 0 still sets the optimizer, without the handler. (The refused
+  // command's fan-out answered at the first refusal: the other shards'
+  // handler calls may still come in, with head 8.)
   require_ok(kv.send_command_to_servers(0, "name=sgd,learning_rate=0.5"));
   {
     std::lock_guard<std::mutex> guard{mtx};
-    CHECK(seen.empty());
+    for (auto& [head, body] : seen)
+      CHECK(head != 0);
   }
   require_ok(kv.init("w", Eigen::VectorXf::Ones(2)));
   require_ok(kv.push("w", Eigen::VectorXf::Constant(2, 1.0f)));
