@@ -236,6 +236,19 @@ std::optional<int> check_threads(const std::string& app, uint64_t threads) {
   return check_range(app, "threads", threads, 0, max_threads);
 }
 
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string exposure_warning(const std::string& host, bool has_token) {
+  if (has_token || is_loopback(host))
+    return {};
+  return "warning: listening on "
+         + (host.empty() ? std::string{"every interface"} : host)
+         + " without a job token: anyone who reaches this port can join the "
+           "job and read or change the model (set --token-file)";
+}
+
 int guarded_main(const std::string& app, const std::function<int()>& body) {
   try {
     return body();

@@ -59,6 +59,14 @@ constexpr uint64_t max_shards = 1024;
 /// `check_range` of --threads: 0 (CAF's default) to `max_threads`.
 std::optional<int> check_threads(const std::string& app, uint64_t threads);
 
+/// True for an address only this machine reaches: 127.0.0.0/8, ::1,
+/// localhost.
+bool is_loopback(const std::string& host);
+
+/// The warning an app that listens on `host` prints when peers beyond this
+/// machine can reach it and no job token is set (empty: no warning).
+std::string exposure_warning(const std::string& host, bool has_token);
+
 /// Runs an app's `main` body: an exception that escapes it becomes one line
 /// on stderr and exit code 1, never an abort.
 int guarded_main(const std::string& app, const std::function<int()>& body);

@@ -74,6 +74,9 @@ int run(int argc, char** argv) {
   opts.coordinator = *where;
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, opts.system);
+  if (auto w = cli::exposure_warning(opts.host, !opts.token.empty());
+      !w.empty())
+    std::cerr << app << ": " << w << std::endl;
   opts.on_event = cli::event_printer(app, net);
   auto err = actorps::run_server(opts, [&](uint32_t rank) {
     if (net.level >= cli::log_level::info)

@@ -104,6 +104,22 @@ TEST_CASE("cli: ranges name the flag", "[apps]") {
   CHECK(check_range("app", "workers", 5, 1, 4) == 2);
 }
 
+TEST_CASE("cli: listening beyond loopback without a token is warned of",
+          "[apps]") {
+  CHECK(is_loopback("127.0.0.1"));
+  CHECK(is_loopback("127.1.2.3"));
+  CHECK(is_loopback("::1"));
+  CHECK(is_loopback("localhost"));
+  CHECK_FALSE(is_loopback(""));
+  CHECK_FALSE(is_loopback("0.0.0.0"));
+  CHECK_FALSE(is_loopback("10.0.0.1"));
+  CHECK(exposure_warning("127.0.0.1", false).empty());
+  CHECK(exposure_warning("10.0.0.1", true).empty());
+  CHECK_THAT(exposure_warning("10.0.0.1", false),
+             Catch::Contains("10.0.0.1") && Catch::Contains("token"));
+  CHECK_THAT(exposure_warning("", false), Catch::Contains("every interface"));
+}
+
 TEST_CASE("cli: no exception escapes an app's main", "[apps]") {
   CHECK(guarded_main("app", [] { return 0; }) == 0);
   CHECK(guarded_main("app", [] { return 3; }) == 3);
