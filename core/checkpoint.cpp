@@ -399,39 +399,9 @@ status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out) {
 
 status write_file_atomic(const std::string& path,
                          const std::vector<char>& bytes, file_system& fs) {
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<writable_file> file;
-  if (int err = fs.create(tmp, file); err != 0)
-    return io_error("create", tmp, err);
-  const char* what = nullptr;
-  int err = file->append(bytes.data(), bytes.size());
-  if (err != 0)
-    what = "write";
-  if (err == 0) {
-    err = file->sync();
-    what = "fsync";
-  }
-  // close reports delayed write errors on some file systems (NFS).
-  int close_err = file->close();
-  if (err == 0 && close_err != 0) {
-    err = close_err;
-    what = "close";
-  }
-  if (err == 0) {
-    if (err = fs.rename(tmp, path); err != 0) {
-      auto result = status{errc::checkpoint_io, "checkpoint: cannot rename "
-                                                  + tmp + " to " + path + ": "
-                                                  + system_error_text(err)};
-      fs.remove(tmp);
-      return result;
-    }
-  } else {
-    fs.remove(tmp);
-    return io_error(what, tmp, err);
-  }
-  // The file is in place; only its directory entry may still be unsynced.
-  if (int dir_err = fs.sync_dir(path); dir_err != 0)
-    return io_error("sync the directory of", path, dir_err);
+  auto failed = write_atomically(fs, path, bytes.data(), bytes.size());
+  if (failed.err != 0)
+    return status{errc::checkpoint_io, "checkpoint: " + failed.text()};
   return status{};
 }
 

@@ -161,6 +161,43 @@ public:
 
 } // namespace
 
+std::string write_failure::text() const {
+  return std::string{"cannot "} + step + " " + where + ": "
+         + system_error_text(err);
+}
+
+write_failure write_atomically(file_system& fs, const std::string& path,
+                               const char* data, std::size_t n) {
+  const std::string tmp = path + ".tmp";
+  std::unique_ptr<writable_file> file;
+  if (int err = fs.create(tmp, file); err != 0)
+    return {err, "create", tmp};
+  const char* step = "write";
+  int err = file->append(data, n);
+  if (err == 0) {
+    err = file->sync();
+    step = "fsync";
+  }
+  // close reports delayed write errors on some file systems (NFS).
+  int close_err = file->close();
+  if (err == 0 && close_err != 0) {
+    err = close_err;
+    step = "close";
+  }
+  if (err != 0) {
+    fs.remove(tmp);
+    return {err, step, tmp};
+  }
+  if (err = fs.rename(tmp, path); err != 0) {
+    fs.remove(tmp);
+    return {err, "rename", tmp + " to " + path};
+  }
+  // The file is in place; only its directory entry may still be unsynced.
+  if (err = fs.sync_dir(path); err != 0)
+    return {err, "sync the directory of", path};
+  return {};
+}
+
 file_system& posix_file_system() {
   static posix_fs fs;
   return fs;

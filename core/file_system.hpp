@@ -74,4 +74,23 @@ file_system& posix_file_system();
 /// Renders an errno value like strerror, without strerror's shared buffer.
 std::string system_error_text(int err);
 
+/// What `write_atomically` ran into: `err` is 0 or an errno value; `step`
+/// the operation that failed ("create", "write", "fsync", "close",
+/// "rename", "sync the directory of") and `where` its path(s).
+struct write_failure {
+  int err = 0;
+  const char* step = "";
+  std::string where;
+
+  /// "cannot STEP WHERE: error text".
+  std::string text() const;
+};
+
+/// Writes `n` bytes to `path` so that a reader sees the old file or the
+/// whole new one, never a part: to `path + ".tmp"`, synced, renamed over
+/// `path`, then the directory synced. On failure the temporary file is
+/// removed and `path` is untouched (unless only the directory sync failed).
+write_failure write_atomically(file_system& fs, const std::string& path,
+                               const char* data, std::size_t n);
+
 } // namespace actorps::core

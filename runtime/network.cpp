@@ -114,12 +114,15 @@ caf::error run_coordinator(const coordinator_options& opts,
   }
   on_listening(*port);
   core::join_tally tally{opts.num_workers, opts.num_servers};
-  auto status = [&](const std::string& line) {
+  auto status = [&] {
     if (opts.on_status)
-      opts.on_status(line);
+      opts.on_status(tally.describe());
   };
-  auto interval = opts.status_interval.count() > 0 ? opts.status_interval
-                                                   : std::chrono::hours{24};
+  // While nodes are missing, a line whenever `status_interval` passed
+  // without a message; no timeout at all when that is off.
+  auto idle = opts.on_status && opts.status_interval.count() > 0
+                ? caf::duration{opts.status_interval}
+                : caf::duration{caf::infinite};
   bool running = true;
   self->receive_while(
     running)([&](shutdown_atom) { running = false; },
@@ -129,12 +132,12 @@ caf::error run_coordinator(const coordinator_options& opts,
              },
              [&](join_atom, uint32_t, uint8_t role_id, uint32_t rank) {
                if (tally.add(role_id, rank))
-                 status(tally.describe());
+                 status();
              },
-             caf::after(interval) >>
+             caf::after(idle) >>
                [&] {
-                 if (!tally.complete() && opts.status_interval.count() > 0)
-                   status(tally.describe());
+                 if (!tally.complete())
+                   status();
                });
   static_cast<void>(sys.middleman().unpublish(coord, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "apps/common/train.hpp"
+#include "core/file_system.hpp"
 
 namespace po = boost::program_options;
 
@@ -67,21 +67,9 @@ std::string prepare_output(const std::string& path) {
 
 std::string write_file_atomically(const std::string& path,
                                   const std::string& text) {
-  auto tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out{tmp, std::ios::binary | std::ios::trunc};
-    out << text;
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return "cannot write " + tmp;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return "cannot rename " + tmp + " to " + path;
-  }
-  return {};
+  auto failed = core::write_atomically(core::posix_file_system(), path,
+                                       text.data(), text.size());
+  return failed.err == 0 ? std::string{} : failed.text();
 }
 
 int finish(const std::string& app, const network_flags& flags,
