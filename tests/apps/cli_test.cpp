@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "apps/common/cli.hpp"
+#include "tests/core/temp_dir.hpp"
 
 using namespace actorps::apps;
 namespace po = boost::program_options;
@@ -20,28 +20,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct scratch {
-  fs::path path = fs::temp_directory_path()
-                  / ("actorps-cli-" + std::to_string(::getpid()) + "-"
-                     + std::to_string(std::random_device{}()));
-
-  scratch() {
-    fs::create_directories(path);
-  }
-
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-
-  std::string file(const std::string& name, const std::string& text,
-                   mode_t mode) const {
-    auto p = (path / name).string();
-    std::ofstream{p} << text;
-    ::chmod(p.c_str(), mode);
-    return p;
-  }
-};
+// Writes `text` to `name` in `dir` with permissions `mode`.
+std::string write_file(const fs::path& dir, const std::string& name,
+                       const std::string& text, mode_t mode) {
+  auto p = (dir / name).string();
+  std::ofstream{p} << text;
+  ::chmod(p.c_str(), mode);
+  return p;
+}
 
 // Parses `args` against --count (unsigned), --level (int) and --config.
 struct parse_result {
@@ -85,14 +71,15 @@ TEST_CASE("cli: flags are parsed strictly", "[apps]") {
     CHECK(parse_args({"oops"}).rc == 2);
   }
   SECTION("--config must be a regular file; its values follow the rules") {
-    scratch dir;
-    CHECK(parse_args({"--config", dir.path.string()}).rc == 2);
-    CHECK(parse_args({"--config", (dir.path / "missing").string()}).rc == 2);
-    auto good = dir.file("good.ini", "count = 4\n", 0600);
+    actorps::test::temp_dir tmp;
+    const fs::path dir{tmp.path()};
+    CHECK(parse_args({"--config", dir.string()}).rc == 2);
+    CHECK(parse_args({"--config", (dir / "missing").string()}).rc == 2);
+    auto good = write_file(dir, "good.ini", "count = 4\n", 0600);
     auto r = parse_args({"--config", good});
     CHECK_FALSE(r.rc);
     CHECK(r.count == 4);
-    auto bad = dir.file("bad.ini", "count = -4\n", 0600);
+    auto bad = write_file(dir, "bad.ini", "count = -4\n", 0600);
     CHECK(parse_args({"--config", bad}).rc == 2);
   }
 }
@@ -131,25 +118,27 @@ TEST_CASE("cli: no exception escapes an app's main", "[apps]") {
 TEST_CASE("cli: the token comes from an owner-only file, the environment or "
           "the flag",
           "[apps]") {
-  scratch dir;
+  actorps::test::temp_dir tmp;
+  const fs::path dir{tmp.path()};
   std::string out;
   SECTION("an owner-only file, one line") {
-    auto p = dir.file("tok", "s3cret\n", 0600);
+    auto p = write_file(dir, "tok", "s3cret\n", 0600);
     CHECK(read_token_file(p, out).empty());
     CHECK(out == "s3cret");
-    auto ro = dir.file("tok-ro", "s3cret", 0400);
+    auto ro = write_file(dir, "tok-ro", "s3cret", 0400);
     CHECK(read_token_file(ro, out).empty());
   }
   SECTION("refused: readable by others, a folder, empty, two lines, huge") {
-    CHECK_FALSE(read_token_file(dir.file("g", "s", 0640), out).empty());
-    CHECK_FALSE(read_token_file(dir.file("o", "s", 0604), out).empty());
-    CHECK_FALSE(read_token_file(dir.path.string(), out).empty());
-    CHECK_FALSE(read_token_file(dir.file("e", "\n", 0600), out).empty());
-    CHECK_FALSE(read_token_file(dir.file("two", "a\nb\n", 0600), out).empty());
+    CHECK_FALSE(read_token_file(write_file(dir, "g", "s", 0640), out).empty());
+    CHECK_FALSE(read_token_file(write_file(dir, "o", "s", 0604), out).empty());
+    CHECK_FALSE(read_token_file(dir.string(), out).empty());
+    CHECK_FALSE(read_token_file(write_file(dir, "e", "\n", 0600), out).empty());
     CHECK_FALSE(
-      read_token_file(dir.file("big", std::string(5000, 'x'), 0600), out)
+      read_token_file(write_file(dir, "two", "a\nb\n", 0600), out).empty());
+    CHECK_FALSE(
+      read_token_file(write_file(dir, "big", std::string(5000, 'x'), 0600), out)
         .empty());
-    CHECK_FALSE(read_token_file((dir.path / "none").string(), out).empty());
+    CHECK_FALSE(read_token_file((dir / "none").string(), out).empty());
   }
   SECTION("precedence: file, then flag, then ACTORPS_TOKEN") {
     ::setenv("ACTORPS_TOKEN", "from-env", 1);
@@ -160,7 +149,7 @@ TEST_CASE("cli: the token comes from an owner-only file, the environment or "
     CHECK_FALSE(resolve_token("app", flags, out));
     CHECK(out == "from-flag");
     flags.token.clear();
-    flags.file = dir.file("tok", "from-file", 0600);
+    flags.file = write_file(dir, "tok", "from-file", 0600);
     CHECK_FALSE(resolve_token("app", flags, out));
     CHECK(out == "from-file");
     flags.token = "from-flag";

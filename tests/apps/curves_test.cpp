@@ -3,35 +3,23 @@
 // optimizer it asks the shards for.
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <unistd.h>
 
 #include "apps/common/cli.hpp"
 #include "apps/common/curves.hpp"
 #include "apps/common/train.hpp"
+#include "tests/core/temp_dir.hpp"
 
 using namespace actorps;
 using namespace actorps::apps;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct scratch {
-  fs::path path = fs::temp_directory_path()
-                  / ("actorps-curves-" + std::to_string(::getpid()) + "-"
-                     + std::to_string(std::random_device{}()));
-
-  ~scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 std::string slurp(const fs::path& p) {
   std::ifstream in{p};
@@ -53,9 +41,9 @@ std::vector<std::pair<double, double>> markers(const std::string& svg) {
 } // namespace
 
 TEST_CASE("curves: every epoch gets a marker, one epoch included", "[apps]") {
-  scratch dir;
-  fs::create_directories(dir.path);
-  auto file = (dir.path / "c.svg").string();
+  actorps::test::temp_dir tmp;
+  const fs::path dir{tmp.path()};
+  auto file = (dir / "c.svg").string();
   SECTION("one epoch: one visible point per chart, inside its box") {
     std::vector<epoch_report> rs{{1, 0.8, 0.7, 1000, 2}};
     REQUIRE(write_svg(file, "t", rs).empty());
@@ -83,9 +71,9 @@ TEST_CASE("curves: every epoch gets a marker, one epoch included", "[apps]") {
 }
 
 TEST_CASE("curves: the CSV has a line per epoch", "[apps]") {
-  scratch dir;
-  fs::create_directories(dir.path);
-  auto file = (dir.path / "c.csv").string();
+  actorps::test::temp_dir tmp;
+  const fs::path dir{tmp.path()};
+  auto file = (dir / "c.csv").string();
   REQUIRE(
     write_csv(file, {{1, 0.5, 0.8, 10, 1}, {2, 0.25, 0.9, 10, 1}}).empty());
   auto text = slurp(file);
@@ -94,26 +82,25 @@ TEST_CASE("curves: the CSV has a line per epoch", "[apps]") {
 }
 
 TEST_CASE("cli: an output path is checked before the run", "[apps]") {
-  scratch dir;
+  actorps::test::temp_dir tmp;
+  const fs::path dir{tmp.path()};
   SECTION("a new folder is created and no file is left behind") {
-    auto file = dir.path / "a" / "b" / "out.csv";
+    auto file = dir / "a" / "b" / "out.csv";
     CHECK(prepare_output(file.string()).empty());
     CHECK(fs::is_directory(file.parent_path()));
     CHECK_FALSE(fs::exists(file));
   }
   SECTION("an existing file is left as it was") {
-    fs::create_directories(dir.path);
-    auto file = dir.path / "out.csv";
+    auto file = dir / "out.csv";
     std::ofstream{file} << "old";
     CHECK(prepare_output(file.string()).empty());
     CHECK(slurp(file) == "old");
   }
   SECTION("a folder where the file should go, or a file as the folder") {
-    fs::create_directories(dir.path / "out.csv");
-    CHECK_FALSE(prepare_output((dir.path / "out.csv").string()).empty());
-    std::ofstream{dir.path / "plain"} << "x";
-    CHECK_FALSE(
-      prepare_output((dir.path / "plain" / "f.csv").string()).empty());
+    fs::create_directories(dir / "out.csv");
+    CHECK_FALSE(prepare_output((dir / "out.csv").string()).empty());
+    std::ofstream{dir / "plain"} << "x";
+    CHECK_FALSE(prepare_output((dir / "plain" / "f.csv").string()).empty());
   }
 }
 
