@@ -207,15 +207,14 @@ void flush(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
 
 } // namespace
 
-void start_ops(worker_ptr self, op_kind kind,
-               const std::vector<std::string>& keys, int32_t priority,
-               float_parts data, std::function<void(float_parts)> finish,
+void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
+               int32_t priority, float_parts data,
+               std::function<void(float_parts)> finish,
                std::function<void(caf::error)> on_error) {
   auto& st = self->state;
   auto op = op_name(kind);
   auto pushes = kind != op_kind::pull;
   const auto& batching = st.cfg.batching;
-  std::vector<route*> rs;
   uint64_t total = 0;
   // Batched slices of uncompressed keys refer to the caller's buffers
   // instead of being copied into the batch, unless they are too short to be
@@ -223,9 +222,7 @@ void start_ops(worker_ptr self, op_kind kind,
   auto uncompressed = true;
   uint64_t batched = 0;
   uint64_t batched_floats = 0;
-  for (auto& k : keys) {
-    auto* r = &st.routes.at(k);
-    rs.push_back(r);
+  for (auto* r : rs) {
     total += r->info.size;
     uncompressed = uncompressed && r->comp.kind == codec::none;
     for (auto& s : r->info.slices)
@@ -237,11 +234,11 @@ void start_ops(worker_ptr self, op_kind kind,
   auto share = pushes && uncompressed
                && core::batching::share(batched, batched_floats);
   if (pushes && data.size != total) {
-    if (keys.size() == 1)
+    if (rs.size() == 1)
       on_error(to_error(core::check_size(op, rs[0]->info, data.size, "push")));
     else
       on_error(make_error(errc::shape_mismatch,
-                          std::string{op} + ": " + std::to_string(keys.size())
+                          std::string{op} + ": " + std::to_string(rs.size())
                             + " keys hold " + std::to_string(total)
                             + " floats but the push has "
                             + std::to_string(data.size)));

@@ -76,15 +76,16 @@ void set_compression(route& r, const compression& c);
 /// Name of an operation kind in errors ("push", "pull", "push_pull").
 const char* op_name(op_kind kind);
 
-/// Starts `kind` on `keys` (whose routes are known): checks the payload,
+/// Starts `kind` on the keys of `rs` (their routes, each key once): checks
+/// the payload,
 /// numbers each slice's operation, and sends each large slice on its own
 /// (its buffer moved along when the caller gave it one of its own) and the
 /// small slices of each shard as batches. `finish` gets the pulled values
 /// of all keys back to back (empty for pushes) once every shard answered;
 /// `on_error` gets the first error instead.
-void start_ops(worker_ptr self, op_kind kind,
-               const std::vector<std::string>& keys, int32_t priority,
-               float_parts data, std::function<void(float_parts)> finish,
+void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
+               int32_t priority, float_parts data,
+               std::function<void(float_parts)> finish,
                std::function<void(caf::error)> on_error);
 
 /// Rank 0 writes the value to every shard, then tells the coordinator. If a

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -140,19 +141,23 @@ void on_down(worker_ptr self, const caf::down_msg& dm) {
   }
 }
 
-// True if `keys` (whose routes are known) names a key more than once.
-bool names_a_key_twice(worker_ptr self, const std::vector<std::string>& keys) {
-  if (keys.size() < 2)
-    return false;
+// The routes of `keys` (all known), each key looked up once; nothing if
+// `keys` names a key more than once (seen by the call's stamp on each
+// route, without hashing the key list again).
+std::optional<std::vector<route*>>
+distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
   auto& st = self->state;
   auto call = ++st.calls;
+  std::vector<route*> rs;
+  rs.reserve(keys.size());
   for (auto& k : keys) {
-    auto& r = st.routes.at(k);
-    if (r.named_in == call)
-      return true;
-    r.named_in = call;
+    auto* r = &st.routes.at(k);
+    if (r->named_in == call)
+      return std::nullopt;
+    r->named_in = call;
+    rs.push_back(r);
   }
-  return false;
+  return rs;
 }
 
 // Runs `kind` on `keys` once their routes are known; delivers to `rp`. A key
@@ -179,17 +184,18 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
       else
         rp.deliver(caf::ok_atom::value);
     };
-    if (!names_a_key_twice(self, *ks)) {
-      start_ops(self, kind, *ks, priority, std::move(data), std::move(done),
-                fail);
+    if (auto rs = distinct_routes(self, *ks)) {
+      start_ops(self, kind, std::move(*rs), priority, std::move(data),
+                std::move(done), fail);
       return;
     }
     // As MXNet: the values pushed for one key are summed into one push, and
     // every output of a key pulled more than once gets its value.
     auto groups = core::group_keys(*ks);
+    auto rs = *distinct_routes(self, groups.unique);
     std::vector<uint64_t> sizes;
-    for (auto& k : groups.unique)
-      sizes.push_back(self->state.routes.at(k).info.size);
+    for (auto* r : rs)
+      sizes.push_back(r->info.size);
     float_parts merged;
     if (kind != op_kind::pull) {
       auto st = core::sum_groups(groups, sizes, data, merged);
@@ -200,7 +206,7 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
       }
     }
     start_ops(
-      self, kind, groups.unique, priority, std::move(merged),
+      self, kind, std::move(rs), priority, std::move(merged),
       [groups, sizes, done](float_parts out) mutable {
         done(core::expand_groups(groups, sizes, std::move(out)));
       },
