@@ -11,6 +11,7 @@
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
 
+#include "actors/trust.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -18,8 +19,11 @@ namespace actorps {
 struct node_state {
   static inline const char* name = "actorps.node";
 
+  gate_actor gate;
+  // Known once joined (job_info::coordinator).
   coordinator_actor coordinator;
   caf::actor owner;
+  trusted_nodes trusted;
   job_info job;
   bool joined = false;
 };
@@ -33,13 +37,18 @@ void tell_owner(self_ptr self, caf::message msg) {
     caf::anon_send(self->state.owner, std::move(msg));
 }
 
-node_actor::behavior_type
-node_impl(self_ptr self, coordinator_actor coordinator, caf::actor owner) {
-  self->state.coordinator = coordinator;
+node_actor::behavior_type node_impl(self_ptr self, gate_actor gate,
+                                    caf::actor owner) {
+  self->state.gate = gate;
   self->state.owner = std::move(owner);
-  self->monitor(coordinator);
+  self->state.trusted.add(gate.node());
+  ignore_strays(self, self->state.trusted);
+  // The gate goes down with the coordinator's process.
+  self->monitor(gate);
   self->set_down_handler([self](caf::down_msg& dm) {
-    if (dm.source == self->state.coordinator.address()) {
+    auto& st = self->state;
+    if (dm.source == st.gate.address()
+        || (st.coordinator && dm.source == st.coordinator.address())) {
       tell_owner(self, caf::make_message(node_down_atom::value, uint32_t{1},
                                          role::coordinator));
       self->quit(dm.reason);
@@ -48,16 +57,30 @@ node_impl(self_ptr self, coordinator_actor coordinator, caf::actor owner) {
   return {
     [self](join_atom, uint8_t role_id, const std::string& token,
            uint8_t mode) -> caf::result<job_info> {
+      if (auto err = self->state.trusted.check(self, "join"))
+        return err;
       auto rp = self->make_response_promise<job_info>();
       auto me = caf::actor_cast<caf::actor>(self);
       self
-        ->request(self->state.coordinator, caf::infinite, join_atom::value,
-                  role_id, token, me, mode, wire_version)
+        ->request(self->state.gate, caf::infinite, join_atom::value, role_id,
+                  token, me, mode, wire_version)
         .then(
           [self, rp](job_info& info) mutable {
-            auto first = !self->state.joined;
-            self->state.job = info;
-            self->state.joined = true;
+            auto& st = self->state;
+            auto first = !st.joined;
+            auto coordinator
+              = caf::actor_cast<coordinator_actor>(info.coordinator);
+            if (!coordinator || coordinator.node() != st.gate.node()) {
+              rp.deliver(make_error(errc::bad_config,
+                                    "join: the coordinator's reply names no "
+                                    "coordinator on its node"));
+              return;
+            }
+            if (first)
+              self->monitor(coordinator);
+            st.coordinator = coordinator;
+            st.job = info;
+            st.joined = true;
             if (first && info.heartbeat_ms > 0)
               self->send(self, heartbeat_atom::value);
             rp.deliver(std::move(info));
@@ -67,15 +90,23 @@ node_impl(self_ptr self, coordinator_actor coordinator, caf::actor owner) {
     },
     [self](heartbeat_atom) {
       auto& st = self->state;
+      // The agent's own tick: a tick from elsewhere would add a timer.
+      if (st.trusted.check(self, "heartbeat")
+          || self->current_sender().get() != self->ctrl())
+        return;
       self->send(st.coordinator, heartbeat_atom::value, st.job.node_id);
       self->delayed_send(self, std::chrono::milliseconds{st.job.heartbeat_ms},
                          heartbeat_atom::value);
     },
     [self](node_down_atom, uint32_t node_id, uint8_t role_id) {
+      if (self->state.trusted.check(self, "node_down"))
+        return;
       tell_owner(self,
                  caf::make_message(node_down_atom::value, node_id, role_id));
     },
     [self](shutdown_atom) {
+      if (self->state.trusted.check(self, "shutdown"))
+        return;
       tell_owner(self, caf::make_message(shutdown_atom::value));
       self->quit();
     },
@@ -84,9 +115,9 @@ node_impl(self_ptr self, coordinator_actor coordinator, caf::actor owner) {
 
 } // namespace
 
-node_actor spawn_node_agent(caf::actor_system& sys,
-                            coordinator_actor coordinator, caf::actor owner) {
-  return sys.spawn(node_impl, std::move(coordinator), std::move(owner));
+node_actor spawn_node_agent(caf::actor_system& sys, gate_actor gate,
+                            caf::actor owner) {
+  return sys.spawn(node_impl, std::move(gate), std::move(owner));
 }
 
 } // namespace actorps

@@ -10,6 +10,7 @@
 #include "caf/typed_actor.hpp"
 
 #include <actorps/actors/coordinator/coordinator.hpp>
+#include <actorps/actors/gate.hpp>
 #include <actorps/messages/type_ids.hpp>
 
 /// Protocol of a node agent: one per server or worker process.
@@ -21,15 +22,20 @@
 /// owner (the process's main loop).
 ///
 /// Messages:
-/// - `(join_atom, role, token, mode)` -> `job_info`: joins the job. Errors:
-///   those of the coordinator's join (`unauthorized`, `bad_config`).
+/// - `(join_atom, role, token, mode)` -> `job_info`: joins the job through
+///   the coordinator's gate; the reply carries the coordinator's handle, to
+///   which the agent then sends its heartbeats. Errors: those of the
+///   coordinator's join (`unauthorized`, `bad_config`).
 /// - `(heartbeat_atom)`: internal tick; sends one heartbeat and schedules the
 ///   next.
 /// - `(node_down_atom, node_id, role)`: another node died; forwarded to the
 ///   owner.
 /// - `(shutdown_atom)`: the job is over; forwarded to the owner, then the
 ///   agent quits.
-/// If the coordinator goes down, the owner receives
+/// Trust: `join` is answered, and `node_down` and `shutdown` count, only from
+/// the agent's own process or the coordinator's node; a foreign `join` gets
+/// `unauthorized`, the others are dropped (the first logged). If the
+/// coordinator goes down, the owner receives
 /// `(node_down_atom, 1, role::coordinator)` and the agent quits.
 namespace actorps {
 
@@ -40,9 +46,10 @@ using node_actor = caf::typed_actor<
   caf::reacts_to<node_down_atom, uint32_t, uint8_t>,
   caf::reacts_to<shutdown_atom>>;
 
-/// Spawns the agent of a node. `owner` (may be empty) receives the agent's
-/// notices; the caller owns the agent: monitor it or send it an exit.
-node_actor spawn_node_agent(caf::actor_system& sys,
-                            coordinator_actor coordinator, caf::actor owner);
+/// Spawns the agent of a node that joins through `gate`. `owner` (may be empty)
+/// receives the agent's notices; the caller owns the agent: monitor it or send
+/// it an exit.
+node_actor spawn_node_agent(caf::actor_system& sys, gate_actor gate,
+                            caf::actor owner);
 
 } // namespace actorps

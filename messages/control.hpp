@@ -17,10 +17,11 @@ namespace actorps {
 
 /// Version of the layout of actorps's messages on the network. It goes up
 /// whenever a message that crosses the network changes (2: batches gained
-/// `slice_batch::parts`). A node joins only a coordinator of its own
-/// version: peers of different versions would misread each other's
-/// messages.
-constexpr uint32_t wire_version = 2;
+/// `slice_batch::parts`; 3: nodes join through a gate, `job_info` carries
+/// the coordinator's handle, shards learn the admitted nodes). A node joins
+/// only a coordinator of its own version: peers of different versions would
+/// misread each other's messages.
+constexpr uint32_t wire_version = 3;
 
 /// The mode a joining node expects of the job.
 namespace join_mode {
@@ -39,12 +40,16 @@ struct job_info {
   uint64_t bigarray_bound = 0;
   /// How often the node must send a heartbeat to the coordinator.
   uint32_t heartbeat_ms = 0;
+  /// The coordinator itself (untyped; cast back). A node reaches only the
+  /// job's gate before it joins and gets this handle in the join's reply.
+  caf::actor coordinator;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
-           x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms);
+           x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms,
+           x.coordinator);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

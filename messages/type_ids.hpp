@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "caf/node_id.hpp"
 #include "caf/type_id.hpp"
 
 #include <actorps/messages/control.hpp>
@@ -36,6 +37,7 @@ CAF_ADD_TYPE_ID(actorps, (std::vector<uint32_t>) )
 CAF_ADD_TYPE_ID(actorps, (std::vector<uint64_t>) )
 CAF_ADD_TYPE_ID(actorps, (std::vector<actorps::slice_record>) )
 CAF_ADD_TYPE_ID(actorps, (std::vector<actorps::slice_range>) )
+CAF_ADD_TYPE_ID(actorps, (std::vector<caf::node_id>) )
 
 CAF_ADD_ATOM(actorps, actorps, init_atom, "init")
 CAF_ADD_ATOM(actorps, actorps, push_atom, "push")
@@ -62,5 +64,6 @@ CAF_ADD_ATOM(actorps, actorps, command_atom, "command")
 CAF_ADD_ATOM(actorps, actorps, node_down_atom, "node_down")
 CAF_ADD_ATOM(actorps, actorps, forwarded_atom, "forwarded")
 CAF_ADD_ATOM(actorps, actorps, compress_atom, "compress")
+CAF_ADD_ATOM(actorps, actorps, admit_atom, "admit")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

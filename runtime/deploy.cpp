@@ -9,6 +9,7 @@
 #include "caf/send.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
+#include "actors/gate.hpp"
 #include "actors/node.hpp"
 #include "actors/shard/shard.hpp"
 #include "messages/errors.hpp"
@@ -92,14 +93,15 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   auto any = connect_coordinator(rt->sys, *where, o.connect_timeout);
   if (!any)
     return make_error(errc::dead_node, "create: " + context_of(any.error()));
-  auto coord = caf::actor_cast<coordinator_actor>(*any);
-  auto agent = rt->own(spawn_node_agent(rt->sys, coord, caf::actor{}));
+  auto agent = rt->own(
+    spawn_node_agent(rt->sys, caf::actor_cast<gate_actor>(*any), caf::actor{}));
   caf::scoped_actor self{rt->sys, true};
   job_info job;
   if (auto err = detail::ask(
         self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
         join_atom::value, role::worker, o.token, mode))
     return err;
+  auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
   routing_table table;
   if (auto err = detail::ask(
         self.ptr(), coord, o.timeout,
@@ -110,8 +112,8 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     auto at = parse_endpoint(server);
     if (!at)
       return std::move(at.error());
-    auto direct = rt->sys.middleman().remote_actor<shard_actor>(at->host,
-                                                                at->port);
+    auto direct = rt->sys.middleman().remote_actor<gate_actor>(at->host,
+                                                               at->port);
     if (!direct)
       return make_error(errc::dead_node, "create: cannot reach the server at "
                                            + server + " ("

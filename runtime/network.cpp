@@ -14,6 +14,7 @@
 #include "caf/send.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
+#include "actors/gate.hpp"
 #include "actors/node.hpp"
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
@@ -49,8 +50,8 @@ connect_coordinator(caf::actor_system& sys, const endpoint& where,
                     std::chrono::milliseconds retry_for) {
   auto deadline = std::chrono::steady_clock::now() + retry_for;
   for (;;) {
-    auto coord = sys.middleman().remote_actor<coordinator_actor>(where.host,
-                                                                 where.port);
+    auto coord = sys.middleman().remote_actor<gate_actor>(where.host,
+                                                          where.port);
     if (coord)
       return caf::actor_cast<caf::actor>(*coord);
     if (std::chrono::steady_clock::now() >= deadline)
@@ -102,8 +103,11 @@ caf::error run_coordinator(const coordinator_options& opts,
                                              : std::chrono::milliseconds{1000};
   cc.on_done = caf::actor_cast<caf::actor>(self);
   auto coord = spawn_coordinator(sys, cc);
+  // Only the gate listens: a peer reaches the coordinator itself once it
+  // proved the token (see actors/gate.hpp).
+  auto gate = spawn_gate(sys, coord);
   auto host = opts.host.empty() ? nullptr : opts.host.c_str();
-  auto port = sys.middleman().publish(coord, opts.port, host, true);
+  auto port = sys.middleman().publish(gate, opts.port, host, true);
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::kill);
     return make_error(errc::bad_config,
@@ -139,7 +143,7 @@ caf::error run_coordinator(const coordinator_options& opts,
                  if (!tally.complete())
                    status();
                });
-  static_cast<void>(sys.middleman().unpublish(coord, *port));
+  static_cast<void>(sys.middleman().unpublish(gate, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   return caf::none;
 }
@@ -158,8 +162,8 @@ caf::error run_server(const server_options& opts,
   auto any = connect_coordinator(sys, opts.coordinator, opts.connect_timeout);
   if (!any)
     return std::move(any.error());
-  auto coord = caf::actor_cast<coordinator_actor>(*any);
-  auto agent = spawn_node_agent(sys, coord, caf::actor_cast<caf::actor>(self));
+  auto agent = spawn_node_agent(sys, caf::actor_cast<gate_actor>(*any),
+                                caf::actor_cast<caf::actor>(self));
   std::vector<caf::actor> owned{caf::actor_cast<caf::actor>(agent)};
   auto stop = [&] {
     for (auto& a : owned)
@@ -174,6 +178,10 @@ caf::error run_server(const server_options& opts,
     return err;
   }
   on_joined(job.rank);
+  auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
+  // The shards and relays trust the coordinator, which tells them the nodes
+  // it admits.
+  std::vector<caf::node_id> trusted{coord.node()};
   std::vector<caf::actor> shards;
   std::vector<caf::actor> relays;
   for (uint32_t i = 0; i < opts.shards; ++i) {
@@ -182,17 +190,20 @@ caf::error run_server(const server_options& opts,
     sc.num_workers = job.num_workers;
     sc.sync = job.sync;
     sc.on_command = opts.on_command;
+    sc.trusted = trusted;
     auto shard = spawn_shard(sys, sc);
-    auto relay = spawn_priority_relay(sys, shard);
+    auto relay = spawn_priority_relay(sys, shard, {}, false, trusted);
     shards.push_back(caf::actor_cast<caf::actor>(shard));
     relays.push_back(caf::actor_cast<caf::actor>(relay));
     owned.push_back(shards.back());
     owned.push_back(relays.back());
   }
   // Workers connect here directly, so that data does not detour through the
-  // coordinator's node and a dying server is noticed at once.
-  auto port = sys.middleman().publish(caf::actor_cast<shard_actor>(shards[0]),
-                                      opts.port, opts.host.c_str(), true);
+  // coordinator's node and a dying server is noticed at once. Only a gate
+  // that refuses joins listens: the shards check every sender themselves.
+  auto gate = spawn_server_gate(sys);
+  owned.push_back(caf::actor_cast<caf::actor>(gate));
+  auto port = sys.middleman().publish(gate, opts.port, opts.host.c_str(), true);
   if (!port) {
     stop();
     return make_error(errc::bad_config, "server: cannot listen on " + opts.host

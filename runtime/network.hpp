@@ -29,8 +29,9 @@ struct endpoint {
 caf::expected<endpoint> parse_endpoint(const std::string& text);
 
 /// Connects to the coordinator at `where`, retrying for `retry_for` (nodes
-/// may start before the coordinator listens). Error: `dead_node` naming the
-/// address and CAF's last error.
+/// may start before the coordinator listens), and returns the coordinator's
+/// gate (a `gate_actor`: the one handle a node gets before it joined).
+/// Error: `dead_node` naming the address and CAF's last error.
 caf::expected<caf::actor>
 connect_coordinator(caf::actor_system& sys, const endpoint& where,
                     std::chrono::milliseconds retry_for);

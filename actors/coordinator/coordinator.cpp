@@ -75,10 +75,13 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
   self->state.at_barrier.assign(self->state.cfg.num_workers, false);
   self->state.live.assign(self->state.cfg.num_workers, true);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  ignore_strays(self, self->state.trusted);
   return {
     [self](declare_atom, const std::string& key,
            const std::vector<uint64_t>& shape,
            uint32_t rank) -> caf::result<key_info> {
+      if (auto err = self->state.trusted.check(self, "init"))
+        return err;
       auto& st = self->state;
       if (rank >= st.cfg.num_workers)
         return make_error(errc::bad_config,
@@ -125,6 +128,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     },
     [self](init_done_atom, uint32_t key_id,
            bool ok) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "init_done"))
+        return err;
       auto& st = self->state;
       if (key_id >= st.names_by_id.size())
         return make_error(errc::unknown_key,
@@ -145,6 +150,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return caf::ok_atom::value;
     },
     [self](lookup_atom, const std::string& key) -> caf::result<key_info> {
+      if (auto err = self->state.trusted.check(self, "lookup"))
+        return err;
       auto& st = self->state;
       auto i = st.keys.find(key);
       if (i == st.keys.end())
@@ -158,6 +165,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return i->second.info;
     },
     [self](barrier_atom, uint32_t rank) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "barrier"))
+        return err;
       auto& st = self->state;
       if (rank >= st.cfg.num_workers)
         return make_error(errc::bad_config, "barrier: rank "
@@ -174,6 +183,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return rp;
     },
     [self](leave_atom, uint32_t rank) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "leave"))
+        return err;
       auto& st = self->state;
       if (rank >= st.cfg.num_workers)
         return make_error(errc::bad_config, "leave: rank "
@@ -188,6 +199,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "set_optimizer"))
+        return err;
       if (auto err = to_error(core::validate(opt)))
         return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
@@ -201,6 +214,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return rp;
     },
     [self](save_atom) -> caf::result<state_snapshot> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
       auto rp = self->make_response_promise<state_snapshot>();
       auto merged = std::make_shared<state_snapshot>();
       broadcast<state_snapshot>(
@@ -240,6 +255,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return rp;
     },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
       auto& st = self->state;
       if (auto err = to_error(core::validate(snap.optimizer)))
         return err;
@@ -291,6 +308,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "send_command_to_servers"))
+        return err;
       // Head 0 sets the optimizer: checked before anything is sent, and
       // recorded like set_opt, so that a later save names the optimizer
       // the shards run (its state is saved beside it).
@@ -363,6 +382,16 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       node.role = role_id;
       node.rank = info.rank;
       node.agent = agent;
+      // The node proved the token: from now on its messages pass, and every
+      // server's shards learn it before any worker gets the routing table.
+      if (auto& sender = self->current_sender(); sender) {
+        node.node = sender->node();
+        st.trusted.add(node.node);
+        ++st.admit_version;
+        for (uint32_t r = 0; r < st.server_relays.size(); ++r)
+          send_admissions(self, r);
+      }
+      info.coordinator = caf::actor_cast<caf::actor>(self);
       node.last_seen = caf::make_timestamp();
       if (agent)
         self->monitor(agent);
@@ -374,6 +403,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     [self](shards_atom, uint32_t node_id, const std::vector<caf::actor>& shards,
            const std::vector<caf::actor>& relays,
            const std::string& endpoint) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "register_shards"))
+        return err;
       auto& st = self->state;
       auto i = st.nodes.find(node_id);
       if (i == st.nodes.end() || i->second.role != role::server)
@@ -381,6 +412,10 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                               + std::to_string(node_id)
                                               + " did not join as a server");
       auto rank = i->second.rank;
+      if (self->current_sender()->node() != i->second.node)
+        return make_error(errc::unauthorized,
+                          "shards: node " + std::to_string(node_id)
+                            + " joined from another process");
       if (shards.empty() || relays.size() != shards.size())
         return make_error(errc::bad_config,
                           "shards: server " + std::to_string(rank) + " sent "
@@ -390,6 +425,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         st.server_shards.resize(st.cfg.num_servers);
         st.server_relays.resize(st.cfg.num_servers);
         st.server_endpoints.resize(st.cfg.num_servers);
+        st.server_admitted.resize(st.cfg.num_servers);
       }
       if (!st.server_shards[rank].empty())
         return make_error(errc::bad_config,
@@ -402,10 +438,13 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         i->second.shards.push_back(x.address());
         self->monitor(x);
       }
+      send_admissions(self, rank);
       complete_routing(self);
       return caf::ok_atom::value;
     },
     [self](routing_atom) -> caf::result<routing_table> {
+      if (auto err = self->state.trusted.check(self, "routing"))
+        return err;
       auto& st = self->state;
       if (!st.distributed()) {
         routing_table local;
@@ -413,20 +452,30 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
           local.shards.push_back(caf::actor_cast<caf::actor>(x));
         return local;
       }
-      if (st.routing_ready)
-        return st.table;
+      // Answered once routing is complete and every live server knows
+      // every admitted node.
       auto rp = self->make_response_promise<routing_table>();
       st.routing_waiters.push_back(rp);
+      release_routing(self);
       return rp;
     },
-    [self](shutdown_atom) { finish(self); },
+    [self](shutdown_atom) {
+      if (self->state.trusted.check(self, "shutdown"))
+        return;
+      finish(self);
+    },
     [self](heartbeat_atom, uint32_t node_id) {
+      if (self->state.trusted.check(self, "heartbeat"))
+        return;
       auto i = self->state.nodes.find(node_id);
       if (i != self->state.nodes.end())
         i->second.last_seen = caf::make_timestamp();
     },
-    [self](dead_atom, int32_t node_or_group, int32_t timeout_s) -> uint32_t {
+    [self](dead_atom, int32_t node_or_group,
+           int32_t timeout_s) -> caf::result<uint32_t> {
       auto& st = self->state;
+      if (auto err = st.trusted.check(self, "num_dead_node"))
+        return err;
       auto now = caf::make_timestamp();
       auto limit = std::chrono::seconds{std::max(timeout_s, 0)};
       uint32_t count = 0;

@@ -57,6 +57,11 @@
 ///   set_opt does (and is recorded for save); its text is checked first.
 ///   Errors: `bad_optimizer` (head 0), the shards' errors.
 ///
+/// Trust: every message but the join is refused with `unauthorized` unless
+/// its sender is in the coordinator's process or on a node that joined with
+/// the job's token (an anonymous sender counts as foreign); `heartbeat` and
+/// `shutdown` from others are dropped. The first refusal per node is logged.
+///
 /// Distributed jobs (num_servers > 0) add membership and supervision:
 /// - `(join_atom, role, token, agent, mode, version)` -> `job_info`: a server
 ///   or worker node joins with its job token and its node agent; ranks count
@@ -64,12 +69,18 @@
 ///   expects (join_mode), `version` the `wire_version` it speaks: a mismatch
 ///   of either is refused before any rank is given out. Errors:
 ///   `unauthorized` (wrong token), `bad_config` (another wire version, role
-///   full, unknown role, mode mismatch, or a local coordinator).
+///   full, unknown role, mode mismatch, or a local coordinator). The reply
+///   carries the coordinator's handle: nodes reach the coordinator through
+///   its gate (actors/gate.hpp), which answers nothing but the join.
+///   The joining node (the sender's CAF node) is admitted, and every
+///   server's shards and relays are told (`admit_atom`).
 /// - `(shards_atom, node_id, shards, relays, endpoint)` -> `ok_atom`: a
 ///   server's shards, their priority relays, and the "host:port" on which the
 ///   server accepts direct connections from workers. Once every server
-///   registered, the routing table is complete. Errors: `bad_config`.
-/// - `(routing_atom)` -> `routing_table`, as soon as it is complete.
+///   registered, the routing table is complete. Errors: `bad_config`,
+///   `unauthorized` (sent from another process than the server's join).
+/// - `(routing_atom)` -> `routing_table`, as soon as it is complete and every
+///   live server's shards know every admitted node.
 /// - `(heartbeat_atom, node_id)`: a node is alive (no reply).
 /// - `(dead_atom, node_or_group, timeout_s)` -> `uint32_t`: MXNet's
 ///   num_dead_node. A node counts as dead once its agent or one of its

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "caf/actor_cast.hpp"
 #include "caf/event_based_actor.hpp"
@@ -12,6 +13,8 @@
 #include "caf/stateful_actor.hpp"
 #include "caf/system_messages.hpp"
 #include "caf/typed_event_based_actor.hpp"
+
+#include "actors/node.hpp"
 
 namespace actorps {
 
@@ -44,7 +47,7 @@ void check_done(coordinator_ptr self) {
   bool waiting = false;
   for (auto& [id, node] : st.nodes) {
     if (node.role == role::server && !node.dead)
-      caf::anon_send(node.agent, shutdown_atom::value);
+      self->send(caf::actor_cast<node_actor>(node.agent), shutdown_atom::value);
     waiting = waiting || !node.dead;
   }
   if (!waiting)
@@ -85,7 +88,9 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
     }
     for (auto& [other_id, other] : st.nodes)
       if (!other.dead && other.agent)
-        caf::anon_send(other.agent, node_down_atom::value, node_id, role_of);
+        self->send(caf::actor_cast<node_actor>(other.agent),
+                   node_down_atom::value, node_id, role_of);
+    release_routing(self);
     if (st.cfg.on_done && !st.finished)
       caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of);
     if (role_of == role::worker && !node.left)
@@ -114,6 +119,43 @@ void complete_routing(coordinator_ptr self) {
   }
   st.shard_dead.assign(st.cfg.shards.size(), false);
   st.routing_ready = true;
+  release_routing(self);
+}
+
+void send_admissions(coordinator_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  if (rank >= st.server_relays.size() || st.server_relays[rank].empty())
+    return;
+  auto version = st.admit_version;
+  std::vector<caf::node_id> nodes;
+  for (auto& [id, node] : st.nodes)
+    if (node.node)
+      nodes.push_back(node.node);
+  auto& relays = st.server_relays[rank];
+  auto pending = std::make_shared<size_t>(relays.size());
+  for (auto& relay : relays)
+    self->request(relay, st.timeout(), admit_atom::value, nodes)
+      .then(
+        [self, rank, version, pending](caf::ok_atom) {
+          if (--*pending > 0)
+            return;
+          auto& acked = self->state.server_admitted[rank];
+          acked = std::max(acked, version);
+          release_routing(self);
+        },
+        // A server that cannot be told is dead or dying: on_down deals
+        // with it, and release_routing skips dead servers.
+        [](caf::error&) {});
+}
+
+void release_routing(coordinator_ptr self) {
+  auto& st = self->state;
+  if (!st.routing_ready || st.routing_waiters.empty())
+    return;
+  for (auto& [id, node] : st.nodes)
+    if (node.role == role::server && !node.dead
+        && st.server_admitted[node.rank] < st.admit_version)
+      return;
   for (auto& w : st.routing_waiters)
     w.deliver(st.table);
   st.routing_waiters.clear();

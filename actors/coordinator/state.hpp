@@ -10,10 +10,12 @@
 #include "caf/actor.hpp"
 #include "caf/actor_addr.hpp"
 #include "caf/duration.hpp"
+#include "caf/node_id.hpp"
 #include "caf/timestamp.hpp"
 #include "caf/typed_response_promise.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
+#include "actors/trust.hpp"
 
 /// The state of the coordinator actor (internal: not installed), and the
 /// membership and supervision functions that membership.cpp implements for
@@ -43,6 +45,8 @@ struct coordinator_state {
   struct node_entry {
     uint8_t role = 0;
     uint32_t rank = 0;
+    // The CAF node that proved the token for this node.
+    caf::node_id node;
     caf::actor agent;
     std::vector<caf::actor_addr> shards;
     bool dead = false;
@@ -51,6 +55,14 @@ struct coordinator_state {
   };
 
   std::map<uint32_t, node_entry> nodes;
+  // Nodes that proved the job's token; every handler but the join checks
+  // its sender against them.
+  trusted_nodes trusted;
+  // Bumped with each admission; a server's shards know every admitted node
+  // once `server_admitted[rank]` reached it. Workers get the routing table
+  // only then, so that no shard refuses a worker that joined.
+  uint64_t admit_version = 0;
+  std::vector<uint64_t> server_admitted;
   uint32_t workers_joined = 0;
   uint32_t servers_joined = 0;
   // Shards and relays per server rank, until every server registered.
@@ -114,5 +126,14 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm);
 
 /// Builds the routing table once every server registered its shards.
 void complete_routing(coordinator_ptr self);
+
+/// Tells the shards of server `rank` (through their relays) every admitted
+/// node; records the version they acknowledged and releases the routing
+/// table once every live server knows every admitted node.
+void send_admissions(coordinator_ptr self, uint32_t rank);
+
+/// Answers the routing requests that wait, if routing is complete and every
+/// live server knows every admitted node.
+void release_routing(coordinator_ptr self);
 
 } // namespace actorps

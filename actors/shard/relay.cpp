@@ -11,12 +11,39 @@
 #include "caf/event_based_actor.hpp"
 #include "caf/message_priority.hpp"
 #include "caf/send.hpp"
+#include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
 
+#include "actors/trust.hpp"
+
 namespace actorps {
 
+struct relay_state {
+  static inline const char* name = "actorps.relay";
+
+  trusted_nodes trusted;
+};
+
 namespace {
+
+using relay_ptr = shard_actor::stateful_pointer<relay_state>;
+
+const char* atom_name(push_atom) {
+  return "push";
+}
+
+const char* atom_name(push_pull_atom) {
+  return "push_pull";
+}
+
+const char* atom_name(pull_atom) {
+  return "pull";
+}
+
+const char* atom_name(batch_atom) {
+  return "batch";
+}
 
 slice_id first_slice(const slice_push& x) {
   return x.slice;
@@ -32,9 +59,10 @@ slice_id first_slice(const slice_batch& x) {
 
 // Re-sends `(atom, msg)` to `shard` with high priority; passes the reply back.
 template <class Reply, class Atom, class Msg>
-caf::result<Reply> relay_high(shard_actor::pointer self,
-                              const shard_actor& shard,
+caf::result<Reply> relay_high(relay_ptr self, const shard_actor& shard,
                               const caf::actor& observer, Atom atom, Msg msg) {
+  if (auto err = self->state.trusted.check(self, atom_name(atom)))
+    return err;
   auto rp = self->make_response_promise<Reply>();
   auto id = first_slice(msg);
   // caf::infinite keeps the high priority in CAF 0.17 (a std::chrono timeout
@@ -49,11 +77,22 @@ caf::result<Reply> relay_high(shard_actor::pointer self,
   return rp;
 }
 
-shard_actor::behavior_type relay_impl(shard_actor::pointer self,
-                                      shard_actor shard, caf::actor observer) {
+// `none` if the sender may use the relay (see trusted_nodes).
+#define ACTORPS_RELAY_CHECK(op)                                                \
+  if (auto err = self->state.trusted.check(self, op))                          \
+    return err;
+
+shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
+                                      caf::actor observer,
+                                      std::vector<caf::node_id> trusted) {
   self->link_to(shard);
+  self->state.trusted.add(trusted);
+  ignore_strays(self, self->state.trusted);
+  // Delegated messages keep their sender: the shard checks it again.
+  using ok_result = caf::result<caf::ok_atom>;
   return {
-    [=](init_atom a, slice_init& msg) {
+    [=](init_atom a, slice_init& msg) -> ok_result {
+      ACTORPS_RELAY_CHECK("init")
       return self->delegate(shard, a, std::move(msg));
     },
     [=](push_atom a, slice_push& msg) {
@@ -70,31 +109,50 @@ shard_actor::behavior_type relay_impl(shard_actor::pointer self,
     [=](batch_atom a, slice_batch& msg) {
       return relay_high<float_parts>(self, shard, observer, a, std::move(msg));
     },
-    [=](set_opt_atom a, const optimizer_config& opt) {
+    [=](set_opt_atom a, const optimizer_config& opt) -> ok_result {
+      ACTORPS_RELAY_CHECK("set_optimizer")
       return self->delegate(shard, a, opt);
     },
-    [=](save_atom a) { return self->delegate(shard, a); },
-    [=](load_atom a, state_snapshot& snap) {
+    [=](save_atom a) -> caf::result<state_snapshot> {
+      ACTORPS_RELAY_CHECK("save_optimizer_states")
+      return self->delegate(shard, a);
+    },
+    [=](load_atom a, state_snapshot& snap) -> ok_result {
+      ACTORPS_RELAY_CHECK("load_optimizer_states")
       return self->delegate(shard, a, std::move(snap));
     },
-    [=](workers_atom a, const std::vector<uint32_t>& live) {
+    [=](workers_atom a, const std::vector<uint32_t>& live) -> ok_result {
+      ACTORPS_RELAY_CHECK("workers")
       return self->delegate(shard, a, live);
     },
-    [=](stats_atom a) { return self->delegate(shard, a); },
-    [=](command_atom a, int32_t head, const std::string& body) {
+    [=](stats_atom a) -> caf::result<shard_stats> {
+      ACTORPS_RELAY_CHECK("stats")
+      return self->delegate(shard, a);
+    },
+    [=](command_atom a, int32_t head, const std::string& body) -> ok_result {
+      ACTORPS_RELAY_CHECK("send_command_to_servers")
       return self->delegate(shard, a, head, body);
+    },
+    [=](admit_atom a, const std::vector<caf::node_id>& nodes) -> ok_result {
+      ACTORPS_RELAY_CHECK("admit")
+      self->state.trusted.add(nodes);
+      return self->delegate(shard, a, nodes);
     },
   };
 }
 
+#undef ACTORPS_RELAY_CHECK
+
 } // namespace
 
 shard_actor spawn_priority_relay(caf::actor_system& sys, shard_actor shard,
-                                 caf::actor observer, bool detached) {
+                                 caf::actor observer, bool detached,
+                                 std::vector<caf::node_id> trusted) {
   if (detached)
     return sys.spawn<caf::detached>(relay_impl, std::move(shard),
-                                    std::move(observer));
-  return sys.spawn(relay_impl, std::move(shard), std::move(observer));
+                                    std::move(observer), std::move(trusted));
+  return sys.spawn(relay_impl, std::move(shard), std::move(observer),
+                   std::move(trusted));
 }
 
 } // namespace actorps

@@ -10,6 +10,8 @@
 // transport between processes carries priorities itself, remote workers no
 // longer need it.
 
+#include <vector>
+
 #include "caf/actor.hpp"
 #include "caf/fwd.hpp"
 
@@ -28,9 +30,12 @@ namespace actorps {
 /// other. `observer`, if set, receives `(forwarded_atom, slice_id)` after each
 /// re-sent push or pull (tests use it to know the relay has acted).
 /// With `detached`, the relay gets a thread of its own instead of running on
-/// the scheduler.
+/// the scheduler. The relay checks each sender as its shard does (see
+/// shard.hpp: its own process, `trusted`, and nodes it is told to admit with
+/// `admit_atom`, which it passes on to the shard).
 shard_actor spawn_priority_relay(caf::actor_system& sys, shard_actor shard,
                                  caf::actor observer = {},
-                                 bool detached = false);
+                                 bool detached = false,
+                                 std::vector<caf::node_id> trusted = {});
 
 } // namespace actorps

@@ -39,10 +39,14 @@ push_one(shard_ptr self, const char* op, op_kind kind, slice_push& msg) {
 shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   auto& st = self->state;
   st.cfg = cfg;
+  st.trusted.add(cfg.trusted);
+  ignore_strays(self, st.trusted);
   st.live.assign(cfg.num_workers, true);
   return {
     // Takes the message by mutable reference to keep its buffer (see push).
     [self](init_atom, slice_init& msg) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "init"))
+        return err;
       if (auto err = self->state.init(msg))
         return err;
       return caf::ok_atom::value;
@@ -50,15 +54,21 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     // Takes the message by mutable reference: CAF then hands over its own
     // copy only if the message is shared, so the shard may keep the buffer.
     [self](push_atom, slice_push& msg) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "push"))
+        return err;
       return push_one<caf::ok_atom>(self, "push", op_kind::push, msg);
     },
     // A push, then a pull of the value it produced (one large slice; small
     // ones travel in batches).
     [self](push_pull_atom, slice_push& msg) -> caf::result<shared_floats> {
+      if (auto err = self->state.trusted.check(self, "push_pull"))
+        return err;
       return push_one<shared_floats>(self, "push_pull", op_kind::push_pull,
                                      msg);
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<shared_floats> {
+      if (auto err = self->state.trusted.check(self, "pull"))
+        return err;
       op_target t;
       t.kind = op_kind::pull;
       t.pull_rp = self->make_response_promise<shared_floats>();
@@ -69,6 +79,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return rp;
     },
     [self](batch_atom, const slice_batch& msg) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "batch"))
+        return err;
       // Once a promise exists, a returned error would be dropped: errors go
       // through the promise.
       auto rp = self->make_response_promise<float_parts>();
@@ -78,26 +90,42 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "set_optimizer"))
+        return err;
       if (auto err = to_error(core::validate(opt)))
         return err;
       self->state.set_optimizer(opt);
       return caf::ok_atom::value;
     },
-    [self](save_atom) -> state_snapshot { return self->state.save(); },
+    [self](save_atom) -> caf::result<state_snapshot> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
+      return self->state.save();
+    },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
       if (auto err = self->state.load(snap))
         return err;
       return caf::ok_atom::value;
     },
     [self](workers_atom,
            const std::vector<uint32_t>& live) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "workers"))
+        return err;
       if (auto err = self->state.set_live(live))
         return err;
       return caf::ok_atom::value;
     },
-    [self](stats_atom) -> shard_stats { return self->state.stats; },
+    [self](stats_atom) -> caf::result<shard_stats> {
+      if (auto err = self->state.trusted.check(self, "stats"))
+        return err;
+      return self->state.stats;
+    },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "send_command_to_servers"))
+        return err;
       auto& st = self->state;
       if (head == 0) {
         optimizer_config opt;
@@ -113,6 +141,13 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
                             + std::to_string(head));
       if (auto err = st.cfg.on_command(head, body))
         return err;
+      return caf::ok_atom::value;
+    },
+    [self](admit_atom, const std::vector<caf::node_id>& nodes)
+      -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "admit"))
+        return err;
+      self->state.trusted.add(nodes);
       return caf::ok_atom::value;
     },
   };

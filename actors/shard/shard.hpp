@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "caf/fwd.hpp"
+#include "caf/node_id.hpp"
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
 
@@ -67,6 +68,14 @@
 ///   send_command_to_servers). Head 0 sets the optimizer from text (see
 ///   core::parse_optimizer); other heads go to `shard_config::on_command`.
 ///   Errors: `bad_optimizer`, `bad_config` (no handler for the head).
+/// - `(admit_atom, std::vector<caf::node_id>)` -> `ok_atom`: trusts these
+///   nodes from now on (the coordinator sends every node that proved the
+///   job's token).
+///
+/// Trust: every message is refused with `unauthorized` unless its sender is
+/// in the shard's process, on a node of `shard_config::trusted` or on an
+/// admitted node (an anonymous sender counts as foreign). The first refusal
+/// per node is logged.
 ///
 /// Ordering: operations of one worker on one slice carry consecutive sequence
 /// numbers and are applied in that order, whatever order the mailbox delivers
@@ -90,6 +99,8 @@ struct shard_config {
   /// Handles send_command_to_servers heads other than 0 (embedders' hook);
   /// runs inside the shard, so it must not block.
   std::function<caf::error(int32_t head, const std::string& body)> on_command;
+  /// Remote nodes trusted from the start (a server's: the coordinator's).
+  std::vector<caf::node_id> trusted;
 };
 
 /// Interface of a shard actor.
@@ -104,7 +115,8 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
   caf::replies_to<workers_atom, std::vector<uint32_t>>::with<caf::ok_atom>,
   caf::replies_to<stats_atom>::with<shard_stats>,
-  caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>>;
+  caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
+  caf::replies_to<admit_atom, std::vector<caf::node_id>>::with<caf::ok_atom>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);

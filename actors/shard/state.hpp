@@ -16,6 +16,7 @@
 #include "caf/typed_response_promise.hpp"
 
 #include "actors/shard/shard.hpp"
+#include "actors/trust.hpp"
 #include "messages/types.hpp"
 
 /// The state of a shard actor (internal: not installed): its slices, the
@@ -151,6 +152,7 @@ struct shard_state {
   static constexpr uint64_t max_seq_gap = 1 << 16;
 
   shard_config cfg;
+  trusted_nodes trusted;
   optimizer_config opt;
   // The rule is "assign": a round's sum becomes the value as it is.
   bool replaces = true;

@@ -12,6 +12,7 @@
 #include "caf/error.hpp"
 #include "caf/typed_response_promise.hpp"
 
+#include "actors/trust.hpp"
 #include "actors/worker/worker.hpp"
 #include "core/send_queue.hpp"
 
@@ -38,6 +39,8 @@ struct worker_state {
   static inline const char* name = "actorps.worker";
 
   worker_config cfg;
+  // Empty: a worker serves its own process only.
+  trusted_nodes trusted;
   std::unordered_map<std::string, route> routes;
   /// Keys with a compression setting of their own (see compress_atom).
   std::unordered_map<std::string, compression> key_compression;

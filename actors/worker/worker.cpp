@@ -227,10 +227,13 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   for (auto& x : st.cfg.relays)
     self->monitor(x);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  ignore_strays(self, self->state.trusted);
   return {
     [self](init_atom, const std::string& key,
            const std::vector<uint64_t>& shape,
            floats& value) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "init"))
+        return err;
       auto size = core::shape_size(shape);
       if (shape.empty() || size != value.data.size())
         return make_error(errc::shape_mismatch,
@@ -257,6 +260,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](push_atom, std::string& key, int32_t priority,
            float_parts& grad) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "push"))
+        return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
       data_op(self, op_kind::push, {std::move(key)}, priority, std::move(grad),
               rp);
@@ -264,6 +269,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](push_atom, std::vector<std::string>& keys, int32_t priority,
            float_parts& grads) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "push"))
+        return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
       data_op(self, op_kind::push, std::move(keys), priority, std::move(grads),
               rp);
@@ -271,6 +278,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](pull_atom, std::string& key,
            int32_t priority) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "pull"))
+        return err;
       auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::pull, {std::move(key)}, priority, float_parts{},
               rp);
@@ -278,6 +287,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](pull_atom, std::vector<std::string>& keys,
            int32_t priority) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "pull"))
+        return err;
       auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::pull, std::move(keys), priority, float_parts{},
               rp);
@@ -285,6 +296,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](push_pull_atom, std::string& key, int32_t priority,
            float_parts& grad) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "push_pull"))
+        return err;
       auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::push_pull, {std::move(key)}, priority,
               std::move(grad), rp);
@@ -292,6 +305,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](push_pull_atom, std::vector<std::string>& keys, int32_t priority,
            float_parts& grads) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "push_pull"))
+        return err;
       auto rp = self->make_response_promise<float_parts>();
       data_op(self, op_kind::push_pull, std::move(keys), priority,
               std::move(grads), rp);
@@ -299,6 +314,9 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](compress_atom, std::string& key,
            compression c) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self,
+                                               "set_gradient_compression"))
+        return err;
       if (auto why = check(c); !why.empty())
         return make_error(errc::bad_config, "set_gradient_compression: " + why);
       auto rp = self->make_response_promise<caf::ok_atom>();
@@ -323,6 +341,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       return rp;
     },
     [self](lookup_atom, const std::string& key) -> caf::result<key_info> {
+      if (auto err = self->state.trusted.check(self, "lookup"))
+        return err;
       auto rp = self->make_response_promise<key_info>();
       with_routes(
         self, {key},
@@ -333,6 +353,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       return rp;
     },
     [self](barrier_atom) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "barrier"))
+        return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
       self
         ->request(self->state.cfg.coordinator,
@@ -342,26 +364,41 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
               [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [self](dead_atom, int32_t node_or_group, int32_t timeout_s) {
+    [self](dead_atom, int32_t node_or_group,
+           int32_t timeout_s) -> caf::result<uint32_t> {
+      if (auto err = self->state.trusted.check(self, "num_dead_node"))
+        return err;
       return self->delegate(self->state.cfg.coordinator, dead_atom::value,
                             node_or_group, timeout_s);
     },
-    [self](command_atom, int32_t head, const std::string& body) {
+    [self](command_atom, int32_t head,
+           const std::string& body) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "send_command_to_servers"))
+        return err;
       return self->delegate(self->state.cfg.coordinator, command_atom::value,
                             head, body);
     },
-    [self](leave_atom) {
+    [self](leave_atom) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "leave"))
+        return err;
       return self->delegate(self->state.cfg.coordinator, leave_atom::value,
                             self->state.cfg.rank);
     },
-    [self](set_opt_atom, const optimizer_config& opt) {
+    [self](set_opt_atom,
+           const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "set_optimizer"))
+        return err;
       return self->delegate(self->state.cfg.coordinator, set_opt_atom::value,
                             opt);
     },
-    [self](save_atom) {
+    [self](save_atom) -> caf::result<state_snapshot> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
       return self->delegate(self->state.cfg.coordinator, save_atom::value);
     },
-    [self](load_atom, const state_snapshot& snap) {
+    [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
       return self->delegate(self->state.cfg.coordinator, load_atom::value,
                             snap);
     },

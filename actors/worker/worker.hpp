@@ -79,6 +79,9 @@
 /// Supervision: the worker monitors every shard and relay. When one goes
 /// down, every request in flight to it fails at once with `dead_node`, and so
 /// does every later request that needs it.
+///
+/// Trust: a worker serves its own process only; a message from any other
+/// node (or an anonymous one) is refused with `unauthorized`.
 namespace actorps {
 
 /// Static configuration of one worker.

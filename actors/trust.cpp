@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "actors/trust.hpp"
+
+#include <cstdio>
+
+#include "caf/actor_control_block.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/local_actor.hpp"
+#include "caf/scheduled_actor.hpp"
+#include "caf/system_messages.hpp"
+
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+void trusted_nodes::add(const caf::node_id& node) {
+  if (node)
+    nodes_.insert(node);
+}
+
+void trusted_nodes::add(const std::vector<caf::node_id>& nodes) {
+  for (auto& x : nodes)
+    add(x);
+}
+
+bool trusted_nodes::contains(const caf::node_id& node) const {
+  return nodes_.count(node) > 0;
+}
+
+std::vector<caf::node_id> trusted_nodes::list() const {
+  return {nodes_.begin(), nodes_.end()};
+}
+
+caf::error trusted_nodes::check(caf::local_actor* self, const char* op) const {
+  auto& sender = self->current_sender();
+  caf::node_id from;
+  if (sender) {
+    from = sender->node();
+    if (from == self->node() || contains(from))
+      return caf::none;
+  }
+  auto who = from ? "node " + to_string(from)
+                  : std::string{"an anonymous sender"};
+  // One line per foreign node, so that a flood of messages cannot flood the
+  // log; the count of nodes is bounded too.
+  if (!reported_all_ && reported_.count(from) == 0) {
+    if (reported_.size() < max_reported) {
+      reported_.insert(from);
+      std::fprintf(stderr,
+                   "actorps: %s refused '%s' from %s: not admitted to the "
+                   "job (further refusals of this node are not logged)\n",
+                   self->name(), op, who.c_str());
+    } else {
+      reported_all_ = true;
+      std::fprintf(stderr,
+                   "actorps: %s refused messages from %zu foreign nodes; "
+                   "further refusals are not logged\n",
+                   self->name(), reported_.size());
+    }
+  }
+  return make_error(errc::unauthorized, std::string{op}
+                                          + ": refused, the sender (" + who
+                                          + ") was not admitted to the job");
+}
+
+void ignore_strays(caf::scheduled_actor* self, const trusted_nodes& trusted) {
+  self->set_error_handler([](caf::scheduled_actor*, caf::error&) {});
+  self->set_exit_handler(
+    [&trusted](caf::scheduled_actor* ptr, caf::exit_msg& msg) {
+      // An anonymous exit is what local code sends (anon_send_exit); a
+      // foreign peer could as well send exit_reason::kill, which CAF applies
+      // before this handler, so refusing it would protect nothing.
+      if (ptr->current_sender() && trusted.check(ptr, "exit"))
+        return;
+      if (msg.reason)
+        ptr->quit(std::move(msg.reason));
+    });
+}
+
+} // namespace actorps

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstddef>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "caf/error.hpp"
+#include "caf/fwd.hpp"
+#include "caf/node_id.hpp"
+
+/// Who may talk to an actor: its own process, and the nodes it was told to
+/// trust. Each actor owns one `trusted_nodes` in its state; the coordinator
+/// fills its own with the nodes that proved the job's token, and tells the
+/// servers' shards and relays which nodes those are (`admit_atom`).
+///
+/// A message whose sender is anonymous is treated as foreign: over the
+/// network its origin cannot be told. Without TLS, a sender's node is what
+/// its CAF handshake claimed: see the README's trust model.
+namespace actorps {
+
+/// The set of remote nodes an actor accepts messages from.
+class trusted_nodes {
+public:
+  /// Trusts `node` from now on.
+  void add(const caf::node_id& node);
+
+  /// Trusts each of `nodes`.
+  void add(const std::vector<caf::node_id>& nodes);
+
+  /// True if `node` was added.
+  bool contains(const caf::node_id& node) const;
+
+  /// Every trusted node, in order.
+  std::vector<caf::node_id> list() const;
+
+  /// `none` if the message `self` is handling now comes from `self`'s own
+  /// process or from a trusted node; `errc::unauthorized` naming `op`
+  /// otherwise. The first refusal per foreign node is written to stderr
+  /// (one line; at most `max_reported` nodes per actor).
+  caf::error check(caf::local_actor* self, const char* op) const;
+
+  /// Foreign nodes this set reports at most, per actor.
+  static constexpr size_t max_reported = 16;
+
+private:
+  std::set<caf::node_id> nodes_;
+  // Nodes already reported (an empty id stands for anonymous senders).
+  mutable std::set<caf::node_id> reported_;
+  mutable bool reported_all_ = false;
+};
+
+/// Keeps messages that CAF handles before any behaviour from ending `self`:
+/// an error message that answers no request is dropped, and an exit message
+/// ends `self` only when it comes from `self`'s process or a trusted node
+/// (CAF's defaults end the actor on both). `trusted` must live as long as
+/// `self` (a member of its state). An exit with `exit_reason::kill` still
+/// ends the actor: CAF 0.17 applies it before any handler (README, trust).
+void ignore_strays(caf::scheduled_actor* self, const trusted_nodes& trusted);
+
+} // namespace actorps
