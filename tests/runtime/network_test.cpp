@@ -20,6 +20,7 @@
 #include "caf/send.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
+#include "actors/gate.hpp"
 #include "actors/node.hpp"
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
@@ -89,6 +90,33 @@ uint16_t publish(caf::actor_system& sys, const Handle& h) {
   return *port;
 }
 
+// A distributed job of 1 server and 1 worker (async, token "tok") whose
+// end `done` hears.
+coordinator_config small_job(caf::scoped_actor& done) {
+  coordinator_config cc;
+  cc.num_workers = 1;
+  cc.num_servers = 1;
+  cc.token = "tok";
+  cc.sync = false;
+  cc.bigarray_bound = 4;
+  cc.on_done = caf::actor_cast<caf::actor>(done);
+  return cc;
+}
+
+// Sends `xs...` from `evil` to `dest`: the reply must be `unauthorized`.
+template <class Handle, class... Ts>
+void require_refused(caf::scoped_actor& evil, const Handle& dest, Ts&&... xs) {
+  evil->send(dest, std::forward<Ts>(xs)...);
+  caf::error err = make_error(errc::timeout, "no reply");
+  bool answered = false;
+  evil->receive([&](caf::error& x) { err = std::move(x); },
+                [&](caf::message&) { answered = true; },
+                caf::after(10s) >> [] {});
+  INFO(render(err));
+  CHECK_FALSE(answered);
+  CHECK(code_of(err) == errc::unauthorized);
+}
+
 } // namespace
 
 TEST_CASE("network: every message type crosses a real connection",
@@ -102,13 +130,7 @@ TEST_CASE("network: every message type crosses a real connection",
   caf::scoped_actor done{sys_a};
   // System A: a distributed coordinator (1 server, 1 worker) and a shard
   // with its relay. System B talks to both through the network only.
-  coordinator_config cc;
-  cc.num_workers = 1;
-  cc.num_servers = 1;
-  cc.token = "tok";
-  cc.sync = false;
-  cc.bigarray_bound = 4;
-  cc.on_done = caf::actor_cast<caf::actor>(done);
+  auto cc = small_job(done);
   auto coord_a = guard_a(spawn_coordinator(sys_a, cc));
   shard_config sc;
   sc.num_workers = 1;
@@ -280,7 +302,208 @@ TEST_CASE("network: every message type crosses a real connection",
   server_agent->receive([&](shutdown_atom) { shutdown_seen = true; },
                         caf::after(10s) >> [] {});
   CHECK(shutdown_seen);
-  caf::anon_send(coord_a, shutdown_atom::value);
+  done->send(coord_a, shutdown_atom::value);
+  bool done_seen = false;
+  done->receive([&](shutdown_atom) { done_seen = true; },
+                caf::after(10s) >> [] {});
+  CHECK(done_seen);
+}
+
+TEST_CASE("network: a node that never proved the token reaches nothing",
+          "[integration]") {
+  // A holds the coordinator and the server, B the admitted worker, C a peer
+  // that knows the handles of every actor (as if it had guessed their ids)
+  // but never joined.
+  system_config cfg_a{net_options()};
+  caf::actor_system sys_a{cfg_a};
+  system_config cfg_b{net_options()};
+  caf::actor_system sys_b{cfg_b};
+  system_config cfg_c{net_options()};
+  caf::actor_system sys_c{cfg_c};
+  exit_guard guard_a;
+  exit_guard guard_b;
+  caf::scoped_actor done{sys_a};
+  auto cc = small_job(done);
+  auto coord_a = guard_a(spawn_coordinator(sys_a, cc));
+  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
+  shard_config sc;
+  sc.num_workers = 1;
+  auto shard_a = guard_a(spawn_shard(sys_a, sc));
+  auto relay_a = guard_a(spawn_priority_relay(sys_a, shard_a));
+  auto server_gate_a = guard_a(spawn_server_gate(sys_a));
+  caf::scoped_actor self_a{sys_a};
+  auto server_agent = guard_a(spawn_node_agent(sys_a, gate_a, caf::actor{}));
+  self_a->send(server_agent, join_atom::value, role::server, std::string{"tok"},
+               join_mode::any);
+  auto server_job = require_reply<job_info>(self_a);
+  self_a->send(coord_a, shards_atom::value, server_job.node_id,
+               std::vector<caf::actor>{caf::actor_cast<caf::actor>(shard_a)},
+               std::vector<caf::actor>{caf::actor_cast<caf::actor>(relay_a)},
+               std::string{"127.0.0.1:1"});
+  require_reply<caf::ok_atom>(self_a);
+
+  // B joins through the published gate and trains.
+  auto gate_port = publish(sys_a, gate_a);
+  caf::scoped_actor owner_b{sys_b};
+  auto agent_b
+    = guard_b(spawn_node_agent(sys_b, connect<gate_actor>(sys_b, gate_port),
+                               caf::actor_cast<caf::actor>(owner_b)));
+  caf::scoped_actor self{sys_b};
+  self->send(agent_b, join_atom::value, role::worker, std::string{"tok"},
+             join_mode::async);
+  auto job = require_reply<job_info>(self);
+  auto coord_b = caf::actor_cast<coordinator_actor>(job.coordinator);
+  REQUIRE(coord_b);
+  self->send(coord_b, routing_atom::value);
+  auto table = require_reply<routing_table>(self);
+  worker_config wc;
+  wc.rank = 0;
+  wc.coordinator = coord_b;
+  wc.shards = {caf::actor_cast<shard_actor>(table.shards.at(0))};
+  wc.relays = {caf::actor_cast<shard_actor>(table.relays.at(0))};
+  auto worker_b = guard_b(spawn_worker(sys_b, wc));
+  const std::vector<float> w{1, 2, 3, 4, 5, 6};
+  self->send(worker_b, init_atom::value, std::string{"w"},
+             std::vector<uint64_t>{2, 3}, floats{std::vector<float>{w}});
+  require_reply<caf::ok_atom>(self);
+  self->send(worker_b, lookup_atom::value, std::string{"w"});
+  auto info = require_reply<key_info>(self);
+  REQUIRE(info.slices.size() == 1);
+  auto slice = make_slice_id(info.id, info.slices[0].part);
+
+  // C: the gate refuses a wrong token and a server's port refuses joins.
+  auto gate = connect<gate_actor>(sys_c, gate_port);
+  auto coord = connect<coordinator_actor>(sys_c, publish(sys_a, coord_a));
+  auto shard = connect<shard_actor>(sys_c, publish(sys_a, shard_a));
+  auto relay = connect<shard_actor>(sys_c, publish(sys_a, relay_a));
+  auto worker = connect<worker_actor>(sys_c, publish(sys_b, worker_b));
+  auto agent = connect<node_actor>(sys_c, publish(sys_b, agent_b));
+  auto server_gate = connect<gate_actor>(sys_c, publish(sys_a, server_gate_a));
+  caf::scoped_actor evil{sys_c};
+  auto evil_actor = caf::actor_cast<caf::actor>(evil);
+  require_refused(evil, gate, join_atom::value, role::server,
+                  std::string{"guess"}, evil_actor, join_mode::any,
+                  wire_version);
+  evil->send(server_gate, join_atom::value, role::server, std::string{"tok"},
+             evil_actor, join_mode::any, wire_version);
+  auto at_server = reply<job_info>(evil);
+  REQUIRE_FALSE(at_server);
+  CHECK(code_of(at_server.error()) == errc::bad_config);
+
+  // Every message to the coordinator.
+  optimizer_config sgd;
+  sgd.name = "sgd";
+  sgd.learning_rate = 100;
+  state_snapshot zeros;
+  zeros.slices.push_back(
+    slice_record{info.id, "w", 0, 0, 0, floats{{0, 0, 0, 0, 0, 0}}, {}});
+  require_refused(evil, coord, declare_atom::value, std::string{"evil"},
+                  std::vector<uint64_t>{1000000000}, uint32_t{0});
+  require_refused(evil, coord, init_done_atom::value, info.id, true);
+  require_refused(evil, coord, lookup_atom::value, std::string{"w"});
+  require_refused(evil, coord, barrier_atom::value, uint32_t{0});
+  require_refused(evil, coord, leave_atom::value, job.node_id);
+  require_refused(evil, coord, set_opt_atom::value, sgd);
+  require_refused(evil, coord, save_atom::value);
+  require_refused(evil, coord, load_atom::value, zeros);
+  require_refused(evil, coord, command_atom::value, int32_t{0},
+                  std::string{"name=sgd"});
+  require_refused(evil, coord, join_atom::value, role::worker,
+                  std::string{"guess"}, evil_actor, join_mode::any,
+                  wire_version);
+  require_refused(evil, coord, shards_atom::value, server_job.node_id,
+                  std::vector<caf::actor>{evil_actor},
+                  std::vector<caf::actor>{evil_actor}, std::string{"x:1"});
+  require_refused(evil, coord, dead_atom::value, int32_t{6}, int32_t{60});
+  evil->send(coord, heartbeat_atom::value, job.node_id);
+  evil->send(coord, shutdown_atom::value);
+  // Ordered behind the two above: once refused, they were dropped.
+  require_refused(evil, coord, routing_atom::value);
+
+  // Every message to the shard and to its relay.
+  for (auto& dest : {shard, relay}) {
+    require_refused(evil, dest, init_atom::value,
+                    slice_init{make_slice_id(77, 0), {{0}}});
+    require_refused(evil, dest, push_atom::value,
+                    slice_push{slice, 0, 100, floats{{9, 9, 9, 9, 9, 9}}});
+    require_refused(evil, dest, pull_atom::value, slice_pull{slice, 0, 101});
+    require_refused(evil, dest, push_pull_atom::value,
+                    slice_push{slice, 0, 102, floats{{9, 9, 9, 9, 9, 9}}});
+    require_refused(
+      evil, dest, batch_atom::value,
+      slice_batch{
+        0, static_cast<uint8_t>(op_kind::pull), {slice}, {103}, floats{}, {}});
+    require_refused(evil, dest, set_opt_atom::value, sgd);
+    require_refused(evil, dest, save_atom::value);
+    require_refused(evil, dest, load_atom::value, zeros);
+    require_refused(evil, dest, workers_atom::value,
+                    std::vector<uint32_t>{0, 1, 2});
+    require_refused(evil, dest, stats_atom::value);
+    require_refused(evil, dest, command_atom::value, int32_t{0},
+                    std::string{"name=sgd"});
+    require_refused(evil, dest, admit_atom::value,
+                    std::vector<caf::node_id>{sys_c.node()});
+  }
+
+  // Every message to the worker and to its node's agent.
+  require_refused(evil, worker, init_atom::value, std::string{"evil"},
+                  std::vector<uint64_t>{1}, floats{{1}});
+  require_refused(evil, worker, push_atom::value, std::string{"w"}, int32_t{0},
+                  float_parts{{9, 9, 9, 9, 9, 9}});
+  require_refused(evil, worker, pull_atom::value, std::string{"w"}, int32_t{0});
+  require_refused(evil, worker, push_pull_atom::value, std::string{"w"},
+                  int32_t{0}, float_parts{{9, 9, 9, 9, 9, 9}});
+  require_refused(evil, worker, push_atom::value, std::vector<std::string>{"w"},
+                  int32_t{0}, float_parts{{9, 9, 9, 9, 9, 9}});
+  require_refused(evil, worker, pull_atom::value, std::vector<std::string>{"w"},
+                  int32_t{0});
+  require_refused(evil, worker, push_pull_atom::value,
+                  std::vector<std::string>{"w"}, int32_t{0},
+                  float_parts{{9, 9, 9, 9, 9, 9}});
+  require_refused(evil, worker, compress_atom::value, std::string{"w"},
+                  compression{codec::fp16});
+  require_refused(evil, worker, lookup_atom::value, std::string{"w"});
+  require_refused(evil, worker, barrier_atom::value);
+  require_refused(evil, worker, leave_atom::value);
+  require_refused(evil, worker, dead_atom::value, int32_t{6}, int32_t{60});
+  require_refused(evil, worker, command_atom::value, int32_t{0},
+                  std::string{"name=sgd"});
+  require_refused(evil, worker, set_opt_atom::value, sgd);
+  require_refused(evil, worker, save_atom::value);
+  require_refused(evil, worker, load_atom::value, zeros);
+  evil->send(agent, heartbeat_atom::value);
+  evil->send(agent, node_down_atom::value, uint32_t{1}, role::coordinator);
+  evil->send(agent, shutdown_atom::value);
+  require_refused(evil, agent, join_atom::value, role::worker,
+                  std::string{"tok"}, join_mode::any);
+  // An error that answers no request ends no actor.
+  evil->send(caf::actor_cast<caf::actor>(coord),
+             make_error(errc::bad_config, "stray"));
+  evil->send(caf::actor_cast<caf::actor>(shard),
+             make_error(errc::bad_config, "stray"));
+  require_refused(evil, coord, routing_atom::value);
+  require_refused(evil, shard, stats_atom::value);
+
+  // Nothing changed: the agent's owner heard nothing, the job runs on with
+  // the model as B left it, and no key "evil" exists.
+  bool owner_heard = false;
+  owner_b->receive([&](caf::message&) { owner_heard = true; },
+                   caf::after(0s) >> [] {});
+  CHECK_FALSE(owner_heard);
+  self->send(worker_b, pull_atom::value, std::string{"w"}, int32_t{0});
+  CHECK(require_reply<float_parts>(self).flatten() == w);
+  self->send(coord_b, lookup_atom::value, std::string{"evil"});
+  auto evil_key = reply<key_info>(self);
+  REQUIRE_FALSE(evil_key);
+  CHECK(code_of(evil_key.error()) == errc::unknown_key);
+  self_a->send(shard_a, stats_atom::value);
+  CHECK(require_reply<shard_stats>(self_a).slices == 1);
+  self->send(coord_b, dead_atom::value, int32_t{6}, int32_t{60});
+  CHECK(require_reply<uint32_t>(self) == 0);
+  // The job ends as B decides.
+  self->send(worker_b, leave_atom::value);
+  require_reply<caf::ok_atom>(self);
+  done->send(coord_a, shutdown_atom::value);
   bool done_seen = false;
   done->receive([&](shutdown_atom) { done_seen = true; },
                 caf::after(10s) >> [] {});
@@ -297,11 +520,14 @@ TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
   caf::actor_system sys_b{cfg_b};
   exit_guard guard_a;
   caf::scoped_actor observer{sys_a};
+  // System B stands for an admitted node: the shard and relay trust it.
   shard_config sc;
   sc.num_workers = 2;
+  sc.trusted = {sys_b.node()};
   auto shard_a = guard_a(spawn_shard(sys_a, sc));
-  auto relay_a = guard_a(spawn_priority_relay(
-    sys_a, shard_a, caf::actor_cast<caf::actor>(observer), true));
+  auto relay_a = guard_a(
+    spawn_priority_relay(sys_a, shard_a, caf::actor_cast<caf::actor>(observer),
+                         true, {sys_b.node()}));
   auto shard = connect<shard_actor>(sys_b, publish(sys_a, shard_a));
   auto relay = connect<shard_actor>(sys_b, publish(sys_a, relay_a));
   caf::scoped_actor self{sys_b};
