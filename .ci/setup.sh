@@ -11,6 +11,7 @@ packages=(
   catch2                        # tests
   zlib1g-dev                    # reading the data set's .gz files
   pkg-config                    # the package test: the installed actorps.pc
+  openssl                       # actorps-make-tls: a job CA and node certificates
   nlohmann-json3-dev            # JSON the programs write (bench figures)
   dataset-fashion-mnist         # the training job's data
 )

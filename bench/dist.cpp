@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -28,6 +29,10 @@ auto role_argv(const system_options& sys, const round_plan& plan,
                                   std::to_string(plan.warmup),
                                   "--rounds",
                                   std::to_string(plan.rounds)};
+  if (sys.tls.enabled()) {
+    common.push_back("--tls");
+    common.push_back(std::filesystem::path{sys.tls.ca}.parent_path().string());
+  }
   common.insert(common.end(), shared.begin(), shared.end());
   return [common](std::vector<std::string> extra) {
     auto argv = common;

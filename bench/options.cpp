@@ -63,6 +63,9 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "limits")("no-limits", po::bool_switch(&o.no_limits),
               "skip measuring memcpy and loopback TCP")(
     "json", po::value(&o.json_path), "also write the results as JSON here")(
+    "tls", po::value(&o.tls_dir),
+    "dist: every connection over mutual TLS with DIR/ca.pem, DIR/node.pem "
+    "and DIR/node.key (make them with: actorps-make-tls DIR node)")(
     "timeout-s", po::value(&o.timeout_s)->default_value(o.timeout_s),
     "dist: bound on each process's silence and exit, in seconds");
 }
@@ -130,6 +133,12 @@ std::optional<int> parse_options(int argc, char** argv, bench_options& out) {
                      "--max-inflight: '" + max_inflight
                        + "' is not a size such as 8M (a multiple of 4 bytes)",
                      2);
+  if (!out.tls_dir.empty()) {
+    out.sys.tls = tls_files{out.tls_dir + "/node.pem",
+                            out.tls_dir + "/node.key", out.tls_dir + "/ca.pem"};
+    if (auto text = tls_problem(out.sys.tls); !text.empty())
+      return cli::fail(app, "--tls " + out.tls_dir + ": " + text, 2);
+  }
   if (out.quick)
     apply_quick(vm, out);
   return std::nullopt;

@@ -34,6 +34,8 @@ struct bench_options {
   bool quick = false;
   bool no_limits = false;
   std::string json_path;
+  // --tls DIR: sets sys.tls to DIR's node certificate (dist only).
+  std::string tls_dir;
 
   // What to measure, as `plan_run` makes of it.
   std::vector<bench_case> cases;

@@ -206,6 +206,7 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
   so.max_bytes_in_flight = tune.max_inflight;
   so.threads = sys.threads;
   so.scheduler = sys.scheduler;
+  so.tls = sys.tls;
   auto kv = kvstore::create("local_sync", so);
   if (!kv)
     return "local store: " + render(kv.error());
@@ -251,6 +252,7 @@ int role_coordinator(uint32_t workers, uint64_t slice_floats,
   opts.slice_floats = slice_floats;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;
+  opts.system.tls = sys.tls;
   auto err = run_coordinator(opts, [](uint16_t port) {
     std::cout << "port " << port << std::endl;
   });
@@ -274,6 +276,7 @@ int role_server(const std::string& coordinator, uint32_t shards,
   opts.shards = shards;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;
+  opts.system.tls = sys.tls;
   auto err = run_server(opts, [](uint32_t) {});
   if (err) {
     std::cout << "error " << render(err) << std::endl;
@@ -292,6 +295,7 @@ int role_worker(const std::string& coordinator, const std::string& cases_text,
   so.token = job_token;
   so.threads = sys.threads;
   so.scheduler = sys.scheduler;
+  so.tls = sys.tls;
   so.connect_timeout = std::chrono::seconds{30};
   auto kv = kvstore::create("dist_sync", so);
   if (!kv) {

@@ -14,6 +14,7 @@
 #include "actors/shard/shard.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
+#include "runtime/connect.hpp"
 #include "runtime/network.hpp"
 
 namespace actorps {
@@ -25,6 +26,7 @@ system_options system_options_of(const store_options& o) {
   so.threads = o.threads;
   so.scheduler = o.scheduler;
   so.keep_freed_memory = o.keep_freed_memory;
+  so.tls = o.tls;
   return so;
 }
 
@@ -85,6 +87,8 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   auto where = parse_endpoint(o.coordinator);
   if (!where)
     return std::move(where.error());
+  if (auto err = check_tls(o.tls))
+    return make_error(errc::bad_config, "create: " + context_of(err));
   auto so = system_options_of(o);
   so.network = true;
   so.heartbeat = o.heartbeat;
@@ -112,8 +116,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     auto at = parse_endpoint(server);
     if (!at)
       return std::move(at.error());
-    auto direct = rt->sys.middleman().remote_actor<gate_actor>(at->host,
-                                                               at->port);
+    auto direct = connect_actor<gate_actor>(rt->sys, at->host, at->port);
     if (!direct)
       return make_error(errc::dead_node, "create: cannot reach the server at "
                                            + server + " ("

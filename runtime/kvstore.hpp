@@ -17,6 +17,7 @@
 #include <actorps/core/node_ids.hpp>
 #include <actorps/messages/types.hpp>
 #include <actorps/runtime/scheduler_policy.hpp>
+#include <actorps/runtime/system_options.hpp>
 
 namespace actorps {
 
@@ -74,6 +75,9 @@ struct store_options {
   std::chrono::milliseconds heartbeat{1000};
   /// Distributed stores: a connection silent this long counts as dead.
   std::chrono::milliseconds connection_timeout{10000};
+  /// Distributed stores: mutual TLS with the job's other nodes (the
+  /// certificate, key and CA files; all three or none).
+  tls_files tls;
 };
 
 /// A pending pull, to pass to `kvstore::wait`.

@@ -22,6 +22,7 @@
 #include "core/layout.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
+#include "runtime/connect.hpp"
 #include "runtime/system.hpp"
 
 namespace actorps {
@@ -50,8 +51,7 @@ connect_coordinator(caf::actor_system& sys, const endpoint& where,
                     std::chrono::milliseconds retry_for) {
   auto deadline = std::chrono::steady_clock::now() + retry_for;
   for (;;) {
-    auto coord = sys.middleman().remote_actor<gate_actor>(where.host,
-                                                          where.port);
+    auto coord = connect_actor<gate_actor>(sys, where.host, where.port);
     if (coord)
       return caf::actor_cast<caf::actor>(*coord);
     if (std::chrono::steady_clock::now() >= deadline)
@@ -86,6 +86,10 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + std::to_string(core::max_slice_floats) + " (got "
                         + std::to_string(opts.bigarray_bound) + " and "
                         + std::to_string(opts.slice_floats) + ")");
+  if (auto err = check_tls(opts.system.tls))
+    return make_error(errc::bad_config, "server: " + context_of(err));
+  if (auto err = check_tls(opts.system.tls))
+    return make_error(errc::bad_config, "coordinator: " + context_of(err));
   auto sopts = opts.system;
   sopts.network = true;
   system_config cfg{sopts};
@@ -106,8 +110,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   // Only the gate listens: a peer reaches the coordinator itself once it
   // proved the token (see actors/gate.hpp).
   auto gate = spawn_gate(sys, coord);
-  auto host = opts.host.empty() ? nullptr : opts.host.c_str();
-  auto port = sys.middleman().publish(gate, opts.port, host, true);
+  auto port = publish_actor(sys, gate, opts.port, opts.host);
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::kill);
     return make_error(errc::bad_config,
@@ -152,6 +155,8 @@ caf::error run_server(const server_options& opts,
                       std::function<void(uint32_t)> on_joined) {
   if (opts.shards == 0)
     return make_error(errc::bad_config, "server: needs at least one shard");
+  if (auto err = check_tls(opts.system.tls))
+    return make_error(errc::bad_config, "server: " + context_of(err));
   auto sopts = opts.system;
   sopts.network = true;
   system_config cfg{sopts};
@@ -203,7 +208,7 @@ caf::error run_server(const server_options& opts,
   // that refuses joins listens: the shards check every sender themselves.
   auto gate = spawn_server_gate(sys);
   owned.push_back(caf::actor_cast<caf::actor>(gate));
-  auto port = sys.middleman().publish(gate, opts.port, opts.host.c_str(), true);
+  auto port = publish_actor(sys, gate, opts.port, opts.host);
   if (!port) {
     stop();
     return make_error(errc::bad_config, "server: cannot listen on " + opts.host

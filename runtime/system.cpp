@@ -3,6 +3,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__GLIBC__)
 #  include <malloc.h>
@@ -10,6 +14,7 @@
 
 #include "caf/atom.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/openssl/manager.hpp"
 #include "caf/timespan.hpp"
 
 #include "messages/errors.hpp"
@@ -61,7 +66,53 @@ system_config::system_config(const system_options& opts) {
     set("middleman.workers", size_t{0});
     set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat});
     set("middleman.connection-timeout", caf::timespan{opts.connection_timeout});
+    if (opts.tls.enabled()) {
+      load<caf::openssl::manager>();
+      set("openssl.certificate", opts.tls.cert);
+      set("openssl.key", opts.tls.key);
+      set("openssl.cafile", opts.tls.ca);
+    }
   }
+}
+
+namespace {
+
+// An error text for the file of `flag` at `path`, or "".
+std::string check_tls_file(const char* flag, const std::string& path,
+                           bool secret) {
+  auto prefix = std::string{flag} + ": ";
+  if (path.empty())
+    return prefix + "missing (--tls-cert, --tls-key and --tls-ca go together)";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return prefix + "cannot read " + path;
+  if (!S_ISREG(st.st_mode))
+    return prefix + path + " is not a regular file";
+  if (::access(path.c_str(), R_OK) != 0)
+    return prefix + "cannot read " + path;
+  if (secret && (st.st_mode & 077) != 0)
+    return prefix + path + " is readable or writable by group or others "
+           + "(chmod 600 " + path + ")";
+  return {};
+}
+
+} // namespace
+
+std::string tls_problem(const tls_files& tls) {
+  if (!tls.enabled())
+    return {};
+  for (auto text : {check_tls_file("--tls-cert", tls.cert, false),
+                    check_tls_file("--tls-key", tls.key, true),
+                    check_tls_file("--tls-ca", tls.ca, false)})
+    if (!text.empty())
+      return text;
+  return {};
+}
+
+caf::error check_tls(const tls_files& tls) {
+  if (auto text = tls_problem(tls); !text.empty())
+    return make_error(errc::bad_config, text);
+  return caf::none;
 }
 
 std::string to_string(scheduler_policy x) {

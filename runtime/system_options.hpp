@@ -7,10 +7,32 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 
 #include <actorps/runtime/scheduler_policy.hpp>
 
 namespace actorps {
+
+/// Mutual TLS between the processes of a job: PEM files of this node's
+/// certificate, its private key and the job's CA certificate. Set all three
+/// or none; with them, a node accepts and opens only TLS connections whose
+/// peer holds a certificate signed by the CA (see the README's trust model).
+struct tls_files {
+  std::string cert;
+  std::string key;
+  std::string ca;
+
+  /// True if any of the three is set.
+  bool enabled() const noexcept {
+    return !cert.empty() || !key.empty() || !ca.empty();
+  }
+};
+
+/// What is wrong with `tls`: "" if it is unset, or if all three files are
+/// set and each is a readable regular file, the key readable by its owner
+/// only (chmod 600, as ssh wants of a key); else one line naming the flag
+/// (`--tls-cert`, `--tls-key`, `--tls-ca`) and the problem.
+std::string tls_problem(const tls_files& tls);
 
 /// Scheduler and network settings of an actorps actor system.
 struct system_options {
@@ -30,6 +52,8 @@ struct system_options {
   scheduler_policy scheduler = scheduler_policy::automatic;
   /// Calls `tune_malloc()` when the actor system is configured.
   bool keep_freed_memory = true;
+  /// Network: mutual TLS on every connection (checked by `check_tls`).
+  tls_files tls;
 };
 
 /// Sets glibc malloc's thresholds for the data plane (process-wide): blocks

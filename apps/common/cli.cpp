@@ -228,13 +228,22 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-std::string exposure_warning(const std::string& host, bool has_token) {
-  if (has_token || is_loopback(host))
+std::string exposure_warning(const std::string& host, bool has_token,
+                             bool has_tls) {
+  if (is_loopback(host) || (has_token && has_tls))
     return {};
-  return "warning: listening on "
-         + (host.empty() ? std::string{"every interface"} : host)
-         + " without a job token: anyone who reaches this port can join the "
-           "job and read or change the model (set --token-file)";
+  auto where = "warning: listening on "
+               + (host.empty() ? std::string{"every interface"} : host);
+  if (has_tls)
+    return {};
+  if (!has_token)
+    return where
+           + " without a job token or TLS: anyone who reaches this port can "
+             "join the job and read or change the model (set --token-file, "
+             "or --tls-cert, --tls-key and --tls-ca)";
+  return where
+         + " without TLS: the job's traffic, its token included, travels in "
+           "clear text (set --tls-cert, --tls-key and --tls-ca)";
 }
 
 int guarded_main(const std::string& app, const std::function<int()>& body) {
@@ -259,7 +268,15 @@ void add_network_options(po::options_description& desc, network_flags& flags) {
     "error (errors only), info, or debug (also nodes that go down)")(
     "scheduler", po::value(&flags.scheduler_text)->default_value("auto"),
     "CAF scheduler policy: auto (= sharing for these networked processes), "
-    "sharing or stealing");
+    "sharing or stealing")(
+    "tls-cert", po::value(&flags.tls.cert),
+    "mutual TLS: this node's certificate (PEM), signed by the job's CA; "
+    "with --tls-key and --tls-ca, every connection is TLS and only peers "
+    "holding a certificate from that CA connect (scripts/make-tls.sh makes "
+    "them)")("tls-key", po::value(&flags.tls.key),
+             "mutual TLS: this node's private key (PEM, owner-only "
+             "permissions)")("tls-ca", po::value(&flags.tls.ca),
+                             "mutual TLS: the job's CA certificate (PEM)");
 }
 
 std::optional<int> check(const std::string& app, network_flags& flags) {
@@ -284,6 +301,8 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
                 "--log-level must be error, info or debug, got '"
                   + flags.level_text + "'",
                 2);
+  if (auto text = tls_problem(flags.tls); !text.empty())
+    return fail(app, text, 2);
   return std::nullopt;
 }
 

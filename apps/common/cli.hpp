@@ -12,6 +12,7 @@
 
 #include "core/compression.hpp"
 #include "runtime/scheduler_policy.hpp"
+#include "runtime/system_options.hpp"
 
 namespace actorps::apps {
 
@@ -64,8 +65,11 @@ std::optional<int> check_threads(const std::string& app, uint64_t threads);
 bool is_loopback(const std::string& host);
 
 /// The warning an app that listens on `host` prints when peers beyond this
-/// machine can reach it and no job token is set (empty: no warning).
-std::string exposure_warning(const std::string& host, bool has_token);
+/// machine can reach it without TLS (anyone may join when no job token is
+/// set either; else the token travels in clear text). Empty: no warning.
+/// With TLS, only holders of a certificate from the job's CA connect.
+std::string exposure_warning(const std::string& host, bool has_token,
+                             bool has_tls);
 
 /// Runs an app's `main` body: an exception that escapes it becomes one line
 /// on stderr and exit code 1, never an abort.
@@ -96,12 +100,14 @@ std::optional<int> resolve_token(const std::string& app,
 enum class log_level { error = 0, info = 1, debug = 2 };
 
 /// The flags every distributed app shares: heartbeat, connection timeout,
-/// and log level.
+/// log level, scheduler and TLS files.
 struct network_flags {
   long heartbeat_ms = 1000;
   long connection_timeout_ms = 10000;
   std::string level_text = "info";
   std::string scheduler_text = "auto";
+  /// Mutual TLS files (checked by `check`).
+  tls_files tls;
   /// Set by `check`.
   log_level level = log_level::info;
   /// Set by `check`.
@@ -116,18 +122,19 @@ struct network_flags {
   }
 };
 
-/// Adds --heartbeat-ms, --connection-timeout-ms, --log-level and --scheduler
-/// to `desc`.
+/// Adds --heartbeat-ms, --connection-timeout-ms, --log-level, --scheduler,
+/// --tls-cert, --tls-key and --tls-ca to `desc`.
 void add_network_options(boost::program_options::options_description& desc,
                          network_flags& flags);
 
 /// Copies the connection settings of `flags` (heartbeat, connection timeout,
-/// scheduler) into `x`: a `system_options` or a `store_options`.
+/// scheduler, TLS) into `x`: a `system_options` or a `store_options`.
 template <class Options>
 void apply_network(const network_flags& flags, Options& x) {
   x.heartbeat = flags.heartbeat();
   x.connection_timeout = flags.connection_timeout();
   x.scheduler = flags.scheduler;
+  x.tls = flags.tls;
 }
 
 /// At --log-level debug, a printer of "app: line" on stdout for a runner's

@@ -98,7 +98,8 @@ int run(int argc, char** argv) {
   opts.sync = mode == "dist_sync";
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, opts.system);
-  if (auto w = cli::exposure_warning(opts.host, !opts.token.empty());
+  if (auto w = cli::exposure_warning(opts.host, !opts.token.empty(),
+                                     opts.system.tls.enabled());
       !w.empty())
     std::cerr << app << ": " << w << std::endl;
   opts.on_event = cli::event_printer(app, net);

@@ -1,6 +1,6 @@
 # Finds CAF 0.17 (Debian ships no CMake config for it).
 # Defines CAF_FOUND, CAF_VERSION and the imported targets CAF::core, CAF::io
-# and, when libcaf_openssl is present, CAF::openssl.
+# and CAF::openssl (mutual TLS between a job's nodes).
 find_path(CAF_INCLUDE_DIR caf/all.hpp)
 find_library(CAF_CORE_LIBRARY NAMES caf_core)
 find_library(CAF_IO_LIBRARY NAMES caf_io)
@@ -22,6 +22,7 @@ endif()
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(CAF
   REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+                CAF_OPENSSL_LIBRARY
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND)
@@ -39,14 +40,13 @@ if(CAF_FOUND)
       IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
       INTERFACE_LINK_LIBRARIES CAF::core)
   endif()
-  if(CAF_OPENSSL_LIBRARY AND NOT TARGET CAF::openssl)
-    find_package(OpenSSL QUIET)
-    if(OpenSSL_FOUND)
-      add_library(CAF::openssl UNKNOWN IMPORTED)
-      set_target_properties(CAF::openssl PROPERTIES
-        IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
-        INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
-    endif()
+  # The shared library brings OpenSSL along; CAF's openssl headers include
+  # none of OpenSSL's.
+  if(NOT TARGET CAF::openssl)
+    add_library(CAF::openssl UNKNOWN IMPORTED)
+    set_target_properties(CAF::openssl PROPERTIES
+      IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+      INTERFACE_LINK_LIBRARIES CAF::io)
   endif()
 endif()
 mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY

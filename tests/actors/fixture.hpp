@@ -27,7 +27,13 @@ namespace actorps::test {
 /// Every actor registered with `guard` is sent an exit on destruction, so a
 /// failed REQUIRE cannot hang the actor system's destructor.
 struct deterministic_fixture {
-  system_config cfg{system_options{0, true}};
+  static system_options testing_options() {
+    system_options opts;
+    opts.testing = true;
+    return opts;
+  }
+
+  system_config cfg{testing_options()};
   caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched
     = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());

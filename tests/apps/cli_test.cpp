@@ -100,11 +100,16 @@ TEST_CASE("cli: listening beyond loopback without a token is warned of",
   CHECK_FALSE(is_loopback(""));
   CHECK_FALSE(is_loopback("0.0.0.0"));
   CHECK_FALSE(is_loopback("10.0.0.1"));
-  CHECK(exposure_warning("127.0.0.1", false).empty());
-  CHECK(exposure_warning("10.0.0.1", true).empty());
-  CHECK_THAT(exposure_warning("10.0.0.1", false),
-             Catch::Contains("10.0.0.1") && Catch::Contains("token"));
-  CHECK_THAT(exposure_warning("", false), Catch::Contains("every interface"));
+  CHECK(exposure_warning("127.0.0.1", false, false).empty());
+  CHECK(exposure_warning("10.0.0.1", true, true).empty());
+  CHECK(exposure_warning("10.0.0.1", false, true).empty());
+  CHECK_THAT(exposure_warning("10.0.0.1", false, false),
+             Catch::Contains("10.0.0.1")
+               && Catch::Contains("without a job token"));
+  CHECK_THAT(exposure_warning("10.0.0.1", true, false),
+             Catch::Contains("clear text") && Catch::Contains("--tls-cert"));
+  CHECK_THAT(exposure_warning("", false, false),
+             Catch::Contains("every interface"));
 }
 
 TEST_CASE("cli: no exception escapes an app's main", "[apps]") {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Distributed jobs of real processes on 127.0.0.1 (ports picked at run time).
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include "tests/core/temp_dir.hpp"
 #include "tests/integration/process.hpp"
 
 using namespace std::chrono_literals;
@@ -60,10 +62,12 @@ struct dist_job {
     address = out.substr(at, end - at);
   }
 
-  process& add_server(int shards = 2) {
-    servers.push_back(std::make_unique<process>(std::vector<std::string>{
-      ACTORPS_SERVER_BIN, "--coordinator", address, "--token", token(),
-      "--shards", std::to_string(shards)}));
+  process& add_server(int shards = 2, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{
+      ACTORPS_SERVER_BIN, "--coordinator",       address, "--token", token(),
+      "--shards",         std::to_string(shards)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    servers.push_back(std::make_unique<process>(argv));
     return *servers.back();
   }
 
@@ -232,6 +236,57 @@ TEST_CASE("dist: a killed server fails the workers' calls with a clear error",
   }
   // Well before the 20 s request timeout: the workers saw the server go down.
   CHECK(std::chrono::steady_clock::now() - killed < 15s);
+}
+
+TEST_CASE("dist: a job over mutual TLS computes exact sums, and nodes "
+          "without a job certificate are refused",
+          "[integration]") {
+  actorps::test::temp_dir dir;
+  auto job_ca = dir.path() + "/job";
+  auto other_ca = dir.path() + "/other";
+  REQUIRE(std::system(("bash " ACTORPS_MAKE_TLS " " + job_ca
+                       + " coordinator server w0 w1 >/dev/null")
+                        .c_str())
+          == 0);
+  REQUIRE(std::system(
+            ("bash " ACTORPS_MAKE_TLS " " + other_ca + " intruder >/dev/null")
+              .c_str())
+          == 0);
+  auto tls = [](const std::string& at, const std::string& name,
+                const std::string& ca) {
+    return std::vector<std::string>{"--tls-cert", at + "/" + name + ".pem",
+                                    "--tls-key",  at + "/" + name + ".key",
+                                    "--tls-ca",   ca + "/ca.pem"};
+  };
+  dist_job job{"dist_sync", 2, 1, tls(job_ca, "coordinator", job_ca)};
+  // Refused before they reach any actor: a plain node, and nodes holding
+  // another CA's certificate.
+  std::vector<std::vector<std::string>> intruders{
+    {}, tls(other_ca, "intruder", other_ca), tls(other_ca, "intruder", job_ca)};
+  for (auto& flags : intruders) {
+    flags.push_back("--connect-timeout-ms");
+    flags.push_back("300");
+    auto& w = job.add_worker(flags);
+    auto rc = w.wait_exit(job_time);
+    INFO(w.output());
+    REQUIRE(rc);
+    CHECK(*rc != 0);
+    CHECK(w.output().find("cannot reach the coordinator") != std::string::npos);
+  }
+  job.workers.clear();
+  job.add_server(2, tls(job_ca, "server", job_ca));
+  for (auto name : {"w0", "w1"}) {
+    auto flags = tls(job_ca, name, job_ca);
+    for (auto x : {"--keys", "3", "--size", "5000", "--rounds", "10"})
+      flags.push_back(x);
+    job.add_worker(flags);
+  }
+  for (auto& w : job.workers) {
+    CHECK_EXIT(*w, 0, job_time);
+    CHECK(w->output().find("all values exact") != std::string::npos);
+  }
+  CHECK_EXIT(*job.servers[0], 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
 }
 
 TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "

@@ -2,6 +2,8 @@
 // Two actor systems in one process, connected over loopback through CAF's
 // network layer: every message type crosses a real connection (an
 // unregistered type only fails there), and priority survives the network.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -16,6 +18,7 @@
 #include "caf/event_based_actor.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/openssl/manager.hpp"
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
 
@@ -26,7 +29,9 @@
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
 #include "messages/errors.hpp"
+#include "runtime/connect.hpp"
 #include "runtime/system.hpp"
+#include "tests/core/temp_dir.hpp"
 
 using namespace actorps;
 using namespace std::chrono_literals;
@@ -508,6 +513,104 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   done->receive([&](shutdown_atom) { done_seen = true; },
                 caf::after(10s) >> [] {});
   CHECK(done_seen);
+}
+
+TEST_CASE("network: over mutual TLS only holders of a job certificate connect",
+          "[integration]") {
+  test::temp_dir dir;
+  REQUIRE_FALSE(dir.path().empty());
+  auto job = dir.path() + "/job";
+  auto other = dir.path() + "/other";
+  auto quiet = " >/dev/null 2>&1";
+  REQUIRE(
+    std::system(("bash " ACTORPS_MAKE_TLS " " + job + " a b" + quiet).c_str())
+    == 0);
+  REQUIRE(
+    std::system(("bash " ACTORPS_MAKE_TLS " " + other + " x" + quiet).c_str())
+    == 0);
+  auto tls = [](const std::string& at, const std::string& name,
+                const std::string& ca) {
+    auto opts = net_options();
+    opts.tls = tls_files{at + "/" + name + ".pem", at + "/" + name + ".key",
+                         ca + "/ca.pem"};
+    INFO(tls_problem(opts.tls));
+    REQUIRE_FALSE(check_tls(opts.tls));
+    return opts;
+  };
+  // A: the coordinator, its gate published over TLS.
+  system_config cfg_a{tls(job, "a", job)};
+  caf::actor_system sys_a{cfg_a};
+  REQUIRE(sys_a.has_openssl_manager());
+  exit_guard guard_a;
+  caf::scoped_actor done{sys_a};
+  auto coord_a = guard_a(spawn_coordinator(sys_a, small_job(done)));
+  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
+  auto port = publish_actor(sys_a, gate_a, 0, "127.0.0.1");
+  REQUIRE(port);
+  // Refused before any actor is reachable: a plain CAF peer, a TLS peer
+  // without a certificate, one whose certificate another CA signed, and one
+  // that trusts the job's CA but holds another CA's certificate.
+  auto refused = [&](system_config& cfg, const char* who) {
+    caf::actor_system sys{cfg};
+    auto gate = connect_actor<gate_actor>(sys, "127.0.0.1", *port);
+    INFO(who);
+    CHECK_FALSE(gate);
+  };
+  system_config plain{net_options()};
+  refused(plain, "plain TCP");
+  system_config anonymous{net_options()};
+  anonymous.load<caf::openssl::manager>();
+  refused(anonymous, "TLS without a certificate");
+  system_config foreign{tls(other, "x", other)};
+  refused(foreign, "another CA");
+  system_config mixed{tls(other, "x", job)};
+  refused(mixed, "another CA's certificate, the job's CA trusted");
+  // B, with a certificate of the job's CA, connects and joins.
+  system_config cfg_b{tls(job, "b", job)};
+  caf::actor_system sys_b{cfg_b};
+  exit_guard guard_b;
+  auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", *port);
+  INFO((gate ? std::string{"ok"} : render(gate.error())));
+  REQUIRE(gate);
+  auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
+  caf::scoped_actor self{sys_b};
+  self->send(agent, join_atom::value, role::worker, std::string{"tok"},
+             join_mode::async);
+  auto joined = require_reply<job_info>(self);
+  CHECK(joined.rank == 0);
+  self->send(caf::actor_cast<coordinator_actor>(joined.coordinator),
+             dead_atom::value, int32_t{6}, int32_t{60});
+  CHECK(require_reply<uint32_t>(self) == 0);
+}
+
+TEST_CASE("network: TLS settings are checked before anything starts",
+          "[integration]") {
+  test::temp_dir dir;
+  auto job = dir.path() + "/job";
+  REQUIRE(
+    std::system(("bash " ACTORPS_MAKE_TLS " " + job + " a >/dev/null").c_str())
+    == 0);
+  tls_files ok{job + "/a.pem", job + "/a.key", job + "/ca.pem"};
+  CHECK(tls_problem(ok).empty());
+  CHECK(tls_problem(tls_files{}).empty());
+  auto problem = [](tls_files x) {
+    auto text = tls_problem(x);
+    CHECK(code_of(check_tls(x)) == errc::bad_config);
+    return text;
+  };
+  auto x = ok;
+  x.ca.clear();
+  CHECK_THAT(problem(x), Catch::Contains("--tls-ca: missing"));
+  x = ok;
+  x.key = job + "/nothing.key";
+  CHECK_THAT(problem(x), Catch::Contains("--tls-key: cannot read"));
+  x = ok;
+  x.cert = job;
+  CHECK_THAT(problem(x), Catch::Contains("--tls-cert")
+                           && Catch::Contains("not a regular file"));
+  REQUIRE(::chmod(ok.key.c_str(), 0640) == 0);
+  CHECK_THAT(problem(ok),
+             Catch::Contains("--tls-key") && Catch::Contains("chmod 600"));
 }
 
 TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
