@@ -208,12 +208,13 @@ caf::error run_server(const server_options& opts,
   // that refuses joins listens: the shards check every sender themselves.
   auto gate = spawn_server_gate(sys);
   owned.push_back(caf::actor_cast<caf::actor>(gate));
-  auto port = publish_actor(sys, gate, opts.port, opts.host);
+  auto port = publish_actor(sys, gate, opts.port, opts.listen_address());
   if (!port) {
     stop();
-    return make_error(errc::bad_config, "server: cannot listen on " + opts.host
-                                          + ":" + std::to_string(opts.port)
-                                          + " (" + render(port.error()) + ")");
+    return make_error(errc::bad_config, "server: cannot listen on "
+                                          + opts.listen_address() + ":"
+                                          + std::to_string(opts.port) + " ("
+                                          + render(port.error()) + ")");
   }
   err = detail::ask(
     self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,

@@ -75,8 +75,11 @@ struct server_options {
   endpoint coordinator;
   /// How long to keep trying to reach the coordinator.
   std::chrono::milliseconds connect_timeout{5000};
-  /// Address on which workers reach this server directly (it listens there).
+  /// Address on which workers reach this server directly (it listens there
+  /// unless `bind` is set).
   std::string host = "127.0.0.1";
+  /// Address to listen on, if not `host` ("0.0.0.0": every interface).
+  std::string bind;
   /// Port for the workers' direct connections; 0 picks a free one.
   uint16_t port = 0;
   std::string token;
@@ -90,6 +93,11 @@ struct server_options {
   /// The shards' handler of commands with a head other than 0 (see
   /// `command_handler` in runtime/kvstore.hpp).
   command_handler on_command;
+
+  /// Where the server listens: `bind`, else `host`.
+  const std::string& listen_address() const noexcept {
+    return bind.empty() ? host : bind;
+  }
 };
 
 /// Describes a node for humans: "worker 2 (node 13)".

@@ -29,7 +29,11 @@ int run(int argc, char** argv) {
   desc.add_options()("coordinator", po::value(&coordinator),
                      "the coordinator's host:port (required)")(
     "host", po::value(&opts.host)->default_value(opts.host),
-    "address on which workers reach this server (it listens there)")(
+    "address on which workers reach this server (it listens there unless "
+    "--bind says otherwise)")(
+    "bind", po::value(&opts.bind),
+    "address to listen on, if not --host (0.0.0.0: every interface, e.g. "
+    "when workers reach this host through a forwarded address)")(
     "port", po::value(&port)->default_value(port),
     "port for the workers' direct connections; 0 picks a free one")(
     "shards", po::value(&opts.shards)->default_value(opts.shards),
@@ -74,7 +78,7 @@ int run(int argc, char** argv) {
   opts.coordinator = *where;
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, opts.system);
-  if (auto w = cli::exposure_warning(opts.host, !opts.token.empty(),
+  if (auto w = cli::exposure_warning(opts.listen_address(), !opts.token.empty(),
                                      opts.system.tls.enabled());
       !w.empty())
     std::cerr << app << ": " << w << std::endl;

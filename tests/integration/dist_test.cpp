@@ -289,6 +289,21 @@ TEST_CASE("dist: a job over mutual TLS computes exact sums, and nodes "
   CHECK_EXIT(*job.coordinator, 0, job_time);
 }
 
+TEST_CASE("dist: a server listens on --bind and gives workers --host",
+          "[integration]") {
+  dist_job job{"dist_async", 1, 1};
+  // It listens on 127.0.0.2 but tells workers 127.0.0.1, where nothing
+  // listens: the worker says which address failed.
+  job.add_server(1, {"--host", "127.0.0.1", "--bind", "127.0.0.2"});
+  auto& w = job.add_worker({"--rounds", "1", "--size", "10"});
+  auto rc = w.wait_exit(job_time);
+  INFO(w.output());
+  REQUIRE(rc);
+  CHECK(*rc != 0);
+  CHECK(w.output().find("cannot reach the server at 127.0.0.1:")
+        != std::string::npos);
+}
+
 TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "
           "takes the job's",
           "[integration]") {
