@@ -176,7 +176,8 @@ void encode(const compression& c, const float* x, std::size_t n, uint8_t* out) {
           | two_bit_pattern(v[2], t) << 2 | two_bit_pattern(v[3], t));
       }
       auto bytes = encoded_size(c, n);
-      std::memset(out + whole, 0, bytes - whole);
+      if (bytes > whole)
+        std::memset(out + whole, 0, bytes - whole);
       for (std::size_t i = 4 * whole; i < n; ++i)
         out[i / 4] |= static_cast<uint8_t>(two_bit_pattern(x[i], t)
                                            << (6 - 2 * (i % 4)));

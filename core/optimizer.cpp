@@ -217,12 +217,13 @@ status validate(const optimizer_config& cfg) {
                   "set_optimizer: unknown optimizer '" + cfg.name
                     + "' (expected one of assign, accumulate, sgd, nesterov, "
                       "adagrad, adam, rmsprop)"};
-  // assign and accumulate ignore the learning rate, so any number is fine
-  // there; NaN is still rejected because it is never a deliberate setting.
+  // assign and accumulate ignore the learning rate, so any finite number is
+  // fine there; NaN and infinities are never deliberate settings (and CAF
+  // 0.17 cannot send an infinity: its float encoder never returns).
   bool uses_lr = k != kind::assign && k != kind::accumulate;
   if (uses_lr ? !finite_positive(cfg.learning_rate)
-              : std::isnan(cfg.learning_rate))
-    return bad_param("learning_rate", uses_lr ? "finite and > 0" : "a number",
+              : !std::isfinite(cfg.learning_rate))
+    return bad_param("learning_rate", uses_lr ? "finite and > 0" : "finite",
                      cfg.learning_rate);
   // The remaining parameters are checked for every optimizer: their defaults
   // are valid, so a bad value is a mistake even where it is unused.

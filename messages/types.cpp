@@ -37,6 +37,19 @@ caf::error begin_floats(caf::deserializer& f, size_t& n) {
   return caf::none;
 }
 
+// An error if `f` reads from a byte buffer (BASP does) that holds fewer than
+// `bytes` more bytes: then a length the peer declared cannot size an
+// allocation beyond the message it sent.
+caf::error check_remaining(caf::deserializer& f, size_t bytes) {
+  auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
+  if (bin != nullptr && bin->remaining() < bytes)
+    return caf::make_error(caf::sec::end_of_stream,
+                           "floats: the message ends "
+                             + std::to_string(bytes - bin->remaining())
+                             + " bytes before the values it declares");
+  return caf::none;
+}
+
 // Reads what save_raw wrote into `out`.
 caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
   size_t n = 0;
@@ -46,6 +59,8 @@ caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
   if (n == 0)
     return f.end_sequence();
   auto bytes = n * sizeof(float);
+  if (auto err = check_remaining(f, bytes))
+    return err;
   // BASP reads from a byte buffer: copy the floats straight out of it, in one
   // pass (resize would zero-fill the vector first, a second pass over memory
   // that is often freshly mapped).
@@ -100,6 +115,8 @@ caf::error load_encoded(caf::deserializer& f, std::vector<float>& out,
                         const compression& c) {
   size_t n = 0;
   if (auto err = begin_floats(f, n))
+    return err;
+  if (auto err = check_remaining(f, encoded_size(c, n)))
     return err;
   out.clear();
   out.reserve(n);

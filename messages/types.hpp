@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,6 +31,10 @@ typename Inspector::result_type inspect(Inspector& f, compression& x) {
       return caf::make_error(caf::sec::invalid_argument,
                              "compression: unknown codec "
                                + std::to_string(kind));
+    // CAF 0.17's float encoder never returns on an infinity.
+    if (!std::isfinite(x.threshold))
+      return caf::make_error(caf::sec::invalid_argument,
+                             "compression: threshold is not finite");
     x.kind = static_cast<codec>(kind);
     return caf::none;
   });
@@ -139,12 +144,24 @@ typename Inspector::result_type inspect(Inspector& f, slice_batch& x) {
            x.seqs, x.data, x.parts);
 }
 
+/// Decoding refuses infinite or NaN parameters: no optimizer uses one, and
+/// CAF 0.17's float encoder never returns on an infinity (found by
+/// fuzzing), so a node must not hold one it could send on.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    for (float v : {x.learning_rate, x.momentum, x.weight_decay, x.rescale_grad,
+                    x.clip_gradient, x.beta1, x.beta2, x.epsilon, x.rho,
+                    x.lr_factor, x.lr_final})
+      if (!std::isfinite(v))
+        return caf::make_error(caf::sec::invalid_argument,
+                               "optimizer_config: a parameter is not finite");
+    return caf::none;
+  });
   return f(caf::meta::type_name("optimizer_config"), x.name, x.learning_rate,
            x.momentum, x.weight_decay, x.rescale_grad, x.clip_gradient, x.beta1,
            x.beta2, x.epsilon, x.rho, x.ascent, x.lr_schedule, x.lr_updates,
-           x.lr_factor, x.lr_final);
+           x.lr_factor, x.lr_final, load);
 }
 
 template <class Inspector>

@@ -18,6 +18,7 @@
 
 #include "core/key_groups.hpp"
 #include "core/layout.hpp"
+#include "core/optimizer.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -388,6 +389,10 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "set_optimizer"))
         return err;
+      // Checked before it leaves the process: CAF 0.17 cannot encode an
+      // infinite parameter (its float encoder never returns).
+      if (auto err = to_error(core::validate(opt)))
+        return err;
       return self->delegate(self->state.cfg.coordinator, set_opt_atom::value,
                             opt);
     },
@@ -398,6 +403,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
+      if (auto err = to_error(core::validate(snap.optimizer)))
         return err;
       return self->delegate(self->state.cfg.coordinator, load_atom::value,
                             snap);

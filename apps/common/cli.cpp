@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <typeinfo>
 #include <vector>
@@ -102,11 +103,29 @@ void refuse_negative_unsigned(const po::parsed_options& parsed,
   }
 }
 
+// Boost.ProgramOptions 1.74 fills its error texts by replacing these
+// placeholders with the values at fault, and loops forever when a value
+// holds one of them (found by fuzzing: `batch=%value%`). Returns the first
+// placeholder `text` holds, or nullptr.
+const char* boost_placeholder_in(const std::string& text) {
+  for (const char* token : {"%value%", "%canonical_option%", "%option%",
+                            "%prefix%", "%original_token%"})
+    if (text.find(token) != std::string::npos)
+      return token;
+  return nullptr;
+}
+
 } // namespace
 
 std::optional<int>
 parse(int argc, char** argv, const po::options_description& d,
       po::variables_map& vm, const std::string& app, const std::string& usage) {
+  for (int i = 1; i < argc; ++i)
+    if (auto* token = boost_placeholder_in(argv[i]))
+      return fail(app,
+                  std::string{"the text "} + token
+                    + " cannot appear on the command line",
+                  2);
   try {
     // No positional words: a stray word is a mistake, not something to
     // ignore. They are gathered under a hidden name to be named in the error.
@@ -143,9 +162,20 @@ parse(int argc, char** argv, const po::options_description& d,
                     "--config: '" + path
                       + "' is not a regular file (or does not exist)",
                     2);
-      std::ifstream in{path};
-      if (!in)
+      // A config file is a few lines: a huge one is a mistake.
+      constexpr std::uintmax_t max_config_bytes = 1 << 20;
+      if (std::filesystem::file_size(path, ec) > max_config_bytes)
+        return fail(app, "--config: '" + path + "' is over 1 MB", 2);
+      std::ifstream file{path, std::ios::binary};
+      std::string text{std::istreambuf_iterator<char>{file}, {}};
+      if (!file && !file.eof())
         return fail(app, "cannot read config file '" + path + "'", 2);
+      if (auto* token = boost_placeholder_in(text))
+        return fail(app,
+                    "config file '" + path + "': the text " + token
+                      + " cannot appear in it",
+                    2);
+      std::istringstream in{text};
       auto from_file = po::parse_config_file(in, d);
       po::store(from_file, vm);
       refuse_negative_unsigned(from_file, vm);

@@ -81,6 +81,16 @@ TEST_CASE("cli: flags are parsed strictly", "[apps]") {
     CHECK(r.count == 4);
     auto bad = write_file(dir, "bad.ini", "count = -4\n", 0600);
     CHECK(parse_args({"--config", bad}).rc == 2);
+    auto huge = write_file(dir, "huge.ini", std::string(2 << 20, '#'), 0600);
+    CHECK(parse_args({"--config", huge}).rc == 2);
+  }
+  SECTION("Boost's error placeholders are refused before Boost loops on "
+          "them (found by fuzzing)") {
+    actorps::test::temp_dir tmp;
+    auto looping = write_file(tmp.path(), "loop.ini", "count = %value%\n",
+                              0600);
+    CHECK(parse_args({"--config", looping}).rc == 2);
+    CHECK(parse_args({"--count", "%canonical_option%"}).rc == 2);
   }
 }
 

@@ -152,6 +152,23 @@ TEST_CASE("floats: read back exactly at every alignment", "[payload]") {
     floats out;
     CHECK(inspect(static_cast<caf::deserializer&>(source), out));
   }
+  SECTION("a declared length sizes no allocation beyond the message (found "
+          "by fuzzing)") {
+    // 2^28 floats (1 GB) declared, plain and fp16, 8 bytes present.
+    for (uint8_t kind : {uint8_t{0}, uint8_t{1}}) {
+      std::vector<char> buf;
+      caf::binary_serializer sink{nullptr, buf};
+      REQUIRE_FALSE(sink(kind));
+      size_t declared = size_t{1} << 28;
+      REQUIRE_FALSE(sink.begin_sequence(declared));
+      REQUIRE_FALSE(sink(uint64_t{0}));
+      caf::binary_deserializer source{nullptr, buf};
+      floats out;
+      auto err = inspect(static_cast<caf::deserializer&>(source), out);
+      REQUIRE(err);
+      CHECK(out.data.capacity() < 1024);
+    }
+  }
 }
 
 TEST_CASE("float_parts: pieces, checks and flattening", "[payload]") {
@@ -218,5 +235,37 @@ TEST_CASE("float_parts: pieces, checks and flattening", "[payload]") {
     CHECK(back.size == 5);
     CHECK(back.pieces.size() == 1);
     CHECK(back.flatten() == p.flatten());
+  }
+}
+
+TEST_CASE("optimizer_config: an infinite parameter is refused when decoded "
+          "(found by fuzzing)",
+          "[payload]") {
+  // The wire image of an optimizer_config whose learning rate has the bits
+  // `lr_bits`: CAF 0.17 writes a float as its IEEE 754 bits.
+  auto image = [](uint32_t lr_bits) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{nullptr, buf};
+    std::string name = "accumulate";
+    std::string schedule = "constant";
+    REQUIRE_FALSE(sink(name, lr_bits));
+    for (int i = 0; i < 8; ++i) // momentum .. rho
+      REQUIRE_FALSE(sink(uint32_t{0}));
+    REQUIRE_FALSE(
+      sink(false, schedule, uint64_t{0}, uint32_t{0x3f800000}, uint32_t{0}));
+    return buf;
+  };
+  for (uint32_t bits : {uint32_t{0x3f800000}, uint32_t{0x7f800000}}) {
+    auto buf = image(bits);
+    caf::binary_deserializer source{nullptr, buf};
+    optimizer_config out;
+    auto err = source(out);
+    INFO(bits);
+    if (bits == 0x3f800000) {
+      CHECK_FALSE(err);
+      CHECK(out.learning_rate == 1.0f);
+    } else {
+      CHECK(err);
+    }
   }
 }
