@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, builds actorps twice (release, and debug with
 # AddressSanitizer + UndefinedBehaviorSanitizer) and runs the whole test
-# suite on both builds.
+# suite on both builds, then runs each fuzz target for 20 s.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/.ci/setup.sh"
@@ -26,3 +26,6 @@ bash "$root/.ci/build.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug \
   -DACTORPS_SANITIZE=ON -DACTORPS_BUILD_TESTS=ON
 echo "== sanitizer tests"
 (cd "$root/build-asan" && ctest --output-on-failure -j "$jobs")
+
+echo "== fuzz targets (ASan + UBSan, 20 s each)"
+bash "$root/.ci/fuzz.sh" 20

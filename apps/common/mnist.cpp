@@ -61,6 +61,13 @@ status load_split(const std::string& dir, const std::string& split,
     return st;
   if (auto st = read_all(labels_path, lab); !st.ok())
     return st;
+  return parse_split(img, lab, images_path, labels_path, out);
+}
+
+status parse_split(const std::vector<uint8_t>& img,
+                   const std::vector<uint8_t>& lab,
+                   const std::string& images_path,
+                   const std::string& labels_path, dataset& out) {
   if (img.size() < 16 || big_endian(img, 0) != images_magic)
     return bad(images_path, "not an idx3 image file (bad magic number)");
   if (lab.size() < 8 || big_endian(lab, 0) != labels_magic)

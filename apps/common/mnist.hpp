@@ -35,6 +35,13 @@ constexpr const char* default_data_dir = "/usr/share/datasets/fashion-mnist";
 status load_split(const std::string& dir, const std::string& split,
                   dataset& out);
 
+/// The checks and decoding of `load_split` on the files' contents (`img`
+/// and `lab`, decompressed), whose paths name them in errors.
+status parse_split(const std::vector<uint8_t>& img,
+                   const std::vector<uint8_t>& lab,
+                   const std::string& images_path,
+                   const std::string& labels_path, dataset& out);
+
 /// Writes a split in the same format (gzip), e.g. for tests.
 status write_split(const std::string& dir, const std::string& split,
                    const dataset& data);
