@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <future>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,8 +31,11 @@
 #include "actors/worker/worker.hpp"
 #include "messages/errors.hpp"
 #include "runtime/connect.hpp"
+#include "runtime/kvstore.hpp"
+#include "runtime/network.hpp"
 #include "runtime/system.hpp"
 #include "tests/core/temp_dir.hpp"
+#include "tests/integration/process.hpp"
 
 using namespace actorps;
 using namespace std::chrono_literals;
@@ -611,6 +615,73 @@ TEST_CASE("network: TLS settings are checked before anything starts",
   REQUIRE(::chmod(ok.key.c_str(), 0640) == 0);
   CHECK_THAT(problem(ok),
              Catch::Contains("--tls-key") && Catch::Contains("chmod 600"));
+}
+
+TEST_CASE("network: a job's ports publish only gates", "[integration]") {
+  // The coordinator and a server as the apps run them, each on a thread.
+  coordinator_options co;
+  co.token = "tok";
+  co.sync = false;
+  std::promise<uint16_t> listening;
+  caf::error coord_err;
+  std::thread coordinator{[&] {
+    coord_err = run_coordinator(co,
+                                [&](uint16_t p) { listening.set_value(p); });
+  }};
+  auto port_future = listening.get_future();
+  REQUIRE(port_future.wait_for(10s) == std::future_status::ready);
+  auto port = port_future.get();
+  server_options so;
+  so.coordinator = endpoint{"127.0.0.1", port};
+  so.token = "tok";
+  so.port = test::unused_port();
+  so.shards = 1;
+  std::promise<void> joined;
+  caf::error server_err;
+  std::thread server{[&] {
+    server_err = run_server(so, [&](uint32_t) { joined.set_value(); });
+  }};
+  REQUIRE(joined.get_future().wait_for(10s) == std::future_status::ready);
+  {
+    // A peer without the token finds a gate on each port, and nothing else.
+    system_config cfg{net_options()};
+    caf::actor_system evil{cfg};
+    caf::scoped_actor self{evil};
+    CHECK_FALSE(connect_actor<coordinator_actor>(evil, "127.0.0.1", port));
+    CHECK_FALSE(connect_actor<shard_actor>(evil, "127.0.0.1", port));
+    CHECK_FALSE(connect_actor<shard_actor>(evil, "127.0.0.1", so.port));
+    auto gate = connect_actor<gate_actor>(evil, "127.0.0.1", port);
+    REQUIRE(gate);
+    self->send(*gate, join_atom::value, role::server, std::string{"guess"},
+               caf::actor{}, join_mode::any, wire_version);
+    auto refused = reply<job_info>(self);
+    REQUIRE_FALSE(refused);
+    CHECK(code_of(refused.error()) == errc::unauthorized);
+    auto server_gate = connect_actor<gate_actor>(evil, "127.0.0.1", so.port);
+    REQUIRE(server_gate);
+    self->send(*server_gate, join_atom::value, role::worker, std::string{"tok"},
+               caf::actor{}, join_mode::any, wire_version);
+    auto at_server = reply<job_info>(self);
+    REQUIRE_FALSE(at_server);
+    CHECK(code_of(at_server.error()) == errc::bad_config);
+  }
+  // The job goes on and ends as its worker decides.
+  store_options o;
+  o.coordinator = "127.0.0.1:" + std::to_string(port);
+  o.token = "tok";
+  {
+    auto kv = kvstore::create("dist_async", o);
+    INFO((kv ? std::string{"ok"} : render(kv.error())));
+    REQUIRE(kv);
+    Eigen::VectorXf value(2);
+    value << 1, 2;
+    CHECK_FALSE(kv->init("k", value));
+    CHECK_FALSE(kv->close());
+  }
+  coordinator.join();
+  server.join();
+  CHECK_FALSE(coord_err);
+  CHECK_FALSE(server_err);
 }
 
 TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
