@@ -2,6 +2,8 @@
 #include "actors/trust.hpp"
 
 #include <cstdio>
+#include <mutex>
+#include <set>
 
 #include "caf/actor_control_block.hpp"
 #include "caf/exit_reason.hpp"
@@ -13,9 +15,24 @@
 
 namespace actorps {
 
+namespace {
+
+std::mutex admitted_mtx;
+std::set<caf::node_id> admitted; // guarded by admitted_mtx
+
+} // namespace
+
+bool admitted_in_process(const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  return admitted.count(node) > 0;
+}
+
 void trusted_nodes::add(const caf::node_id& node) {
-  if (node)
-    nodes_.insert(node);
+  if (!node)
+    return;
+  nodes_.insert(node);
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  admitted.insert(node);
 }
 
 void trusted_nodes::add(const std::vector<caf::node_id>& nodes) {

@@ -20,10 +20,15 @@
 /// its CAF handshake claimed: see the README's trust model.
 namespace actorps {
 
+/// True if any actor of this process trusts `node` (see trusted_nodes::add).
+/// The network layer asks this before it reads a large message from a
+/// connection (runtime/guard.cpp). Thread-safe.
+bool admitted_in_process(const caf::node_id& node);
+
 /// The set of remote nodes an actor accepts messages from.
 class trusted_nodes {
 public:
-  /// Trusts `node` from now on.
+  /// Trusts `node` from now on (and records it for admitted_in_process).
   void add(const caf::node_id& node);
 
   /// Trusts each of `nodes`.

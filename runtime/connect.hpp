@@ -15,18 +15,25 @@
 #include "caf/openssl/publish.hpp"
 #include "caf/openssl/remote_actor.hpp"
 
+#include "runtime/guard.hpp"
+
 namespace actorps {
 
 /// Publishes `whom` on `port` (0: a free one) at `host` ("": every
-/// interface; the address may be reused at once) and returns the port.
+/// interface; the address may be reused at once) and returns the port. On
+/// plain TCP, a connection whose node was not admitted cannot announce a
+/// message over `unadmitted_message_cap` (runtime/guard.hpp); over TLS,
+/// such a peer never gets past the handshake.
 template <class Handle>
 caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
                                       const Handle& whom, uint16_t port,
                                       const std::string& host) {
-  const char* in = host.empty() ? nullptr : host.c_str();
   if (sys.has_openssl_manager())
-    return caf::openssl::publish(whom, port, in, true);
-  return sys.middleman().publish(whom, port, in, true);
+    return caf::openssl::publish(whom, port,
+                                 host.empty() ? nullptr : host.c_str(), true);
+  caf::detail::type_list<Handle> tk;
+  return publish_guarded(sys, caf::actor_cast<caf::strong_actor_ptr>(whom),
+                         sys.message_types(tk), port, host);
 }
 
 /// Connects to the `Handle` published at `host`:`port`.

@@ -2,10 +2,16 @@
 // Two actor systems in one process, connected over loopback through CAF's
 // network layer: every message type crosses a real connection (an
 // unregistered type only fails there), and priority survives the network.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -16,8 +22,10 @@
 
 #include "caf/actor_system.hpp"
 #include "caf/after.hpp"
+#include "caf/binary_serializer.hpp"
 #include "caf/event_based_actor.hpp"
 #include "caf/exit_reason.hpp"
+#include "caf/io/basp/header.hpp"
 #include "caf/io/middleman.hpp"
 #include "caf/openssl/manager.hpp"
 #include "caf/scoped_actor.hpp"
@@ -124,6 +132,56 @@ void require_refused(caf::scoped_actor& evil, const Handle& dest, Ts&&... xs) {
   INFO(render(err));
   CHECK_FALSE(answered);
   CHECK(code_of(err) == errc::unauthorized);
+}
+
+// This process's resident memory, in KB (VmRSS).
+long resident_kb() {
+  std::ifstream in{"/proc/self/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0)
+      return std::stol(line.substr(6));
+  return -1;
+}
+
+// Opens a raw TCP connection to 127.0.0.1:`port` and sends one BASP header
+// that announces a payload of `bytes`, as an attacker would. Returns the
+// socket.
+int send_huge_header(uint16_t port, uint32_t bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  caf::io::basp::header hdr{
+    caf::io::basp::message_type::client_handshake, 0, bytes, 0, 0, 0};
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  REQUIRE_FALSE(sink(hdr));
+  REQUIRE(::send(fd, buf.data(), buf.size(), 0)
+          == static_cast<ssize_t>(buf.size()));
+  return fd;
+}
+
+// True once the peer closed `fd` (reads until end of stream), false if it
+// did not within `wait`.
+bool closed_by_peer(int fd, std::chrono::milliseconds wait) {
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return false;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
+      return false;
+    auto n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0)
+      return true;
+  }
 }
 
 } // namespace
@@ -682,6 +740,64 @@ TEST_CASE("network: a job's ports publish only gates", "[integration]") {
   server.join();
   CHECK_FALSE(coord_err);
   CHECK_FALSE(server_err);
+}
+
+TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
+          "what a message header announces",
+          "[integration]") {
+  system_config cfg_a{net_options()};
+  caf::actor_system sys_a{cfg_a};
+  exit_guard guard_a;
+  caf::scoped_actor done{sys_a};
+  auto coord_a = guard_a(spawn_coordinator(sys_a, small_job(done)));
+  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
+  constexpr uint32_t announced = uint32_t{256} << 20;
+  constexpr long margin_kb = 64 << 10;
+  SECTION("CAF's own publish allocates it (the attack works)") {
+    auto port = publish(sys_a, gate_a);
+    auto before = resident_kb();
+    int fd = send_huge_header(port, announced);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    long grown = 0;
+    while (std::chrono::steady_clock::now() < deadline
+           && grown < long{announced >> 10} - margin_kb) {
+      std::this_thread::yield();
+      grown = resident_kb() - before;
+    }
+    CHECK(grown >= long{announced >> 10} - margin_kb);
+    ::close(fd);
+  }
+  SECTION("publish_actor closes the connection instead") {
+    auto port = publish_actor(sys_a, gate_a, 0, "127.0.0.1");
+    REQUIRE(port);
+    auto before = resident_kb();
+    int fd = send_huge_header(*port, announced);
+    CHECK(closed_by_peer(fd, 10s));
+    ::close(fd);
+    CHECK(resident_kb() - before < margin_kb);
+    // Admitted nodes are not held to the bound: a job still runs.
+    system_config cfg_b{net_options()};
+    caf::actor_system sys_b{cfg_b};
+    exit_guard guard_b;
+    auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", *port);
+    REQUIRE(gate);
+    auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
+    caf::scoped_actor self{sys_b};
+    self->send(agent, join_atom::value, role::worker, std::string{"tok"},
+               join_mode::async);
+    auto job = require_reply<job_info>(self);
+    CHECK(job.rank == 0);
+    // A 400 KB message from the admitted node is read and answered.
+    auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
+    state_snapshot big;
+    big.slices.push_back(slice_record{
+      0, "w", 0, 0, 0, floats{std::vector<float>(100000, 1.0f)}, {}});
+    self->send(coord, load_atom::value, big);
+    auto answered = reply<caf::ok_atom>(self);
+    CHECK((answered || code_of(answered.error()) != errc::timeout));
+    self->send(coord, dead_atom::value, int32_t{6}, int32_t{60});
+    CHECK(require_reply<uint32_t>(self) == 0);
+  }
 }
 
 TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
