@@ -27,8 +27,12 @@ int run(int argc, char** argv) {
   std::string port_file;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
+  std::string bind;
   desc.add_options()("host", po::value(&opts.host)->default_value(opts.host),
                      "address to listen on (\"\" for every interface)")(
+    "bind", po::value(&bind),
+    "the same as --host (the name the servers use for where they listen); "
+    "give one of the two")(
     "port", po::value(&port)->default_value(port),
     "port to listen on; 0 picks a free one (printed at start)")(
     "port-file", po::value(&port_file),
@@ -63,6 +67,11 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check(app, net))
     return *rc;
+  if (vm.count("bind")) {
+    if (!vm["host"].defaulted())
+      return cli::fail(app, "give --bind or --host, not both", 2);
+    opts.host = bind;
+  }
   if (auto rc = cli::resolve_token(app, tok, opts.token))
     return *rc;
   if (auto rc = cli::check_range(app, "workers", opts.num_workers, 1,

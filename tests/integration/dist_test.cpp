@@ -302,6 +302,14 @@ TEST_CASE("dist: a server listens on --bind and gives workers --host",
   CHECK(*rc != 0);
   CHECK(w.output().find("cannot reach the server at 127.0.0.1:")
         != std::string::npos);
+  // The coordinator takes --bind as the same as --host, never both.
+  process coord{{ACTORPS_COORDINATOR_BIN, "--bind", "127.0.0.2", "--port", "0",
+                 "--token", token()}};
+  CHECK(coord.wait_for("127.0.0.2:", startup));
+  process both{{ACTORPS_COORDINATOR_BIN, "--bind", "127.0.0.2", "--host",
+                "127.0.0.1", "--token", token()}};
+  CHECK_EXIT(both, 2, startup);
+  CHECK(both.output().find("not both") != std::string::npos);
 }
 
 TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "
