@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-// Listening on plain TCP without letting a peer that was not admitted make
-// this process allocate what a message header declares. Internal: used by
-// runtime/connect.hpp.
+// Listening without letting a peer that was not admitted make this process
+// allocate what a message header declares, and connecting over TLS.
+// Internal: used by runtime/connect.hpp.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -21,8 +22,16 @@ namespace actorps {
 /// handshake and a refusal fit many times over.
 constexpr std::size_t unadmitted_message_cap = std::size_t{64} << 10;
 
+/// True if `sys` was made by a `system_config` with TLS files: its
+/// connections then speak mutual TLS (runtime/tls.hpp).
+bool tls_enabled(const caf::actor_system& sys);
+
+/// How long connecting over TLS may take (TCP, handshakes, BASP).
+constexpr auto connect_timeout = std::chrono::seconds{30};
+
 /// Publishes `whom` (implementing `sigs`) on `port` at `host` ("": every
-/// interface) over plain TCP, like CAF's publish with reuse_addr, except
+/// interface) over TCP, or TLS when `tls_enabled(sys)`, like CAF's publish
+/// with reuse_addr, except
 /// that each connection it accepts is closed when a message header announces
 /// more than `unadmitted_message_cap` bytes while the connection's node (the
 /// one its BASP handshake named) is not admitted in this process: before
@@ -31,5 +40,11 @@ caf::expected<uint16_t> publish_guarded(caf::actor_system& sys,
                                         caf::strong_actor_ptr whom,
                                         std::set<std::string> sigs,
                                         uint16_t port, const std::string& host);
+
+/// Connects over TLS to the actor published at `host`:`port`, which must
+/// implement `sigs` (a handle type's message types).
+caf::expected<caf::strong_actor_ptr>
+connect_tls(caf::actor_system& sys, const std::string& host, uint16_t port,
+            const std::set<std::string>& sigs);
 
 } // namespace actorps

@@ -14,7 +14,6 @@
 
 #include "caf/atom.hpp"
 #include "caf/io/middleman.hpp"
-#include "caf/openssl/manager.hpp"
 #include "caf/timespan.hpp"
 
 #include "messages/errors.hpp"
@@ -66,12 +65,8 @@ system_config::system_config(const system_options& opts) {
     set("middleman.workers", size_t{0});
     set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat});
     set("middleman.connection-timeout", caf::timespan{opts.connection_timeout});
-    if (opts.tls.enabled()) {
-      load<caf::openssl::manager>();
-      set("openssl.certificate", opts.tls.cert);
-      set("openssl.key", opts.tls.key);
-      set("openssl.cafile", opts.tls.ca);
-    }
+    // Connections speak TLS with these (runtime/connect.hpp).
+    tls_ = opts.tls;
   }
 }
 

@@ -11,11 +11,20 @@ namespace actorps {
 /// Actor-system configuration with every actorps message type and the
 /// actorps error category registered. No command-line parsing: the apps parse
 /// their own options and set what they need. With `opts.network` and
-/// `opts.tls` set, CAF's OpenSSL module is loaded with those files: call
-/// `check_tls` first (CAF aborts on some incomplete settings).
+/// `opts.tls` set, every connection the system publishes or opens through
+/// actorps speaks mutual TLS with those files (check them with `check_tls`
+/// first).
 class system_config : public caf::actor_system_config {
 public:
   explicit system_config(const system_options& opts = {});
+
+  /// The TLS files of a networked system; none set otherwise.
+  const tls_files& tls() const noexcept {
+    return tls_;
+  }
+
+private:
+  tls_files tls_;
 };
 
 /// `tls_problem(tls)` as an error: `none`, or `bad_config` with its text.

@@ -1,6 +1,7 @@
 # Finds CAF 0.17 (Debian ships no CMake config for it).
 # Defines CAF_FOUND, CAF_VERSION and the imported targets CAF::core, CAF::io
-# and CAF::openssl (mutual TLS between a job's nodes).
+# and, when installed, CAF::openssl (only the tests use it: a peer speaking
+# CAF's own TLS; actorps has its own, runtime/tls.hpp).
 find_path(CAF_INCLUDE_DIR caf/all.hpp)
 find_library(CAF_CORE_LIBRARY NAMES caf_core)
 find_library(CAF_IO_LIBRARY NAMES caf_io)
@@ -22,7 +23,6 @@ endif()
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(CAF
   REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
-                CAF_OPENSSL_LIBRARY
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND)
@@ -42,7 +42,7 @@ if(CAF_FOUND)
   endif()
   # The shared library brings OpenSSL along; CAF's openssl headers include
   # none of OpenSSL's.
-  if(NOT TARGET CAF::openssl)
+  if(CAF_OPENSSL_LIBRARY AND NOT TARGET CAF::openssl)
     add_library(CAF::openssl UNKNOWN IMPORTED)
     set_target_properties(CAF::openssl PROPERTIES
       IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
