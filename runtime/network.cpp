@@ -87,8 +87,6 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + std::to_string(opts.bigarray_bound) + " and "
                         + std::to_string(opts.slice_floats) + ")");
   if (auto err = check_tls(opts.system.tls))
-    return make_error(errc::bad_config, "server: " + context_of(err));
-  if (auto err = check_tls(opts.system.tls))
     return make_error(errc::bad_config, "coordinator: " + context_of(err));
   auto sopts = opts.system;
   sopts.network = true;
