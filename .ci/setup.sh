@@ -13,6 +13,7 @@ packages=(
   pkg-config                    # the package test: the installed actorps.pc
   openssl                       # actorps-make-tls: a job CA and node certificates
   libssl-dev                    # mutual TLS between a job's nodes (runtime/tls.cpp)
+  libucx-dev ucx-utils          # the UCX data plane (runtime/ucx), ucx_perftest
   clang libfuzzer-14-dev        # the fuzz targets (.ci/fuzz.sh)
   nlohmann-json3-dev            # JSON the programs write (bench figures)
   dataset-fashion-mnist         # the training job's data

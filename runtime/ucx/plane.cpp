@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/ucx/plane.hpp"
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+namespace actorps::ucx {
+
+namespace {
+
+// Active message ids.
+constexpr unsigned hello_am = 1;
+constexpr unsigned data_am = 2;
+
+constexpr char hello_magic[4] = {'A', 'P', 'S', 'H'};
+constexpr std::size_t nonce_size = 16;
+constexpr std::size_t mac_size = 32;
+constexpr std::size_t hello_header_size = sizeof(hello_magic) + nonce_size
+                                          + mac_size;
+// A UCX worker address is a few hundred bytes; bound what a hello may claim.
+constexpr std::size_t max_address = 16 << 10;
+
+// HMAC-SHA256 under `secret` of the nonce, the sender's and the receiver's
+// address: a hello is good for one receiver, and its nonce only once.
+std::vector<unsigned char>
+hello_mac(const std::string& secret, const unsigned char* nonce,
+          const std::vector<char>& from, const std::vector<char>& to) {
+  std::vector<unsigned char> msg;
+  msg.reserve(nonce_size + from.size() + to.size() + 16);
+  auto put_size = [&](std::size_t n) {
+    for (int i = 0; i < 8; ++i)
+      msg.push_back(static_cast<unsigned char>(n >> (8 * i)));
+  };
+  msg.insert(msg.end(), nonce, nonce + nonce_size);
+  put_size(from.size());
+  msg.insert(msg.end(), from.begin(), from.end());
+  put_size(to.size());
+  msg.insert(msg.end(), to.begin(), to.end());
+  std::vector<unsigned char> mac(mac_size);
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(),
+       msg.size(), mac.data(), &len);
+  mac.resize(len);
+  return mac;
+}
+
+std::string reason(ucs_status_t status) {
+  return ucs_status_string(status);
+}
+
+} // namespace
+
+struct plane::impl {
+  struct peer {
+    std::vector<char> address;
+    ucp_ep_h out = nullptr;
+    bool admitted = false;
+    bool down = false;
+  };
+
+  // A send in flight: owns what UCX reads until completion.
+  struct send_state {
+    std::vector<char> header;
+    payload body;
+    std::function<void(const std::string&)> done;
+  };
+
+  // A rendezvous message being received into `body`.
+  struct fetch_state {
+    impl* self;
+    peer_id from;
+    void* desc;
+    std::vector<char> header;
+    std::vector<char> body;
+  };
+
+  plane_options opts;
+  plane_handlers handlers;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::vector<char> address;
+  int wake_fd = -1;
+  int epoll_fd = -1;
+  std::thread thread;
+
+  // Shared with callers.
+  std::mutex mtx;
+  std::deque<std::function<void()>> jobs;
+  bool stopping = false;
+  peer_id next_peer = 1;
+  std::map<std::vector<char>, peer_id> by_address;
+
+  // Progress thread only.
+  std::map<peer_id, peer> peers;
+  std::unordered_map<ucp_ep_h, peer_id> by_out_ep;
+  std::unordered_map<ucp_ep_h, peer_id> by_reply_ep;
+  std::set<std::vector<unsigned char>> used_nonces;
+  std::vector<fetch_state*> fetches;
+
+  ~impl() {
+    if (worker != nullptr)
+      ucp_worker_destroy(worker);
+    if (context != nullptr)
+      ucp_cleanup(context);
+    if (wake_fd >= 0)
+      ::close(wake_fd);
+    if (epoll_fd >= 0)
+      ::close(epoll_fd);
+  }
+
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      jobs.push_back(std::move(job));
+    }
+    uint64_t one = 1;
+    static_cast<void>(::write(wake_fd, &one, sizeof(one)));
+  }
+
+  peer_id id_of(const std::vector<char>& addr) {
+    std::lock_guard<std::mutex> guard{mtx};
+    auto [i, added] = by_address.emplace(addr, next_peer);
+    if (added)
+      ++next_peer;
+    return i->second;
+  }
+
+  // -- progress thread ----------------------------------------------------
+
+  void run() {
+    int efd = -1;
+    ucp_worker_get_efd(worker, &efd);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = efd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, efd, &ev);
+    ev.data.fd = wake_fd;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
+    for (;;) {
+      std::deque<std::function<void()>> todo;
+      bool stop;
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        todo.swap(jobs);
+        stop = stopping;
+      }
+      for (auto& job : todo)
+        job();
+      if (stop)
+        break;
+      while (ucp_worker_progress(worker) != 0) {
+        // Progress until idle.
+      }
+      run_fetches();
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        if (!jobs.empty() || stopping)
+          continue;
+      }
+      if (ucp_worker_arm(worker) == UCS_ERR_BUSY)
+        continue;
+      epoll_event events[2];
+      auto n = epoll_wait(epoll_fd, events, 2, -1);
+      for (int i = 0; i < n; ++i)
+        if (events[i].data.fd == wake_fd) {
+          uint64_t count;
+          static_cast<void>(::read(wake_fd, &count, sizeof(count)));
+        }
+    }
+    shut_down();
+  }
+
+  void shut_down() {
+    for (auto& [id, p] : peers)
+      if (p.out != nullptr) {
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        auto req = ucp_ep_close_nbx(p.out, &param);
+        if (UCS_PTR_IS_PTR(req)) {
+          while (ucp_request_check_status(req) == UCS_INPROGRESS)
+            ucp_worker_progress(worker);
+          ucp_request_free(req);
+        }
+        p.out = nullptr;
+      }
+    while (ucp_worker_progress(worker) != 0) {
+      // Lets cancelled sends and receives complete.
+    }
+    for (auto* f : fetches) {
+      ucp_am_data_release(worker, f->desc);
+      delete f;
+    }
+    fetches.clear();
+  }
+
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    auto* self = static_cast<impl*>(arg);
+    auto i = self->by_out_ep.find(ep);
+    if (i == self->by_out_ep.end())
+      return;
+    self->mark_down(i->second, "UCX: " + reason(status));
+  }
+
+  void mark_down(peer_id id, const std::string& why) {
+    auto i = peers.find(id);
+    if (i == peers.end() || i->second.down)
+      return;
+    auto& p = i->second;
+    p.down = true;
+    if (p.out != nullptr) {
+      by_out_ep.erase(p.out);
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      auto req = ucp_ep_close_nbx(p.out, &param);
+      if (UCS_PTR_IS_PTR(req))
+        ucp_request_free(req);
+      p.out = nullptr;
+    }
+    if (handlers.on_peer_down)
+      handlers.on_peer_down(id, why);
+  }
+
+  // Opens the endpoint to peer `id` and says hello first.
+  void open(peer_id id, const std::vector<char>& addr) {
+    auto& p = peers[id];
+    if (p.out != nullptr || p.down)
+      return;
+    p.address = addr;
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                        | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                        | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = reinterpret_cast<const ucp_address_t*>(addr.data());
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &impl::on_ep_error;
+    params.err_handler.arg = this;
+    ucp_ep_h ep = nullptr;
+    if (auto status = ucp_ep_create(worker, &params, &ep); status != UCS_OK) {
+      mark_down(id, "UCX: cannot connect (" + reason(status) + ")");
+      return;
+    }
+    p.out = ep;
+    by_out_ep[ep] = id;
+    // hello: magic, nonce, HMAC; body: our address.
+    auto state = new send_state;
+    state->header.resize(hello_header_size);
+    std::memcpy(state->header.data(), hello_magic, sizeof(hello_magic));
+    auto* nonce = reinterpret_cast<unsigned char*>(state->header.data()
+                                                   + sizeof(hello_magic));
+    RAND_bytes(nonce, nonce_size);
+    auto mac = hello_mac(opts.secret, nonce, address, addr);
+    std::memcpy(state->header.data() + sizeof(hello_magic) + nonce_size,
+                mac.data(), mac.size());
+    state->body.data = address.data();
+    state->body.size = address.size();
+    submit(ep, hello_am, state);
+  }
+
+  static void on_sent(void* request, ucs_status_t status, void* user_data) {
+    auto* state = static_cast<send_state*>(user_data);
+    if (state->done)
+      state->done(status == UCS_OK ? std::string{} : "UCX: " + reason(status));
+    delete state;
+    ucp_request_free(request);
+  }
+
+  void submit(ucp_ep_h ep, unsigned am, send_state* state) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
+                         | UCP_OP_ATTR_FIELD_USER_DATA
+                         | UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send = &impl::on_sent;
+    param.user_data = state;
+    param.flags = UCP_AM_SEND_FLAG_REPLY;
+    auto req = ucp_am_send_nbx(ep, am, state->header.data(),
+                               state->header.size(), state->body.data,
+                               state->body.size, &param);
+    if (UCS_PTR_IS_PTR(req))
+      return;
+    auto status = UCS_PTR_STATUS(req);
+    if (state->done)
+      state->done(status == UCS_OK ? std::string{} : "UCX: " + reason(status));
+    delete state;
+  }
+
+  void send_now(peer_id to, send_state* state) {
+    auto i = peers.find(to);
+    std::string why;
+    if (stopping_now())
+      why = "UCX: the data plane is closed";
+    else if (i == peers.end() || i->second.out == nullptr)
+      why = "UCX: no connection to this peer";
+    else if (i->second.down)
+      why = "UCX: the peer is down";
+    if (!why.empty()) {
+      if (state->done)
+        state->done(why);
+      delete state;
+      return;
+    }
+    submit(i->second.out, data_am, state);
+  }
+
+  bool stopping_now() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return stopping;
+  }
+
+  static ucs_status_t on_hello(void* arg, const void* header,
+                               size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<impl*>(arg);
+    // A hello arrives whole (it is small); anything else is no hello.
+    if (header_length != hello_header_size || length == 0
+        || length > max_address
+        || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0
+        || (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0
+        || std::memcmp(header, hello_magic, sizeof(hello_magic)) != 0)
+      return UCS_OK;
+    auto* bytes = static_cast<const unsigned char*>(header);
+    auto* nonce = bytes + sizeof(hello_magic);
+    auto* mac = nonce + nonce_size;
+    std::vector<char> from(static_cast<const char*>(data),
+                           static_cast<const char*>(data) + length);
+    auto expected = hello_mac(self->opts.secret, nonce, from, self->address);
+    if (expected.size() != mac_size
+        || CRYPTO_memcmp(expected.data(), mac, mac_size) != 0)
+      return UCS_OK;
+    std::vector<unsigned char> key(nonce, nonce + nonce_size);
+    if (!self->used_nonces.insert(key).second)
+      return UCS_OK; // A replayed hello.
+    auto id = self->id_of(from);
+    self->by_reply_ep[param->reply_ep] = id;
+    auto& p = self->peers[id];
+    if (p.down)
+      return UCS_OK;
+    if (p.out == nullptr)
+      self->open(id, from); // Our own connection back, with our hello.
+    if (!p.admitted) {
+      p.admitted = true;
+      if (self->handlers.on_peer_up)
+        self->handlers.on_peer_up(id, from);
+    }
+    return UCS_OK;
+  }
+
+  static ucs_status_t on_data(void* arg, const void* header,
+                              size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<impl*>(arg);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0)
+      return UCS_OK;
+    auto i = self->by_reply_ep.find(param->reply_ep);
+    if (i == self->by_reply_ep.end())
+      return UCS_OK; // Not admitted: never read, never allocated for.
+    auto id = i->second;
+    auto& p = self->peers[id];
+    if (p.down || !p.admitted)
+      return UCS_OK;
+    if (header_length > self->opts.max_header || length > self->opts.max_body) {
+      self->mark_down(id, "UCX: the peer sent a message over the bound ("
+                            + std::to_string(header_length) + " + "
+                            + std::to_string(length) + " bytes)");
+      return UCS_OK;
+    }
+    std::vector<char> head(static_cast<const char*>(header),
+                           static_cast<const char*>(header) + header_length);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      auto* f = new fetch_state{self, id, data, std::move(head), {}};
+      f->body.resize(length);
+      self->fetches.push_back(f);
+      return UCS_INPROGRESS;
+    }
+    std::vector<char> body(static_cast<const char*>(data),
+                           static_cast<const char*>(data) + length);
+    if (self->handlers.on_message)
+      self->handlers.on_message(id, std::move(head), std::move(body));
+    return UCS_OK;
+  }
+
+  static void on_fetched(void* request, ucs_status_t status, size_t,
+                         void* user_data) {
+    auto* f = static_cast<fetch_state*>(user_data);
+    f->self->fetched(f, status);
+    ucp_request_free(request);
+  }
+
+  void fetched(fetch_state* f, ucs_status_t status) {
+    auto p = peers.find(f->from);
+    if (status == UCS_OK && p != peers.end() && !p->second.down
+        && handlers.on_message)
+      handlers.on_message(f->from, std::move(f->header), std::move(f->body));
+    delete f;
+  }
+
+  void run_fetches() {
+    auto todo = std::move(fetches);
+    fetches.clear();
+    for (auto* f : todo) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
+                           | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv_am = &impl::on_fetched;
+      param.user_data = f;
+      auto req = ucp_am_recv_data_nbx(worker, f->desc, f->body.data(),
+                                      f->body.size(), &param);
+      if (UCS_PTR_IS_PTR(req))
+        continue;
+      fetched(f, UCS_PTR_STATUS(req));
+    }
+  }
+};
+
+plane::plane(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
+  // nop
+}
+
+plane::~plane() {
+  close();
+}
+
+std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
+                                    std::string& error) {
+  auto d = std::make_unique<impl>();
+  d->opts = std::move(opts);
+  d->handlers = std::move(handlers);
+  ucp_config_t* config = nullptr;
+  if (auto status = ucp_config_read(nullptr, nullptr, &config);
+      status != UCS_OK) {
+    error = "UCX: cannot read its configuration (" + reason(status)
+            + "; check the UCX_* environment variables)";
+    return nullptr;
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  auto status = ucp_init(&params, config, &d->context);
+  ucp_config_release(config);
+  if (status != UCS_OK) {
+    d->context = nullptr;
+    error = "UCX: cannot start (" + reason(status)
+            + "; UCX_TLS and UCX_NET_DEVICES choose its transports, "
+              "`ucx_info -d` lists them)";
+    return nullptr;
+  }
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if (status = ucp_worker_create(d->context, &wparams, &d->worker);
+      status != UCS_OK) {
+    d->worker = nullptr;
+    error = "UCX: cannot create a worker (" + reason(status)
+            + "; UCX_TLS and UCX_NET_DEVICES choose its transports, "
+              "`ucx_info -d` lists them)";
+    return nullptr;
+  }
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  if (status = ucp_worker_get_address(d->worker, &addr, &addr_len);
+      status != UCS_OK) {
+    error = "UCX: no worker address (" + reason(status) + ")";
+    return nullptr;
+  }
+  auto* bytes = reinterpret_cast<const char*>(addr);
+  d->address.assign(bytes, bytes + addr_len);
+  ucp_worker_release_address(d->worker, addr);
+  for (auto [id, cb] : {std::pair{hello_am, &impl::on_hello},
+                        std::pair{data_am, &impl::on_data}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID
+                    | UCP_AM_HANDLER_PARAM_FIELD_CB
+                    | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = id;
+    hp.cb = cb;
+    hp.arg = d.get();
+    if (status = ucp_worker_set_am_recv_handler(d->worker, &hp);
+        status != UCS_OK) {
+      error = "UCX: cannot receive (" + reason(status) + ")";
+      return nullptr;
+    }
+  }
+  d->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  d->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (d->wake_fd < 0 || d->epoll_fd < 0) {
+    error = "UCX: no eventfd or epoll for the progress thread";
+    return nullptr;
+  }
+  auto* raw = d.get();
+  d->thread = std::thread{[raw] { raw->run(); }};
+  return std::unique_ptr<plane>{new plane(std::move(d))};
+}
+
+const std::vector<char>& plane::address() const {
+  return impl_->address;
+}
+
+peer_id plane::connect(const std::vector<char>& address) {
+  auto id = impl_->id_of(address);
+  auto* d = impl_.get();
+  d->post([d, id, address] {
+    auto i = d->peers.find(id);
+    if (i == d->peers.end() || i->second.out == nullptr)
+      d->open(id, address);
+  });
+  return id;
+}
+
+void plane::send(peer_id to, std::vector<char> header, payload body,
+                 std::function<void(const std::string&)> done) {
+  auto* d = impl_.get();
+  {
+    std::lock_guard<std::mutex> guard{d->mtx};
+    if (d->stopping) {
+      if (done)
+        done("UCX: the data plane is closed");
+      return;
+    }
+  }
+  auto* state = new impl::send_state{std::move(header), std::move(body),
+                                     std::move(done)};
+  d->post([d, to, state] { d->send_now(to, state); });
+}
+
+void plane::close() {
+  if (!impl_ || !impl_->thread.joinable())
+    return;
+  {
+    std::lock_guard<std::mutex> guard{impl_->mtx};
+    impl_->stopping = true;
+  }
+  impl_->post([] {});
+  impl_->thread.join();
+  // Work queued while the thread stopped: sends fail as closed.
+  std::deque<std::function<void()>> rest;
+  {
+    std::lock_guard<std::mutex> guard{impl_->mtx};
+    rest.swap(impl_->jobs);
+  }
+  for (auto& job : rest)
+    job();
+}
+
+} // namespace actorps::ucx

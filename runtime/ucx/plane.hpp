@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+// The UCX data plane of one process: the bytes of tensors between worker and
+// shard processes, beside CAF's control channel (DESIGN.md, section 7). No
+// CAF here: the actors reach it through runtime/, which turns its messages
+// into typed ones.
+//
+// One UCX context and worker per plane, driven by one progress thread that
+// makes every UCX call (callers only queue work and wake it). A peer is
+// another plane, reached by the address bytes it published (through the
+// coordinator, after its node was admitted). Both directions authenticate:
+// the first message on every connection is a hello carrying an HMAC of the
+// job's data secret (handed out over the authenticated control channel),
+// and a connection that does not open with a valid hello is dropped, its
+// data never read.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace actorps::ucx {
+
+/// Identifies a peer plane within this plane (never 0).
+using peer_id = uint64_t;
+
+/// Bytes that stay valid until the send that carries them completed.
+struct payload {
+  const void* data = nullptr;
+  std::size_t size = 0;
+  /// Keeps `data` alive (may be empty when `data` outlives the plane).
+  std::shared_ptr<const void> keep;
+};
+
+/// What a plane tells its owner, on its progress thread: keep it short.
+struct plane_handlers {
+  /// A message from an admitted peer: its header and payload bytes.
+  std::function<void(peer_id from, std::vector<char> header,
+                     std::vector<char> body)>
+    on_message;
+  /// A peer admitted itself (its hello checked out); `address` is the one
+  /// it published, the same bytes `connect` takes.
+  std::function<void(peer_id, const std::vector<char>& address)> on_peer_up;
+  /// A peer's connection failed or closed: sends to it fail from now on.
+  std::function<void(peer_id, const std::string& why)> on_peer_down;
+};
+
+/// Settings of a plane.
+struct plane_options {
+  /// The job's data secret: peers prove they hold it.
+  std::string secret;
+  /// Largest header and body a peer may send (messages beyond are dropped
+  /// and the peer cut off).
+  std::size_t max_header = std::size_t{64} << 10;
+  std::size_t max_body = std::size_t{1} << 30;
+};
+
+/// One process's UCX endpoint. Thread-safe: every member may be called from
+/// any thread; the handlers run on the plane's progress thread.
+class plane {
+public:
+  /// Creates the UCX context and worker and starts the progress thread;
+  /// `error` gets UCX's reason on failure (no usable transport, ...).
+  static std::unique_ptr<plane>
+  start(plane_options opts, plane_handlers handlers, std::string& error);
+
+  ~plane();
+
+  plane(const plane&) = delete;
+  plane& operator=(const plane&) = delete;
+
+  /// This plane's address, for peers to `connect` to.
+  const std::vector<char>& address() const;
+
+  /// Connects to the plane at `address` and says hello; messages may be
+  /// sent at once (they follow the hello). The same address twice gives
+  /// the same peer.
+  peer_id connect(const std::vector<char>& address);
+
+  /// Sends `header` and `body` to `to`; `done` (optional) runs on the
+  /// progress thread with "" once the bytes left, or with the reason the
+  /// send failed (peer down, unknown peer, plane closed).
+  void send(peer_id to, std::vector<char> header, payload body,
+            std::function<void(const std::string&)> done = {});
+
+  /// Stops the progress thread and closes every connection; sends not yet
+  /// done fail. Called by the destructor.
+  void close();
+
+  struct impl;
+
+private:
+  explicit plane(std::unique_ptr<impl> ptr);
+
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace actorps::ucx
