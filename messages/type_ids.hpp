@@ -64,5 +64,6 @@ CAF_ADD_ATOM(actorps, actorps, node_down_atom, "node_down")
 CAF_ADD_ATOM(actorps, actorps, forwarded_atom, "forwarded")
 CAF_ADD_ATOM(actorps, actorps, compress_atom, "compress")
 CAF_ADD_ATOM(actorps, actorps, admit_atom, "admit")
+CAF_ADD_ATOM(actorps, actorps, ucx_atom, "ucx")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

@@ -45,6 +45,7 @@
 #include "runtime/system.hpp"
 #include "tests/core/temp_dir.hpp"
 #include "tests/integration/process.hpp"
+#include "tests/runtime/exit_guard.hpp"
 
 using namespace actorps;
 using namespace std::chrono_literals;
@@ -59,20 +60,7 @@ system_options net_options(size_t threads = 0) {
 }
 
 // Sends an exit to every registered actor on destruction.
-struct exit_guard {
-  std::vector<caf::actor> actors;
-
-  template <class Handle>
-  Handle operator()(Handle h) {
-    actors.push_back(caf::actor_cast<caf::actor>(h));
-    return h;
-  }
-
-  ~exit_guard() {
-    for (auto& a : actors)
-      caf::anon_send_exit(a, caf::exit_reason::kill);
-  }
-};
+using test::exit_guard;
 
 // Takes the next message from `self`, which must be a `T` or an error.
 template <class T>

@@ -9,8 +9,21 @@
 #include <string>
 #include <vector>
 
-#include "runtime/ucx/plane.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/binary_deserializer.hpp"
+#include "caf/binary_serializer.hpp"
+#include "caf/scoped_actor.hpp"
 
+#include "actors/shard/shard.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+#include "runtime/system.hpp"
+#include "runtime/ucx/frames.hpp"
+#include "runtime/ucx/ingress.hpp"
+#include "runtime/ucx/plane.hpp"
+#include "tests/runtime/exit_guard.hpp"
+
+using namespace actorps;
 using namespace actorps::ucx;
 using namespace std::chrono_literals;
 
@@ -212,4 +225,137 @@ TEST_CASE("ucx: a peer that goes away is reported, and sends to it fail",
   a->send(to_b, bytes("z"), payload{}, after.callback());
   REQUIRE(after.wait(1s));
   CHECK(after.error.find("closed") != std::string::npos);
+}
+
+namespace {
+
+template <class T>
+std::vector<char> serialized(caf::actor_system& sys, T x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(x));
+  return buf;
+}
+
+std::vector<float> as_floats(const std::vector<char>& body) {
+  std::vector<float> out(body.size() / sizeof(float));
+  std::memcpy(out.data(), body.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// Asks `shard` over CAF, as the reference.
+template <class Reply, class... Ts>
+Reply ask(caf::scoped_actor& self, const shard_actor& shard, Ts&&... xs) {
+  Reply out{};
+  bool ok = false;
+  self->request(shard, 10s, std::forward<Ts>(xs)...)
+    .receive(
+      [&](Reply& x) {
+        out = std::move(x);
+        ok = true;
+      },
+      [&](caf::error& err) { FAIL(to_string(err)); });
+  REQUIRE(ok);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
+          "typed messages",
+          "[ucx]") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  shard_config sc;
+  sc.index = 7;
+  // `served` behind the ingress; `reference` asked over CAF the same way.
+  auto served = guard(spawn_shard(sys, sc));
+  auto reference = guard(spawn_shard(sys, sc));
+  auto id = make_slice_id(3, 0);
+  std::vector<float> first{1, 2, 3, 4};
+  for (auto& s : {served, reference})
+    ask<caf::ok_atom>(self, s, init_atom::value, slice_init{id, floats{first}});
+  // The server's plane feeds the ingress.
+  auto queue = std::make_shared<frame_queue>();
+  plane_handlers handlers;
+  handlers.on_message = [queue](peer_id from, std::vector<char> header,
+                                std::vector<char> body) {
+    queue->push(frame{from, std::move(header), std::move(body)});
+  };
+  plane_options opts;
+  opts.secret = "s";
+  std::string error;
+  std::shared_ptr<plane> server = plane::start(opts, handlers, error);
+  REQUIRE(server);
+  guard(spawn_ingress(sys, queue, server, {{7, served}}));
+  inbox client_box;
+  auto client = start("s", client_box);
+  auto to_server = client->connect(server->address());
+  auto request = [&](frame_kind kind, uint64_t req, uint32_t shard,
+                     std::vector<char> body) {
+    frame_header h;
+    h.kind = kind;
+    h.request = req;
+    h.shard = shard;
+    auto keep = std::make_shared<std::vector<char>>(std::move(body));
+    client->send(to_server, encode(h),
+                 payload{keep->data(), keep->size(), keep});
+    REQUIRE(client_box.wait([&](inbox& x) {
+      for (auto& [from, header] : x.headers)
+        if (auto r = decode(header); r && r->request == req)
+          return true;
+      return false;
+    }));
+    std::lock_guard<std::mutex> guard{client_box.mtx};
+    for (size_t i = 0; i < client_box.headers.size(); ++i)
+      if (auto r = decode(client_box.headers[i].second); r->request == req)
+        return std::make_pair(r->kind, client_box.bodies[i]);
+    FAIL("no reply");
+    return std::make_pair(frame_kind::failure, std::vector<char>{});
+  };
+  std::vector<float> grad{10, 20, 30, 40};
+  auto [push_kind, push_body]
+    = request(frame_kind::push, 1, 7,
+              serialized(sys, slice_push{id, 0, 0, floats{grad}}));
+  CHECK(push_kind == frame_kind::reply);
+  CHECK(push_body.empty());
+  ask<caf::ok_atom>(self, reference, push_atom::value,
+                    slice_push{id, 0, 0, floats{grad}});
+  auto [pull_kind, pull_body] = request(frame_kind::pull, 2, 7,
+                                        serialized(sys, slice_pull{id, 0, 1}));
+  CHECK(pull_kind == frame_kind::reply);
+  auto want = ask<shared_floats>(self, reference, pull_atom::value,
+                                 slice_pull{id, 0, 1});
+  CHECK(as_floats(pull_body) == want.vec());
+  // Errors come back as errors: a shard this server lacks, a body that is
+  // no request, and the shard's own refusal (a slice never initialized).
+  auto error_of = [&](const std::vector<char>& body) {
+    caf::error err;
+    caf::binary_deserializer source{sys, body};
+    REQUIRE_FALSE(source(err));
+    return err;
+  };
+  auto [k1, b1] = request(frame_kind::pull, 3, 9,
+                          serialized(sys, slice_pull{id, 0, 2}));
+  CHECK(k1 == frame_kind::failure);
+  CHECK(code_of(error_of(b1)) == errc::bad_config);
+  auto [k2, b2] = request(frame_kind::push, 4, 7, bytes("no push"));
+  CHECK(k2 == frame_kind::failure);
+  CHECK(code_of(error_of(b2)) == errc::bad_config);
+  auto [k3, b3]
+    = request(frame_kind::pull, 5, 7,
+              serialized(sys, slice_pull{make_slice_id(99, 0), 0, 0}));
+  CHECK(k3 == frame_kind::failure);
+  caf::error want_err;
+  self
+    ->request(reference, 10s, pull_atom::value,
+              slice_pull{make_slice_id(99, 0), 0, 0})
+    .receive([](shared_floats&) { FAIL("an unknown slice was pulled"); },
+             [&](caf::error& err) { want_err = std::move(err); });
+  REQUIRE(want_err);
+  CHECK(error_of(b3) == want_err);
+  client->close();
+  server->close();
 }

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+// Where the UCX plane meets the actors. Internal to runtime/.
+//
+// The plane's progress thread never blocks on an actor: it queues what
+// arrives in a `frame_queue`, which wakes one actor with `(ucx_atom)` when
+// it stops being empty; the actor takes the whole queue.
+//
+// On a server, the ingress actor turns request frames into the shards'
+// typed requests and sends each reply back as a frame:
+// - `push` (`slice_push`) -> `(push_atom, slice_push)`, replied `ok_atom`;
+// - `pull` (`slice_pull`) -> `(pull_atom, slice_pull)`, replied with the
+//   slice's floats;
+// - `push_pull` (`slice_push`) -> `(push_pull_atom, slice_push)`, replied
+//   with the floats;
+// - `batch` (`slice_batch`) -> `(batch_atom, slice_batch)`, replied with
+//   the value's floats in order;
+// priority > 0 is sent with CAF's high priority (the shard is local, so its
+// urgent queue sees it). A request body that does not decode, or names a
+// shard this server does not host, is answered with a `failure` frame
+// (`bad_config`); a frame that is no request is dropped. Reply bodies: the
+// raw floats (native float32), none for `ok_atom`, a `caf::error` in CAF's
+// binary format for `failure`.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/fwd.hpp"
+
+#include "actors/shard/shard.hpp"
+#include "runtime/ucx/plane.hpp"
+
+namespace actorps::ucx {
+
+/// One message the plane received.
+struct frame {
+  peer_id from = 0;
+  std::vector<char> header;
+  std::vector<char> body;
+};
+
+/// Frames waiting for an actor. Thread-safe.
+class frame_queue {
+public:
+  /// The actor to wake; frames pushed before it is set wait.
+  void set_target(caf::actor target);
+
+  /// Queues `x`; wakes the target if the queue was empty.
+  void push(frame x);
+
+  /// Takes everything queued.
+  std::vector<frame> take();
+
+private:
+  std::mutex mtx_;
+  caf::actor target_;
+  std::vector<frame> items_;
+};
+
+/// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
+/// `on_message`) for the shards of this server, by their index in the
+/// job's routing table.
+caf::actor spawn_ingress(caf::actor_system& sys,
+                         std::shared_ptr<frame_queue> queue,
+                         std::shared_ptr<plane> plane,
+                         std::map<uint32_t, shard_actor> shards);
+
+} // namespace actorps::ucx
