@@ -7,10 +7,13 @@
 #include "actors/worker/state.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 #include <utility>
 
+#include "caf/binary_deserializer.hpp"
+#include "caf/binary_serializer.hpp"
 #include "caf/event_based_actor.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
@@ -366,6 +369,71 @@ void write_init(worker_ptr self, key_info info, floats value,
       },
       on_error, init_atom::value, std::move(msg));
   }
+}
+
+// -- the data channel's encoding ------------------------------------------
+
+namespace {
+
+template <class T>
+caf::error save(caf::actor_system& sys, T& x, std::vector<char>& out) {
+  caf::binary_serializer sink{sys, out};
+  return sink(x);
+}
+
+bool raw_floats(const std::vector<char>& body, std::vector<float>& out) {
+  if (body.size() % sizeof(float) != 0)
+    return false;
+  out.resize(body.size() / sizeof(float));
+  if (!out.empty())
+    std::memcpy(out.data(), body.data(), body.size());
+  return true;
+}
+
+} // namespace
+
+caf::error serialize(caf::actor_system& sys, slice_push& x,
+                     std::vector<char>& out) {
+  return save(sys, x, out);
+}
+
+caf::error serialize(caf::actor_system& sys, slice_pull& x,
+                     std::vector<char>& out) {
+  return save(sys, x, out);
+}
+
+caf::error serialize(caf::actor_system& sys, slice_batch& x,
+                     std::vector<char>& out) {
+  return save(sys, x, out);
+}
+
+caf::error deserialize_error(caf::actor_system& sys,
+                             const std::vector<char>& body) {
+  caf::error err;
+  caf::binary_deserializer source{sys, body};
+  if (source(err) || !err)
+    return make_error(errc::bad_config, "ucx: a failure reply holds no error");
+  return err;
+}
+
+bool decode_reply(const std::vector<char>& body, caf::ok_atom&) {
+  return body.empty();
+}
+
+bool decode_reply(const std::vector<char>& body, shared_floats& x) {
+  std::vector<float> v;
+  if (!raw_floats(body, v))
+    return false;
+  x = shared_floats{std::move(v)};
+  return true;
+}
+
+bool decode_reply(const std::vector<char>& body, float_parts& x) {
+  std::vector<float> v;
+  if (!raw_floats(body, v))
+    return false;
+  x = float_parts{std::move(v)};
+  return true;
 }
 
 } // namespace actorps

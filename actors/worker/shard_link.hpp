@@ -6,7 +6,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "caf/event_based_actor.hpp"
 #include "caf/message_priority.hpp"
@@ -14,8 +18,21 @@
 #include "caf/typed_event_based_actor.hpp"
 
 #include "actors/worker/state.hpp"
+#include "messages/errors.hpp"
 
 namespace actorps {
+
+/// `x` in CAF's binary format, appended to `out`.
+caf::error serialize(caf::actor_system& sys, slice_push& x,
+                     std::vector<char>& out);
+caf::error serialize(caf::actor_system& sys, slice_pull& x,
+                     std::vector<char>& out);
+caf::error serialize(caf::actor_system& sys, slice_batch& x,
+                     std::vector<char>& out);
+
+/// The `caf::error` in `body`, or a `bad_config` error saying it is none.
+caf::error deserialize_error(caf::actor_system& sys,
+                             const std::vector<char>& body);
 
 /// Sends one request to shard `index` and tracks it until it completes: the
 /// one place where a worker's tensor bytes leave for a shard, and so the seam
@@ -28,12 +45,68 @@ namespace actorps {
 /// - the shard gets the same typed message, with priority > 0 overtaking its
 ///   normal backlog; order among one worker's operations on one slice is kept
 ///   by their sequence numbers, not by the transport.
-/// Today CAF carries every request: priority > 0 goes through the shard's
+/// A data channel (cfg.channel, the UCX plane) carries push, pull,
+/// push_pull and batch requests to the shards it carries, with their
+/// priority; CAF carries the rest: priority > 0 goes through the shard's
 /// relay when the shard is remote (CAF drops priorities over the network,
 /// see actors/shard/relay.hpp), else with CAF's high priority.
-template <class Reply, class OnOk, class... Ts>
+// The kind of a data request, for a data channel; none for other requests.
+template <class Atom>
+constexpr std::optional<data_kind> data_kind_of() {
+  if constexpr (std::is_same_v<Atom, push_atom>)
+    return data_kind::push;
+  else if constexpr (std::is_same_v<Atom, pull_atom>)
+    return data_kind::pull;
+  else if constexpr (std::is_same_v<Atom, push_pull_atom>)
+    return data_kind::push_pull;
+  else if constexpr (std::is_same_v<Atom, batch_atom>)
+    return data_kind::batch;
+  else
+    return std::nullopt;
+}
+
+/// Decodes a data channel's reply body into `x`; false if it is none.
+bool decode_reply(const std::vector<char>& body, caf::ok_atom& x);
+bool decode_reply(const std::vector<char>& body, shared_floats& x);
+bool decode_reply(const std::vector<char>& body, float_parts& x);
+
+/// Sends `(atom, msg)` over the worker's data channel as request `id`.
+template <class Reply, class Atom, class Msg, class Ok, class Fail>
+void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
+                Ok ok, Fail fail, Msg& msg) {
+  auto& st = self->state;
+  std::vector<char> body;
+  if (auto err = serialize(self->system(), msg, body)) {
+    fail(err);
+    return;
+  }
+  worker_state::channel_wait w;
+  w.on_fail = fail;
+  w.on_reply = [self, ok, fail](data_reply& r) mutable {
+    if (r.failed) {
+      auto err = deserialize_error(self->system(), r.body);
+      fail(err);
+      return;
+    }
+    Reply x;
+    if (!decode_reply(r.body, x)) {
+      auto err = make_error(errc::bad_config, "ucx: a reply of "
+                                                + std::to_string(r.body.size())
+                                                + " bytes does not decode");
+      fail(err);
+      return;
+    }
+    ok(x);
+  };
+  st.channel_waiting.emplace(id, std::move(w));
+  st.cfg.channel->send(index, id, *data_kind_of<Atom>(), priority,
+                       std::move(body));
+  self->delayed_send(self, st.cfg.timeout, ucx_atom::value, id);
+}
+
+template <class Reply, class OnOk, class Atom, class Msg>
 void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
-              std::function<void(caf::error&)> on_err, Ts&&... xs) {
+              std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
   auto& st = self->state;
   if (st.dead[index]) {
     auto err = dead_shard(index);
@@ -55,16 +128,23 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     pending.erase(i);
     f(err);
   };
+  if constexpr (data_kind_of<Atom>().has_value()) {
+    if (st.cfg.channel && st.cfg.channel->carries(index)) {
+      to_channel<Reply, Atom>(self, index, priority, id, std::move(ok),
+                              std::move(fail), msg);
+      return;
+    }
+  }
   if (priority > 0 && !st.cfg.relays.empty())
-    self->request(st.cfg.relays[index], st.timeout(), std::forward<Ts>(xs)...)
+    self->request(st.cfg.relays[index], st.timeout(), atom, std::move(msg))
       .then(ok, fail);
   else if (priority > 0)
     self
       ->request<caf::message_priority::high>(st.cfg.shards[index], st.timeout(),
-                                             std::forward<Ts>(xs)...)
+                                             atom, std::move(msg))
       .then(ok, fail);
   else
-    self->request(st.cfg.shards[index], st.timeout(), std::forward<Ts>(xs)...)
+    self->request(st.cfg.shards[index], st.timeout(), atom, std::move(msg))
       .then(ok, fail);
 }
 

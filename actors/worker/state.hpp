@@ -55,6 +55,12 @@ struct worker_state {
   std::vector<std::unordered_map<uint64_t, std::function<void(caf::error&)>>>
     in_flight;
   uint64_t next_request = 0;
+  // Requests out on cfg.channel, by id: what their reply or timeout runs.
+  struct channel_wait {
+    std::function<void(data_reply&)> on_reply;
+    std::function<void(caf::error&)> on_fail;
+  };
+  std::unordered_map<uint64_t, channel_wait> channel_waiting;
   /// Calls on several keys so far (see route::named_in).
   uint64_t calls = 0;
   /// Per shard: requests waiting for room under cfg.max_bytes_in_flight.

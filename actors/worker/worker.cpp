@@ -379,6 +379,34 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       return self->delegate(self->state.cfg.coordinator, command_atom::value,
                             head, body);
     },
+    [self](ucx_atom) {
+      // Replies wait on the data channel (it only wakes us: what we read
+      // comes from the channel, not from this message).
+      auto& st = self->state;
+      if (!st.cfg.channel)
+        return;
+      for (auto& r : st.cfg.channel->take()) {
+        auto i = st.channel_waiting.find(r.request);
+        if (i == st.channel_waiting.end())
+          continue;
+        auto w = std::move(i->second);
+        st.channel_waiting.erase(i);
+        w.on_reply(r);
+      }
+    },
+    [self](ucx_atom, uint64_t id) {
+      // A request on the data channel timed out (our own timer).
+      auto& st = self->state;
+      if (self->current_sender() != self->ctrl())
+        return;
+      auto i = st.channel_waiting.find(id);
+      if (i == st.channel_waiting.end())
+        return;
+      auto w = std::move(i->second);
+      st.channel_waiting.erase(i);
+      auto err = caf::make_error(caf::sec::request_timeout);
+      w.on_fail(err);
+    },
     [self](leave_atom) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "leave"))
         return err;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include <actorps/actors/coordinator/coordinator.hpp>
 #include <actorps/actors/shard/shard.hpp>
+#include <actorps/actors/worker/channel.hpp>
 #include <actorps/core/batching.hpp>
 #include <actorps/messages/type_ids.hpp>
 
@@ -115,6 +117,10 @@ struct worker_config {
   /// The worker quantizes each pushed slice (keeping 2-bit residuals per
   /// slice); the values then cross the network packed.
   actorps::compression compression{};
+  /// Carries data requests to the shards it `carries` (the UCX plane);
+  /// none: CAF carries everything. The channel wakes the worker with
+  /// `(ucx_atom)` when replies wait.
+  std::shared_ptr<data_channel> channel;
 };
 
 /// Interface of a worker actor.
@@ -140,7 +146,8 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
-  caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>>;
+  caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
+  caf::reacts_to<ucx_atom>, caf::reacts_to<ucx_atom, uint64_t>>;
 
 /// Spawns a worker. The caller owns it: link to or monitor the handle.
 worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg);

@@ -3,7 +3,19 @@
 
 #include <cstddef>
 
+#include "actors/worker/channel.hpp"
+
 namespace actorps::ucx {
+
+// A worker's data_kind is the frame's kind.
+static_assert(static_cast<uint8_t>(frame_kind::push)
+                == static_cast<uint8_t>(data_kind::push)
+              && static_cast<uint8_t>(frame_kind::pull)
+                   == static_cast<uint8_t>(data_kind::pull)
+              && static_cast<uint8_t>(frame_kind::push_pull)
+                   == static_cast<uint8_t>(data_kind::push_pull)
+              && static_cast<uint8_t>(frame_kind::batch)
+                   == static_cast<uint8_t>(data_kind::batch));
 
 namespace {
 

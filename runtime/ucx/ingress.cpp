@@ -169,7 +169,82 @@ struct ingress {
   }
 };
 
+class worker_channel : public data_channel {
+public:
+  worker_channel(caf::actor_system& sys, std::shared_ptr<plane> out,
+                 std::shared_ptr<frame_queue> replies,
+                 std::map<uint32_t, peer_id> shard_peers)
+    : sys_(sys),
+      out_(std::move(out)),
+      replies_(std::move(replies)),
+      peers_(std::move(shard_peers)) {
+    // nop
+  }
+
+  bool carries(uint32_t shard) const override {
+    return peers_.count(shard) > 0;
+  }
+
+  void send(uint32_t shard, uint64_t request, data_kind kind, int32_t priority,
+            std::vector<char> body) override {
+    frame_header h;
+    h.kind = static_cast<frame_kind>(kind);
+    h.request = request;
+    h.shard = shard;
+    h.priority = priority;
+    auto keep = std::make_shared<std::vector<char>>(std::move(body));
+    payload p{keep->data(), keep->size(), keep};
+    auto& sys = sys_;
+    auto replies = replies_;
+    out_->send(peers_.at(shard), encode(h), std::move(p),
+               [&sys, replies, request, shard](const std::string& why) {
+                 if (why.empty())
+                   return;
+                 auto err = make_error(errc::dead_node,
+                                       "shard " + std::to_string(shard)
+                                         + " is unreachable (" + why + ")");
+                 std::vector<char> buf;
+                 caf::binary_serializer sink{sys, buf};
+                 static_cast<void>(sink(err));
+                 frame_header f;
+                 f.kind = frame_kind::failure;
+                 f.request = request;
+                 replies->push(frame{0, encode(f), std::move(buf)});
+               });
+  }
+
+  std::vector<data_reply> take() override {
+    std::vector<data_reply> out;
+    for (auto& x : replies_->take()) {
+      auto h = decode(x.header);
+      if (!h
+          || (h->kind != frame_kind::reply && h->kind != frame_kind::failure))
+        continue;
+      data_reply r;
+      r.request = h->request;
+      r.failed = h->kind == frame_kind::failure;
+      r.body = std::move(x.body);
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+private:
+  caf::actor_system& sys_;
+  std::shared_ptr<plane> out_;
+  std::shared_ptr<frame_queue> replies_;
+  std::map<uint32_t, peer_id> peers_;
+};
+
 } // namespace
+
+std::shared_ptr<data_channel>
+make_worker_channel(caf::actor_system& sys, std::shared_ptr<plane> plane,
+                    std::shared_ptr<frame_queue> replies,
+                    std::map<uint32_t, peer_id> shard_peers) {
+  return std::make_shared<worker_channel>(
+    sys, std::move(plane), std::move(replies), std::move(shard_peers));
+}
 
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,

@@ -7,6 +7,9 @@
 // arrives in a `frame_queue`, which wakes one actor with `(ucx_atom)` when
 // it stops being empty; the actor takes the whole queue.
 //
+// On a worker, the data channel (actors/worker/channel.hpp) sends request
+// frames and hands the worker the reply frames.
+//
 // On a server, the ingress actor turns request frames into the shards'
 // typed requests and sends each reply back as a frame:
 // - `push` (`slice_push`) -> `(push_atom, slice_push)`, replied `ok_atom`;
@@ -33,6 +36,7 @@
 #include "caf/fwd.hpp"
 
 #include "actors/shard/shard.hpp"
+#include "actors/worker/channel.hpp"
 #include "runtime/ucx/plane.hpp"
 
 namespace actorps::ucx {
@@ -69,5 +73,15 @@ caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
                          std::map<uint32_t, shard_actor> shards);
+
+/// A worker's data channel over `plane`: requests to the shards in
+/// `shard_peers` go to those peers; reply and failure frames, which the
+/// plane's `on_message` must push into `replies` (whose target is the
+/// worker), come back through `take`. A request that cannot leave (peer
+/// down, plane closed) comes back as a `dead_node` failure.
+std::shared_ptr<data_channel>
+make_worker_channel(caf::actor_system& sys, std::shared_ptr<plane> plane,
+                    std::shared_ptr<frame_queue> replies,
+                    std::map<uint32_t, peer_id> shard_peers);
 
 } // namespace actorps::ucx

@@ -15,6 +15,20 @@ using actorps::test::require_error;
 
 namespace {
 
+// A worker of rank `rank` talking to `shards` (through `relays`, if any).
+worker_config make_worker_config(uint32_t rank, coordinator_actor coord,
+                                 std::vector<shard_actor> shards,
+                                 std::vector<shard_actor> relays = {}) {
+  worker_config wc;
+  wc.rank = rank;
+  wc.coordinator = std::move(coord);
+  wc.shards = std::move(shards);
+  wc.relays = std::move(relays);
+  wc.timeout = std::chrono::milliseconds{60000};
+  wc.barrier_timeout = std::chrono::milliseconds{60000};
+  return wc;
+}
+
 coordinator_config make_coordinator_config(std::vector<shard_actor> shards,
                                            uint64_t bound) {
   coordinator_config cc;
@@ -38,13 +52,8 @@ struct cluster_fixture : test::deterministic_fixture {
     coord
       = guard(spawn_coordinator(sys, make_coordinator_config(shards, bound)));
     for (uint32_t r = 0; r < 2; ++r)
-      workers.push_back(guard(
-        spawn_worker(sys, worker_config{r,
-                                        coord,
-                                        shards,
-                                        {},
-                                        std::chrono::milliseconds{60000},
-                                        std::chrono::milliseconds{60000}})));
+      workers.push_back(
+        guard(spawn_worker(sys, make_worker_config(r, coord, shards))));
   }
 
   void send_init(uint32_t rank, const std::string& key,
@@ -310,9 +319,7 @@ TEST_CASE_METHOD(cluster_fixture,
   // before they leave. Here nothing is serialized, so a slice the worker
   // skipped would arrive unquantized.
   auto remote
-    = guard(spawn_worker(sys, worker_config{1, coord, shards, shards,
-                                            std::chrono::milliseconds{60000},
-                                            std::chrono::milliseconds{60000}}));
+    = guard(spawn_worker(sys, make_worker_config(1, coord, shards, shards)));
   REQUIRE(init(0, "b", {0, 0, 0}));
   REQUIRE(init(0, "h", {0, 0}));
   self->send(remote, compress_atom::value, std::string{"h"},

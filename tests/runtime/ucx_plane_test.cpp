@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -14,7 +15,9 @@
 #include "caf/binary_serializer.hpp"
 #include "caf/scoped_actor.hpp"
 
+#include "actors/coordinator/coordinator.hpp"
 #include "actors/shard/shard.hpp"
+#include "actors/worker/worker.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/system.hpp"
@@ -243,9 +246,28 @@ std::vector<float> as_floats(const std::vector<char>& body) {
   return out;
 }
 
+// A plane whose messages go into `queue` (counted in `count`, if given).
+std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
+                                  std::atomic<int>* count = nullptr) {
+  plane_handlers handlers;
+  handlers.on_message = [queue, count](peer_id from, std::vector<char> header,
+                                       std::vector<char> body) {
+    if (count != nullptr)
+      ++*count;
+    queue->push(frame{from, std::move(header), std::move(body)});
+  };
+  plane_options opts;
+  opts.secret = "s";
+  std::string error;
+  std::shared_ptr<plane> result = plane::start(opts, handlers, error);
+  INFO(error);
+  REQUIRE(result);
+  return result;
+}
+
 // Asks `shard` over CAF, as the reference.
-template <class Reply, class... Ts>
-Reply ask(caf::scoped_actor& self, const shard_actor& shard, Ts&&... xs) {
+template <class Reply, class Handle, class... Ts>
+Reply ask(caf::scoped_actor& self, const Handle& shard, Ts&&... xs) {
   Reply out{};
   bool ok = false;
   self->request(shard, 10s, std::forward<Ts>(xs)...)
@@ -279,16 +301,7 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
     ask<caf::ok_atom>(self, s, init_atom::value, slice_init{id, floats{first}});
   // The server's plane feeds the ingress.
   auto queue = std::make_shared<frame_queue>();
-  plane_handlers handlers;
-  handlers.on_message = [queue](peer_id from, std::vector<char> header,
-                                std::vector<char> body) {
-    queue->push(frame{from, std::move(header), std::move(body)});
-  };
-  plane_options opts;
-  opts.secret = "s";
-  std::string error;
-  std::shared_ptr<plane> server = plane::start(opts, handlers, error);
-  REQUIRE(server);
+  auto server = plane_into(queue);
   guard(spawn_ingress(sys, queue, server, {{7, served}}));
   inbox client_box;
   auto client = start("s", client_box);
@@ -356,6 +369,100 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
              [&](caf::error& err) { want_err = std::move(err); });
   REQUIRE(want_err);
   CHECK(error_of(b3) == want_err);
+  client->close();
+  server->close();
+}
+
+namespace {
+
+// One worker, a coordinator and two shards; with `channel`, the worker's
+// data requests travel over it.
+struct small_job {
+  std::vector<shard_actor> shards;
+  coordinator_actor coord;
+  worker_actor worker;
+
+  small_job(caf::actor_system& sys, test::exit_guard& guard,
+            std::shared_ptr<data_channel> channel = nullptr) {
+    for (uint32_t i = 0; i < 2; ++i) {
+      shard_config sc;
+      sc.index = i;
+      shards.push_back(guard(spawn_shard(sys, sc)));
+    }
+    coordinator_config cc;
+    cc.num_workers = 1;
+    cc.bigarray_bound = 64; // A key of 100 floats is cut over both shards.
+    cc.shards = shards;
+    coord = guard(spawn_coordinator(sys, cc));
+    worker_config wc;
+    wc.coordinator = coord;
+    wc.shards = shards;
+    wc.timeout = std::chrono::milliseconds{10000};
+    wc.channel = std::move(channel);
+    worker = guard(spawn_worker(sys, wc));
+  }
+};
+
+} // namespace
+
+TEST_CASE("ucx: a worker's data requests travel over the plane and give "
+          "what CAF gives",
+          "[ucx]") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  // The server side: a plane whose request frames reach an ingress; the
+  // worker side: a plane whose replies wake the worker.
+  auto requests = std::make_shared<frame_queue>();
+  std::atomic<int> frames_in{0};
+  auto server = plane_into(requests, &frames_in);
+  auto replies = std::make_shared<frame_queue>();
+  auto client = plane_into(replies);
+  auto peer = client->connect(server->address());
+  auto channel = make_worker_channel(sys, client, replies,
+                                     {{0, peer}, {1, peer}});
+  small_job over_ucx{sys, guard, channel};
+  small_job over_caf{sys, guard};
+  guard(spawn_ingress(sys, requests, server,
+                      {{0, over_ucx.shards[0]}, {1, over_ucx.shards[1]}}));
+  replies->set_target(caf::actor_cast<caf::actor>(over_ucx.worker));
+  // The same calls on both jobs give the same values.
+  std::vector<std::vector<float>> seen[2];
+  int j = 0;
+  for (auto* job : {&over_ucx, &over_caf}) {
+    auto& w = job->worker;
+    std::vector<float> start(100);
+    std::iota(start.begin(), start.end(), 1.0f);
+    ask<caf::ok_atom>(self, w, init_atom::value, std::string{"w"},
+                      std::vector<uint64_t>{100}, floats{start});
+    ask<caf::ok_atom>(self, w, init_atom::value, std::string{"b"},
+                      std::vector<uint64_t>{3}, floats{{1, 2, 3}});
+    std::vector<float> grad(100, 0.5f);
+    ask<caf::ok_atom>(self, w, push_atom::value, std::string{"w"}, int32_t{0},
+                      float_parts{grad});
+    seen[j].push_back(
+      ask<float_parts>(self, w, pull_atom::value, std::string{"w"}, int32_t{1})
+        .flatten());
+    seen[j].push_back(ask<float_parts>(self, w, push_pull_atom::value,
+                                       std::string{"w"}, int32_t{0},
+                                       float_parts{grad})
+                        .flatten());
+    // Several keys in one call (batched per shard).
+    std::vector<float> both(103, 2.0f);
+    ask<caf::ok_atom>(self, w, push_atom::value,
+                      std::vector<std::string>{"w", "b"}, int32_t{0},
+                      float_parts{both});
+    seen[j].push_back(ask<float_parts>(self, w, pull_atom::value,
+                                       std::vector<std::string>{"w", "b"},
+                                       int32_t{0})
+                        .flatten());
+    ++j;
+  }
+  CHECK(seen[0] == seen[1]);
+  CHECK(seen[0].size() == 3);
+  // The requests did cross the plane (not CAF).
+  CHECK(frames_in.load() >= 5);
   client->close();
   server->close();
 }
