@@ -20,8 +20,17 @@ namespace actorps {
 /// `slice_batch::parts`; 3: nodes join through a gate, `job_info` carries
 /// the coordinator's handle, shards learn the admitted nodes). A node joins
 /// only a coordinator of its own version: peers of different versions would
-/// misread each other's messages.
-constexpr uint32_t wire_version = 3;
+/// misread each other's messages. 4: the job's data transport, and the
+/// servers' UCX addresses in the routing table.
+constexpr uint32_t wire_version = 4;
+
+/// What carries tensor bytes between worker and server processes.
+namespace transport {
+/// CAF's own connections (BASP).
+constexpr uint8_t caf = 0;
+/// The UCX data plane (runtime/ucx); control stays on CAF.
+constexpr uint8_t ucx = 1;
+} // namespace transport
 
 /// The mode a joining node expects of the job.
 namespace join_mode {
@@ -40,6 +49,8 @@ struct job_info {
   uint64_t bigarray_bound = 0;
   /// How often the node must send a heartbeat to the coordinator.
   uint32_t heartbeat_ms = 0;
+  /// The job's data transport (`transport::caf` or `transport::ucx`).
+  uint8_t transport = 0;
   /// The coordinator itself (untyped; cast back). A node reaches only the
   /// job's gate before it joins and gets this handle in the join's reply.
   caf::actor coordinator;
@@ -48,7 +59,7 @@ struct job_info {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
-           x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms,
+           x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms, x.transport,
            x.coordinator);
 }
 
@@ -61,12 +72,15 @@ struct routing_table {
   /// each directly: without that, CAF routes their traffic through the
   /// coordinator's node, and a server's death never reaches them.
   std::vector<std::string> servers;
+  /// With the UCX transport, for each shard the UCX address (bytes) of the
+  /// server hosting it; empty otherwise.
+  std::vector<std::string> data_addresses;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
-  return f(caf::meta::type_name("routing_table"), x.shards, x.relays,
-           x.servers);
+  return f(caf::meta::type_name("routing_table"), x.shards, x.relays, x.servers,
+           x.data_addresses);
 }
 
 } // namespace actorps

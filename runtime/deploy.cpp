@@ -16,6 +16,10 @@
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
 #include "runtime/network.hpp"
+#ifdef ACTORPS_HAVE_UCX
+#  include "runtime/ucx/ingress.hpp"
+#  include "runtime/ucx/plane.hpp"
+#endif
 
 namespace actorps {
 
@@ -35,6 +39,11 @@ system_options system_options_of(const store_options& o) {
 store_runtime::~store_runtime() {
   for (auto& a : owned)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+#ifdef ACTORPS_HAVE_UCX
+  // Its callbacks reach into the actor system: stop them first.
+  if (data_plane)
+    data_plane->close();
+#endif
 }
 
 worker_config worker_config_of(const store_options& o, uint32_t rank,
@@ -132,7 +141,50 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   rt->num_workers = job.num_workers;
   rt->sync = job.sync;
   rt->opts.bigarray_bound = job.bigarray_bound;
+  // UCX transport: the data requests travel over a plane connected to
+  // every server's address (one peer per server).
+#ifdef ACTORPS_HAVE_UCX
+  std::shared_ptr<ucx::frame_queue> replies;
+#endif
+  if (job.transport == transport::ucx) {
+#ifdef ACTORPS_HAVE_UCX
+    if (table.data_addresses.size() != table.shards.size())
+      return make_error(errc::bad_config,
+                        "create: the routing table names "
+                          + std::to_string(table.data_addresses.size())
+                          + " UCX addresses for "
+                          + std::to_string(table.shards.size()) + " shards");
+    replies = std::make_shared<ucx::frame_queue>();
+    ucx::plane_handlers handlers;
+    handlers.on_message = [replies](ucx::peer_id from, std::vector<char> header,
+                                    std::vector<char> body) {
+      replies->push(ucx::frame{from, std::move(header), std::move(body)});
+    };
+    ucx::plane_options po;
+    po.secret = ucx::data_secret(o.token);
+    std::string why;
+    rt->data_plane = ucx::plane::start(std::move(po), handlers, why);
+    if (!rt->data_plane)
+      return make_error(errc::bad_config, "create: " + why);
+    std::map<uint32_t, ucx::peer_id> peers;
+    for (uint32_t i = 0; i < table.data_addresses.size(); ++i) {
+      auto& a = table.data_addresses[i];
+      peers.emplace(
+        i, rt->data_plane->connect(std::vector<char>(a.begin(), a.end())));
+    }
+    wc.channel = ucx::make_worker_channel(rt->sys, rt->data_plane, replies,
+                                          std::move(peers));
+#else
+    return make_error(errc::bad_config,
+                      "create: the job's transport is ucx, but this worker "
+                      "was built without UCX (Debian: libucx-dev)");
+#endif
+  }
   auto worker = spawn_worker(rt->sys, wc);
+#ifdef ACTORPS_HAVE_UCX
+  if (replies)
+    replies->set_target(caf::actor_cast<caf::actor>(worker));
+#endif
   rt->owned.insert(rt->owned.begin(), caf::actor_cast<caf::actor>(worker));
   rt->workers.emplace(job.rank, worker);
   return rt;

@@ -22,6 +22,10 @@
 namespace actorps {
 
 /// Everything a store runs in this process: shared by all its handles.
+namespace ucx {
+class plane;
+} // namespace ucx
+
 struct store_runtime {
   system_config cfg;
   caf::actor_system sys;
@@ -33,6 +37,9 @@ struct store_runtime {
   core::batching batching{};
   // Long-lived actors of this process, sent an exit in this order.
   std::vector<caf::actor> owned;
+  // The UCX data plane (transport ucx); closed before the actor system
+  // goes (members end in reverse order).
+  std::shared_ptr<ucx::plane> data_plane;
 
   store_runtime(const system_options& so, const store_options& o)
     : cfg(so), sys(cfg), opts(o) {

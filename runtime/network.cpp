@@ -23,6 +23,10 @@
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
+#ifdef ACTORPS_HAVE_UCX
+#  include "runtime/ucx/ingress.hpp"
+#  include "runtime/ucx/plane.hpp"
+#endif
 #include "runtime/system.hpp"
 
 namespace actorps {
@@ -88,6 +92,15 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + std::to_string(opts.slice_floats) + ")");
   if (auto err = check_tls(opts.system.tls))
     return make_error(errc::bad_config, "coordinator: " + context_of(err));
+  if (opts.transport != transport::caf && opts.transport != transport::ucx)
+    return make_error(errc::bad_config, "coordinator: unknown transport "
+                                          + std::to_string(opts.transport));
+#ifndef ACTORPS_HAVE_UCX
+  if (opts.transport == transport::ucx)
+    return make_error(errc::bad_config,
+                      "coordinator: transport ucx needs a build with UCX "
+                      "(Debian: libucx-dev); use transport caf");
+#endif
   auto sopts = opts.system;
   sopts.network = true;
   system_config cfg{sopts};
@@ -103,6 +116,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   cc.timeout = opts.timeout;
   cc.heartbeat = sopts.heartbeat.count() > 0 ? sopts.heartbeat
                                              : std::chrono::milliseconds{1000};
+  cc.transport = opts.transport;
   cc.on_done = caf::actor_cast<caf::actor>(self);
   auto coord = spawn_coordinator(sys, cc);
   // Only the gate listens: a peer reaches the coordinator itself once it
@@ -201,6 +215,44 @@ caf::error run_server(const server_options& opts,
     owned.push_back(shards.back());
     owned.push_back(relays.back());
   }
+  // UCX transport: a plane whose request frames reach the shards through
+  // an ingress; its address goes to the coordinator with the shards.
+  std::string data_address;
+#ifdef ACTORPS_HAVE_UCX
+  std::shared_ptr<ucx::plane> data_plane;
+  if (job.transport == transport::ucx) {
+    auto requests = std::make_shared<ucx::frame_queue>();
+    ucx::plane_handlers handlers;
+    handlers.on_message = [requests](ucx::peer_id from,
+                                     std::vector<char> header,
+                                     std::vector<char> body) {
+      requests->push(ucx::frame{from, std::move(header), std::move(body)});
+    };
+    ucx::plane_options po;
+    po.secret = ucx::data_secret(opts.token);
+    std::string why;
+    data_plane = ucx::plane::start(std::move(po), handlers, why);
+    if (!data_plane) {
+      stop();
+      return make_error(errc::bad_config, "server: " + why);
+    }
+    std::map<uint32_t, shard_actor> by_index;
+    for (uint32_t i = 0; i < opts.shards; ++i)
+      by_index.emplace(job.rank * opts.shards + i,
+                       caf::actor_cast<shard_actor>(shards[i]));
+    owned.push_back(
+      ucx::spawn_ingress(sys, requests, data_plane, std::move(by_index)));
+    data_address.assign(data_plane->address().begin(),
+                        data_plane->address().end());
+  }
+#else
+  if (job.transport == transport::ucx) {
+    stop();
+    return make_error(errc::bad_config,
+                      "server: the job's transport is ucx, but this server "
+                      "was built without UCX (Debian: libucx-dev)");
+  }
+#endif
   // Workers connect here directly, so that data does not detour through the
   // coordinator's node and a dying server is noticed at once. Only a gate
   // that refuses joins listens: the shards check every sender themselves.
@@ -216,7 +268,8 @@ caf::error run_server(const server_options& opts,
   }
   err = detail::ask(
     self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
-    job.node_id, shards, relays, opts.host + ":" + std::to_string(*port));
+    job.node_id, shards, relays, opts.host + ":" + std::to_string(*port),
+    data_address);
   if (err) {
     stop();
     return err;
@@ -235,6 +288,10 @@ caf::error run_server(const server_options& opts,
       }
     });
   stop();
+#ifdef ACTORPS_HAVE_UCX
+  if (data_plane)
+    data_plane->close();
+#endif
   return result;
 }
 

@@ -52,6 +52,10 @@ struct coordinator_options {
   uint64_t slice_floats = uint64_t{1} << 20;
   /// Timeout of the coordinator's requests to shards.
   std::chrono::milliseconds timeout{60000};
+  /// What carries tensor bytes between workers and servers:
+  /// `transport::caf` (CAF's connections) or `transport::ucx` (the UCX
+  /// data plane; needs a build with UCX on every node).
+  uint8_t transport = 0;
   system_options system;
   /// Gets a line for each node that goes down (called on the caller's
   /// thread, inside run_coordinator).

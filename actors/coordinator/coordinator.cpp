@@ -358,6 +358,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.sync = st.cfg.sync;
       info.bigarray_bound = st.cfg.bigarray_bound;
       info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
+      info.transport = st.cfg.transport;
       if (role_id == role::worker) {
         if (st.workers_joined == st.cfg.num_workers)
           return make_error(errc::bad_config,
@@ -401,8 +402,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return info;
     },
     [self](shards_atom, uint32_t node_id, const std::vector<caf::actor>& shards,
-           const std::vector<caf::actor>& relays,
-           const std::string& endpoint) -> caf::result<caf::ok_atom> {
+           const std::vector<caf::actor>& relays, const std::string& endpoint,
+           const std::string& data_address) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "register_shards"))
         return err;
       auto& st = self->state;
@@ -421,7 +422,14 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                           "shards: server " + std::to_string(rank) + " sent "
                             + std::to_string(shards.size()) + " shards and "
                             + std::to_string(relays.size()) + " relays");
+      if (st.cfg.transport == transport::ucx
+          && (data_address.empty() || data_address.size() > (16 << 10)))
+        return make_error(errc::bad_config,
+                          "shards: server " + std::to_string(rank)
+                            + " has no UCX address (the job's transport is "
+                              "ucx; is the server built without UCX?)");
       if (st.server_shards.empty()) {
+        st.server_data.resize(st.cfg.num_servers);
         st.server_shards.resize(st.cfg.num_servers);
         st.server_relays.resize(st.cfg.num_servers);
         st.server_endpoints.resize(st.cfg.num_servers);
@@ -434,6 +442,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       st.server_shards[rank] = shards;
       st.server_relays[rank] = relays;
       st.server_endpoints[rank] = endpoint;
+      if (st.cfg.transport == transport::ucx)
+        st.server_data[rank] = data_address;
       for (auto& x : shards) {
         i->second.shards.push_back(x.address());
         self->monitor(x);

@@ -74,11 +74,13 @@
 ///   its gate (actors/gate.hpp), which answers nothing but the join.
 ///   The joining node (the sender's CAF node) is admitted, and every
 ///   server's shards and relays are told (`admit_atom`).
-/// - `(shards_atom, node_id, shards, relays, endpoint)` -> `ok_atom`: a
-///   server's shards, their priority relays, and the "host:port" on which the
-///   server accepts direct connections from workers. Once every server
-///   registered, the routing table is complete. Errors: `bad_config`,
-///   `unauthorized` (sent from another process than the server's join).
+/// - `(shards_atom, node_id, shards, relays, endpoint, data_address)` ->
+///   `ok_atom`: a server's shards, their priority relays, the "host:port" on
+///   which the server accepts direct connections from workers, and (UCX
+///   transport) its UCX address, required then and ignored otherwise. Once
+///   every server registered, the routing table is complete. Errors:
+///   `bad_config`, `unauthorized` (sent from another process than the server's
+///   join).
 /// - `(routing_atom)` -> `routing_table`, as soon as it is complete and every
 ///   live server's shards know every admitted node.
 /// - `(heartbeat_atom, node_id)`: a node is alive (no reply).
@@ -118,6 +120,9 @@ struct coordinator_config {
   bool sync = false;
   /// Heartbeat interval told to joining nodes.
   std::chrono::milliseconds heartbeat{1000};
+  /// The job's data transport (`transport::caf` or `transport::ucx`), told
+  /// every node in its `job_info`.
+  uint8_t transport = transport::caf;
   /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
   /// `(node_down_atom, node_id, role)` for every node that goes down and
   /// `(join_atom, node_id, role, rank)` for every node admitted.
@@ -139,7 +144,8 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
                   uint32_t>::with<job_info>,
   caf::replies_to<shards_atom, uint32_t, std::vector<caf::actor>,
-                  std::vector<caf::actor>, std::string>::with<caf::ok_atom>,
+                  std::vector<caf::actor>, std::string,
+                  std::string>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,
   caf::reacts_to<heartbeat_atom, uint32_t>, caf::reacts_to<shutdown_atom>,
   caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>>;

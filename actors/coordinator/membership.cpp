@@ -111,6 +111,8 @@ void complete_routing(coordinator_ptr self) {
   for (size_t r = 0; r < st.server_shards.size(); ++r) {
     for (auto& s : st.server_shards[r]) {
       st.table.shards.push_back(s);
+      if (st.cfg.transport == transport::ucx)
+        st.table.data_addresses.push_back(st.server_data[r]);
       st.cfg.shards.push_back(caf::actor_cast<shard_actor>(s));
     }
     for (auto& x : st.server_relays[r])

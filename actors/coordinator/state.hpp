@@ -69,6 +69,8 @@ struct coordinator_state {
   std::vector<std::vector<caf::actor>> server_shards;
   std::vector<std::vector<caf::actor>> server_relays;
   std::vector<std::string> server_endpoints;
+  // UCX transport: each server's UCX address.
+  std::vector<std::string> server_data;
   routing_table table;
   bool routing_ready = false;
   std::vector<caf::typed_response_promise<routing_table>> routing_waiters;

@@ -6,6 +6,7 @@
 
 #include "apps/common/cli.hpp"
 #include "core/layout.hpp"
+#include "messages/control.hpp"
 #include "messages/errors.hpp"
 #include "runtime/network.hpp"
 
@@ -28,6 +29,7 @@ int run(int argc, char** argv) {
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   std::string bind;
+  std::string transport = "caf";
   desc.add_options()("host", po::value(&opts.host)->default_value(opts.host),
                      "address to listen on (\"\" for every interface)")(
     "bind", po::value(&bind),
@@ -53,7 +55,12 @@ int run(int argc, char** argv) {
     po::value(&opts.slice_floats)->default_value(opts.slice_floats),
     "largest slice of a sliced key, in floats (1..33554432)")(
     "timeout-ms", po::value(&timeout_ms)->default_value(timeout_ms),
-    "timeout of the coordinator's requests to shards, in ms");
+    "timeout of the coordinator's requests to shards, in ms")(
+    "transport", po::value(&transport)->default_value(transport),
+    "what carries tensor bytes between workers and servers: caf (CAF's "
+    "connections, with TLS when set) or ucx (the UCX data plane: shared "
+    "memory on one host, TCP or RDMA between hosts; unencrypted); every "
+    "node follows the coordinator");
   cli::add_threads_option(desc, opts.system.threads);
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
@@ -82,6 +89,11 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check_threads(app, opts.system.threads))
     return *rc;
+  if (transport != "caf" && transport != "ucx")
+    return cli::fail(
+      app, "--transport must be caf or ucx, got '" + transport + "'", 2);
+  opts.transport = transport == "ucx" ? actorps::transport::ucx
+                                      : actorps::transport::caf;
   if (mode != "dist_sync" && mode != "dist_async")
     return cli::fail(
       app, "--mode must be dist_sync or dist_async, got '" + mode + "'", 2);

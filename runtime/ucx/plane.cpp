@@ -65,6 +65,16 @@ std::string reason(ucs_status_t status) {
 
 } // namespace
 
+std::string data_secret(const std::string& token) {
+  static constexpr char label[] = "actorps ucx data secret v1";
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(label), sizeof(label) - 1, mac,
+       &len);
+  return std::string(reinterpret_cast<const char*>(mac), len);
+}
+
 struct plane::impl {
   struct peer {
     std::vector<char> address;

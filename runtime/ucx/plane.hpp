@@ -48,6 +48,10 @@ struct plane_handlers {
   std::function<void(peer_id, const std::string& why)> on_peer_down;
 };
 
+/// The data secret of a job whose token is `token` (HMAC-SHA256 of a fixed
+/// label under the token): only nodes that hold the token can compute it.
+std::string data_secret(const std::string& token);
+
 /// Settings of a plane.
 struct plane_options {
   /// The job's data secret: peers prove they hold it.

@@ -447,13 +447,14 @@ TEST_CASE("coordinator: the routing table is complete once servers register",
   std::vector<caf::actor> shards{caf::actor_cast<caf::actor>(shard)};
   SECTION("shards and relays must pair up") {
     f.self->send(f.coord, shards_atom::value, s0->node_id, shards,
-                 std::vector<caf::actor>{}, std::string{"127.0.0.1:1"});
+                 std::vector<caf::actor>{}, std::string{"127.0.0.1:1"},
+                 std::string{});
     f.run();
     require_error(f.reply<caf::ok_atom>(), errc::bad_config);
   }
   // The shard serves as its own relay here: the table just lists both.
   f.self->send(f.coord, shards_atom::value, s0->node_id, shards, shards,
-               std::string{"127.0.0.1:1"});
+               std::string{"127.0.0.1:1"}, std::string{});
   f.run();
   // Two replies: the registration's ok and the waiting routing table.
   bool got_ok = false;

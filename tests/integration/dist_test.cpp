@@ -99,8 +99,15 @@ struct dist_job {
 TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
           "[integration]") {
   auto mode = GENERATE(as<std::string>{}, "dist_sync", "dist_async");
+#ifdef ACTORPS_HAVE_UCX
+  auto transport = GENERATE(as<std::string>{}, "caf", "ucx");
+#else
+  std::string transport = "caf";
+#endif
+  INFO(transport);
   // A small slicing bound, so the 5000-float keys are cut over all 4 shards.
-  dist_job job{mode, 3, 2, {"--bigarray-bound", "1000"}};
+  dist_job job{
+    mode, 3, 2, {"--bigarray-bound", "1000", "--transport", transport}};
   job.add_server();
   job.add_server();
   for (int i = 0; i < 3; ++i)

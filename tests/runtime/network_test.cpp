@@ -217,7 +217,7 @@ TEST_CASE("network: every message type crosses a real connection",
   self->send(coord, shards_atom::value, server_job.node_id,
              std::vector<caf::actor>{caf::actor_cast<caf::actor>(shard)},
              std::vector<caf::actor>{caf::actor_cast<caf::actor>(relay)},
-             std::string{"127.0.0.1:1"});
+             std::string{"127.0.0.1:1"}, std::string{});
   require_reply<caf::ok_atom>(self);
   self->send(coord, routing_atom::value);
   auto table = require_reply<routing_table>(self);
@@ -395,7 +395,7 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   self_a->send(coord_a, shards_atom::value, server_job.node_id,
                std::vector<caf::actor>{caf::actor_cast<caf::actor>(shard_a)},
                std::vector<caf::actor>{caf::actor_cast<caf::actor>(relay_a)},
-               std::string{"127.0.0.1:1"});
+               std::string{"127.0.0.1:1"}, std::string{});
   require_reply<caf::ok_atom>(self_a);
 
   // B joins through the published gate and trains.
@@ -469,7 +469,8 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
                   wire_version);
   require_refused(evil, coord, shards_atom::value, server_job.node_id,
                   std::vector<caf::actor>{evil_actor},
-                  std::vector<caf::actor>{evil_actor}, std::string{"x:1"});
+                  std::vector<caf::actor>{evil_actor}, std::string{"x:1"},
+                  std::string{});
   require_refused(evil, coord, dead_atom::value, int32_t{6}, int32_t{60});
   evil->send(coord, heartbeat_atom::value, job.node_id);
   evil->send(coord, shutdown_atom::value);
