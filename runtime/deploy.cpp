@@ -155,15 +155,8 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                           + " UCX addresses for "
                           + std::to_string(table.shards.size()) + " shards");
     replies = std::make_shared<ucx::frame_queue>();
-    ucx::plane_handlers handlers;
-    handlers.on_message = [replies](ucx::peer_id from, std::vector<char> header,
-                                    std::vector<char> body) {
-      replies->push(ucx::frame{from, std::move(header), std::move(body)});
-    };
-    ucx::plane_options po;
-    po.secret = ucx::data_secret(o.token);
     std::string why;
-    rt->data_plane = ucx::plane::start(std::move(po), handlers, why);
+    rt->data_plane = ucx::start_plane(o.token, replies, why);
     if (!rt->data_plane)
       return make_error(errc::bad_config, "create: " + why);
     std::map<uint32_t, ucx::peer_id> peers;

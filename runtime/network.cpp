@@ -222,16 +222,8 @@ caf::error run_server(const server_options& opts,
   std::shared_ptr<ucx::plane> data_plane;
   if (job.transport == transport::ucx) {
     auto requests = std::make_shared<ucx::frame_queue>();
-    ucx::plane_handlers handlers;
-    handlers.on_message = [requests](ucx::peer_id from,
-                                     std::vector<char> header,
-                                     std::vector<char> body) {
-      requests->push(ucx::frame{from, std::move(header), std::move(body)});
-    };
-    ucx::plane_options po;
-    po.secret = ucx::data_secret(opts.token);
     std::string why;
-    data_plane = ucx::plane::start(std::move(po), handlers, why);
+    data_plane = ucx::start_plane(opts.token, requests, why);
     if (!data_plane) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include <openssl/bio.h>
@@ -62,10 +61,6 @@ int bio_read(BIO* bio, char* buf, int len) {
   return -1;
 }
 
-int bio_puts(BIO* bio, const char* str) {
-  return bio_write(bio, str, static_cast<int>(std::strlen(str)));
-}
-
 long bio_ctrl(BIO* bio, int cmd, long, void*) {
   switch (cmd) {
     case BIO_CTRL_FLUSH:
@@ -90,7 +85,6 @@ const BIO_METHOD* socket_method() {
                            "actorps socket");
     BIO_meth_set_write(m, bio_write);
     BIO_meth_set_read(m, bio_read);
-    BIO_meth_set_puts(m, bio_puts);
     BIO_meth_set_ctrl(m, bio_ctrl);
     BIO_meth_set_create(m, bio_create);
     return m;

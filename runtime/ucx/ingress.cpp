@@ -48,6 +48,19 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
+std::shared_ptr<plane> start_plane(const std::string& token,
+                                   std::shared_ptr<frame_queue> queue,
+                                   std::string& error) {
+  plane_handlers handlers;
+  handlers.on_message = [queue](peer_id from, std::vector<char> header,
+                                std::vector<char> body) {
+    queue->push(frame{from, std::move(header), std::move(body)});
+  };
+  plane_options opts;
+  opts.secret = data_secret(token);
+  return plane::start(std::move(opts), std::move(handlers), error);
+}
+
 // -- ingress ------------------------------------------------------------------
 
 namespace {

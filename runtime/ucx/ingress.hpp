@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "caf/actor.hpp"
@@ -65,6 +66,13 @@ private:
   caf::actor target_;
   std::vector<frame> items_;
 };
+
+/// Starts the plane of a job whose token is `token` (its secret is
+/// `data_secret(token)`), every message of which goes into `queue`; null,
+/// with UCX's reason in `error`, if UCX cannot start.
+std::shared_ptr<plane> start_plane(const std::string& token,
+                                   std::shared_ptr<frame_queue> queue,
+                                   std::string& error);
 
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the
