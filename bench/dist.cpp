@@ -108,11 +108,12 @@ run_yardstick(const yardstick& what, const std::vector<size_t>& sizes,
   return {};
 }
 
-std::string
-run_dist(const std::vector<bench_case>& cases, uint32_t workers,
-         uint32_t shards, const tuning& tune, const system_options& sys,
-         const round_plan& plan, std::chrono::milliseconds timeout,
-         std::vector<result>& results, std::vector<server_memory>& memory) {
+std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
+                     uint32_t shards, const std::string& transport,
+                     const tuning& tune, const system_options& sys,
+                     const round_plan& plan, std::chrono::milliseconds timeout,
+                     std::vector<result>& results,
+                     std::vector<server_memory>& memory) {
   auto with = role_argv(sys, plan,
                         {"--slice-floats", std::to_string(tune.slice_floats),
                          "--max-inflight",
@@ -120,8 +121,9 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
                            ? std::to_string(tune.max_inflight / 1024) + "K"
                            : std::to_string(tune.max_inflight)});
   child coordinator;
-  if (auto e = coordinator.start(with(
-        {"--role", "coordinator", "--bench-workers", std::to_string(workers)}));
+  if (auto e = coordinator.start(
+        with({"--role", "coordinator", "--bench-workers",
+              std::to_string(workers), "--job-transport", transport}));
       !e.empty())
     return e;
   std::string port;
@@ -143,6 +145,7 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       return e;
   }
   // Read every worker's output; rank 0's result lines carry the times.
+  const std::string mode = transport == "ucx" ? "ucx" : "dist";
   std::vector<result> mine;
   std::map<size_t, std::pair<double, double>> wire;
   std::map<size_t, double> peak_kb;
@@ -165,7 +168,7 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
         in >> peak_kb[index];
         continue;
       }
-      result res{"dist", cases[index], workers, {}};
+      result res{mode, cases[index], workers, {}};
       if (auto w = wire.find(index); w != wire.end()) {
         res.wire_sent = w->second.first;
         res.wire_received = w->second.second;
@@ -179,7 +182,7 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
       double t = 0;
       while (in >> t)
         res.times.push_back(t);
-      std::fprintf(stderr, "  dist %s, %s, %u workers: %.1f us\n",
+      std::fprintf(stderr, "  %s %s, %s, %u workers: %.1f us\n", mode.c_str(),
                    cases[index].name.c_str(), cases[index].round().c_str(),
                    workers, res.median() * 1e6);
       mine.push_back(std::move(res));
@@ -205,7 +208,7 @@ run_dist(const std::vector<bench_case>& cases, uint32_t workers,
     auto kb = std::strtod(said.c_str() + at + 12, nullptr);
     for (const auto& [index, case_kb] : peak_kb)
       kb = std::max(kb, case_kb);
-    memory.push_back({workers, kb / 1024.0, weights_mb(cases)});
+    memory.push_back({mode, workers, kb / 1024.0, weights_mb(cases)});
   }
   if (mine.size() != cases.size())
     return "dist: got results for " + std::to_string(mine.size()) + " of "

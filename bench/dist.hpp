@@ -41,12 +41,14 @@ run_yardstick(const yardstick& what, const std::vector<size_t>& sizes,
               std::chrono::milliseconds timeout, machine_limits& limits);
 
 /// Runs every case in dist mode: a coordinator, a server with `shards`
-/// shards and `workers` worker processes on 127.0.0.1; adds the results
-/// and the server's memory. An error text or an empty string.
-std::string
-run_dist(const std::vector<bench_case>& cases, uint32_t workers,
-         uint32_t shards, const tuning& tune, const system_options& sys,
-         const round_plan& plan, std::chrono::milliseconds timeout,
-         std::vector<result>& results, std::vector<server_memory>& memory);
+/// shards and `workers` worker processes on 127.0.0.1, the job's tensor
+/// bytes over `transport` ("caf" or "ucx"); adds the results (mode "dist"
+/// or "ucx") and the server's memory. An error text or an empty string.
+std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
+                     uint32_t shards, const std::string& transport,
+                     const tuning& tune, const system_options& sys,
+                     const round_plan& plan, std::chrono::milliseconds timeout,
+                     std::vector<result>& results,
+                     std::vector<server_memory>& memory);
 
 } // namespace actorps::bench

@@ -32,7 +32,8 @@ constexpr const char* app = "actorps-bench";
 int run_role(const bench_options& o) {
   const auto timeout = std::chrono::seconds{o.timeout_s};
   if (o.role == "coordinator")
-    return role_coordinator(o.bench_workers, o.tune.slice_floats, o.sys);
+    return role_coordinator(o.bench_workers, o.tune.slice_floats, o.transport,
+                            o.sys);
   if (o.role == "server")
     return role_server(o.coordinator, o.shards, o.sys);
   if (o.role == "worker")
@@ -100,10 +101,12 @@ int run(int argc, char** argv) {
           !e.empty())
         return cli::fail(app, "local, " + workers + e);
     if (o.dist)
-      if (auto e = run_dist(o.cases, w, o.shards, o.tune, o.sys, o.plan,
-                            std::chrono::seconds{o.timeout_s}, results, memory);
-          !e.empty())
-        return cli::fail(app, "dist, " + workers + e);
+      for (const auto& t : o.dist_transports)
+        if (auto e = run_dist(o.cases, w, o.shards, t, o.tune, o.sys, o.plan,
+                              std::chrono::seconds{o.timeout_s}, results,
+                              memory);
+            !e.empty())
+          return cli::fail(app, "dist (" + t + "), " + workers + e);
   }
   print_table(results, limits, !o.no_limits);
   print_memory(results, memory);

@@ -36,6 +36,10 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "compressed-sizes",
     po::value(&o.compressed.sizes)->default_value(o.compressed.sizes),
     "compressed cases: sizes of the one key, comma-separated")(
+    "transport", po::value(&o.transports)->default_value(o.transports),
+    "dist: how tensor bytes travel between the processes, comma-separated: "
+    "caf (CAF's connections) and/or ucx (the UCX data plane; UCX_TLS picks "
+    "its transports); each runs the dist cases, shown as mode dist or ucx")(
     "workers", po::value(&o.workers_text)->default_value(o.workers_text),
     "worker counts to run, comma-separated")(
     "shards", po::value(&o.shards)->default_value(o.shards),
@@ -77,9 +81,11 @@ void add_role_options(po::options_description& hidden, bench_options& o) {
     "coordinator", po::value(&o.coordinator),
     "host:port")("cases", po::value(&o.cases_text), "encoded cases")(
     "bench-workers", po::value(&o.bench_workers)->default_value(1),
-    "workers of the job")("server-pid", po::value(&o.server_pid),
-                          "the server process, whose peak RSS a worker "
-                          "measures per case");
+    "workers of the job")("job-transport", po::value(&o.transport),
+                          "the coordinator's job transport")(
+    "server-pid", po::value(&o.server_pid),
+    "the server process, whose peak RSS a worker "
+    "measures per case");
 }
 
 // --quick: tiny sizes and few rounds, where the user gave none.
@@ -163,6 +169,17 @@ std::string plan_run(bench_options& o) {
     else
       return "--modes: unknown mode '" + m + "'";
   }
+  for (const auto& t : split(o.transports, ',')) {
+    if (t != "caf" && t != "ucx")
+      return "--transport: unknown transport '" + t + "' (caf or ucx)";
+#ifndef ACTORPS_HAVE_UCX
+    if (t == "ucx")
+      return "--transport ucx needs a build with UCX (Debian: libucx-dev)";
+#endif
+    o.dist_transports.push_back(t);
+  }
+  if (o.dist && o.dist_transports.empty())
+    return "--transport: need caf and/or ucx";
   if (o.shards > cli::max_shards || o.sys.threads > cli::max_threads)
     return "--shards must be 1.." + std::to_string(cli::max_shards)
            + " and --threads 0.." + std::to_string(cli::max_threads);

@@ -23,6 +23,8 @@ struct bench_options {
   std::string sizes = "4K,256K,4M,64M";
   std::string many = "1000x1024,10000x1";
   std::string workers_text = "1,2";
+  // Dist: the data transports to run, comma-separated (caf, ucx).
+  std::string transports = "caf";
   std::string round_kinds = "fused,split";
   std::string backlog = "256M";
   compressed_cases compressed{"fp16,2bit:1", "4M,64M"};
@@ -40,6 +42,7 @@ struct bench_options {
   // What to measure, as `plan_run` makes of it.
   std::vector<bench_case> cases;
   std::vector<uint32_t> worker_counts;
+  std::vector<std::string> dist_transports;
   bool local = false;
   bool dist = false;
 
@@ -48,6 +51,8 @@ struct bench_options {
   std::string coordinator;
   std::string cases_text;
   uint32_t bench_workers = 1;
+  // The coordinator's job transport: "caf" or "ucx".
+  std::string transport = "caf";
   pid_t server_pid = 0;
 };
 

@@ -14,7 +14,7 @@ namespace {
 // The echo round a dist case compares with: the same bytes each way over a
 // plain loopback socket (0: none, as for priority and compressed cases).
 double echo_us(const result& r, const machine_limits& m) {
-  if (r.mode != "dist" || r.what.priority_case()
+  if (r.mode == "local" || r.what.priority_case()
       || r.what.comp.kind != codec::none)
     return 0;
   return m.echo_us(r.what.payload_bytes());
@@ -142,21 +142,22 @@ void print_memory(const std::vector<result>& results,
   if (any) {
     std::printf("\ndist server, peak RSS while each case ran (bound: 1.3 x "
                 "weights held + 50 MB)\n");
-    std::printf("%-26s %-6s %7s %12s %12s %12s\n", "case", "round", "workers",
-                "peak MB", "weights MB", "bound MB");
+    std::printf("%-6s %-26s %-6s %7s %12s %12s %12s\n", "mode", "case", "round",
+                "workers", "peak MB", "weights MB", "bound MB");
   }
   for (const auto& r : results)
     if (r.server_peak_mb >= 0) {
       auto bound = rss_bound_mb(r.server_weights_mb);
-      std::printf("%-26s %-6s %7u %12.1f %12.1f %12.1f%s\n",
-                  r.what.name.c_str(), r.what.round().c_str(), r.workers,
-                  r.server_peak_mb, r.server_weights_mb, bound,
+      std::printf("%-6s %-26s %-6s %7u %12.1f %12.1f %12.1f%s\n",
+                  r.mode.c_str(), r.what.name.c_str(), r.what.round().c_str(),
+                  r.workers, r.server_peak_mb, r.server_weights_mb, bound,
                   r.server_peak_mb > bound ? "  over" : "");
     }
   for (const auto& m : memory)
-    std::printf("dist server, %u workers: peak RSS %.1f MB, weights %.1f MB "
+    std::printf("%s server, %u workers: peak RSS %.1f MB, weights %.1f MB "
                 "(bound 1.3 x weights + 50 MB = %.1f MB)\n",
-                m.workers, m.peak_mb, m.weights_mb, m.bound_mb());
+                m.mode.c_str(), m.workers, m.peak_mb, m.weights_mb,
+                m.bound_mb());
 }
 
 void write_json(std::ostream& out, const std::vector<result>& results,
@@ -228,7 +229,8 @@ void write_json(std::ostream& out, const std::vector<result>& results,
   }
   auto& mem = doc["server_memory"] = json::array();
   for (const auto& x : memory)
-    mem.push_back({{"workers", x.workers},
+    mem.push_back({{"mode", x.mode},
+                   {"workers", x.workers},
                    {"peak_rss_mb", x.peak_mb},
                    {"weights_mb", x.weights_mb},
                    {"bound_mb", x.bound_mb()}});

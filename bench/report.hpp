@@ -16,7 +16,7 @@ namespace actorps::bench {
 
 /// The measured rounds of one case in one mode with one worker count.
 struct result {
-  std::string mode; // "local" or "dist"
+  std::string mode; // "local", "dist" (over CAF) or "ucx" (dist over UCX)
   bench_case what;
   uint32_t workers = 1;
   std::vector<double> times; // seconds per round
@@ -57,6 +57,7 @@ inline double rss_bound_mb(double weights_mb) {
 // The server process of one dist run: its peak RSS and the weights it held
 // (every case's keys; "assign" keeps no optimizer state).
 struct server_memory {
+  std::string mode; // "dist" or "ucx"
   uint32_t workers = 1;
   double peak_mb = 0;
   double weights_mb = 0;

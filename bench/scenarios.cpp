@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "bench/wire.hpp"
+#include "messages/control.hpp"
 #include "messages/errors.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/network.hpp"
@@ -243,13 +244,15 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
 }
 
 int role_coordinator(uint32_t workers, uint64_t slice_floats,
-                     const system_options& sys) {
+                     const std::string& transport, const system_options& sys) {
   coordinator_options opts;
   opts.token = job_token;
   opts.sync = true;
   opts.num_workers = workers;
   opts.num_servers = 1;
   opts.slice_floats = slice_floats;
+  opts.transport = transport == "ucx" ? actorps::transport::ucx
+                                      : actorps::transport::caf;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;
   opts.system.tls = sys.tls;

@@ -26,9 +26,10 @@ std::string run_local(const std::vector<bench_case>& cases, uint32_t workers,
                       const system_options& sys, const round_plan& plan,
                       std::vector<result>& results);
 
-/// The coordinator role: prints "port N" once it listens, runs the job.
+/// The coordinator role: prints "port N" once it listens, runs the job
+/// with its tensor bytes over `transport` ("caf" or "ucx").
 int role_coordinator(uint32_t workers, uint64_t slice_floats,
-                     const system_options& sys);
+                     const std::string& transport, const system_options& sys);
 
 /// The server role: hosts `shards` shards; prints "peak_rss_kb N" at exit.
 int role_server(const std::string& coordinator, uint32_t shards,

@@ -6,8 +6,12 @@
 // runtime/ucx. No CAF here. Without a channel, or for shards it does not
 // carry, CAF carries every request.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include <actorps/core/compression.hpp>
 
 namespace actorps {
 
@@ -23,14 +27,40 @@ enum class data_kind : uint8_t {
   batch = 3,
 };
 
+/// A data request to a shard, as a data channel takes it.
+struct data_request {
+  data_kind kind = data_kind::push;
+  /// The shard (its index in the routing table).
+  uint32_t shard = 0;
+  /// Chosen by the worker; the reply names it.
+  uint64_t request = 0;
+  /// > 0: overtakes the shard's normal backlog.
+  int32_t priority = 0;
+  /// push, push_pull and pull: the fields of `slice_push` / `slice_pull`.
+  uint64_t slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+  /// push and push_pull: `count` values, laid out in `data` by `encoding`
+  /// (core/compression.hpp; raw float32 when uncompressed).
+  compression encoding{};
+  uint64_t count = 0;
+  /// The bytes: push kinds, the encoded values; batch, the `slice_batch` in
+  /// CAF's binary format; pull, none. Valid while `keep` lives.
+  const void* data = nullptr;
+  std::size_t size = 0;
+  std::shared_ptr<const void> keep;
+};
+
 /// A reply that came back over a data channel.
 struct data_reply {
   /// The request it answers (the id `send` was given).
   uint64_t request = 0;
-  /// True if `body` holds a `caf::error` (CAF's binary format) instead of
-  /// the reply's value (the raw floats, or nothing for `ok_atom`).
+  /// True if `error` holds a `caf::error` (CAF's binary format) instead of
+  /// a value.
   bool failed = false;
-  std::vector<char> body;
+  std::vector<char> error;
+  /// The reply's values (none for `ok_atom`).
+  std::vector<float> values;
 };
 
 /// What a worker needs of a data transport. The transport wakes the worker
@@ -43,12 +73,14 @@ public:
   /// travel over this channel.
   virtual bool carries(uint32_t shard) const = 0;
 
-  /// Sends request `request` of kind `kind` with `priority` and `body` (the
-  /// request's value in CAF's binary format). A reply, or a failure if the
-  /// request cannot leave, comes back later.
-  virtual void send(uint32_t shard, uint64_t request, data_kind kind,
-                    int32_t priority, std::vector<char> body)
-    = 0;
+  /// Sends `x`. A reply, or a failure if the request cannot leave, comes
+  /// back later.
+  virtual void send(data_request x) = 0;
+
+  /// Shard `shard` went down (CAF's supervision said so): once every shard
+  /// behind the same connection is down, the channel gives the connection
+  /// up, failing what is still in flight on it.
+  virtual void shard_down(uint32_t shard) = 0;
 
   /// The replies that arrived since the last call.
   virtual std::vector<data_reply> take() = 0;

@@ -373,38 +373,46 @@ void write_init(worker_ptr self, key_info info, floats value,
 
 // -- the data channel's encoding ------------------------------------------
 
-namespace {
-
-template <class T>
-caf::error save(caf::actor_system& sys, T& x, std::vector<char>& out) {
-  caf::binary_serializer sink{sys, out};
-  return sink(x);
+caf::error to_request(caf::actor_system&, slice_push& msg, data_request& out) {
+  out.slice = msg.slice;
+  out.worker = msg.worker;
+  out.seq = msg.seq;
+  out.encoding = msg.grad.encoding;
+  const auto n = msg.grad.data.size();
+  out.count = n;
+  if (out.encoding.kind == codec::none) {
+    auto keep = std::make_shared<std::vector<float>>(std::move(msg.grad.data));
+    out.data = keep->data();
+    out.size = n * sizeof(float);
+    out.keep = std::move(keep);
+    return caf::none;
+  }
+  auto keep
+    = std::make_shared<std::vector<uint8_t>>(encoded_size(out.encoding, n));
+  encode(out.encoding, msg.grad.data.data(), n, keep->data());
+  out.data = keep->data();
+  out.size = keep->size();
+  out.keep = std::move(keep);
+  return caf::none;
 }
 
-bool raw_floats(const std::vector<char>& body, std::vector<float>& out) {
-  if (body.size() % sizeof(float) != 0)
-    return false;
-  out.resize(body.size() / sizeof(float));
-  if (!out.empty())
-    std::memcpy(out.data(), body.data(), body.size());
-  return true;
+caf::error to_request(caf::actor_system&, slice_pull& msg, data_request& out) {
+  out.slice = msg.slice;
+  out.worker = msg.worker;
+  out.seq = msg.seq;
+  return caf::none;
 }
 
-} // namespace
-
-caf::error serialize(caf::actor_system& sys, slice_push& x,
-                     std::vector<char>& out) {
-  return save(sys, x, out);
-}
-
-caf::error serialize(caf::actor_system& sys, slice_pull& x,
-                     std::vector<char>& out) {
-  return save(sys, x, out);
-}
-
-caf::error serialize(caf::actor_system& sys, slice_batch& x,
-                     std::vector<char>& out) {
-  return save(sys, x, out);
+caf::error to_request(caf::actor_system& sys, slice_batch& msg,
+                      data_request& out) {
+  auto keep = std::make_shared<std::vector<char>>();
+  caf::binary_serializer sink{sys, *keep};
+  if (auto err = sink(msg))
+    return err;
+  out.data = keep->data();
+  out.size = keep->size();
+  out.keep = std::move(keep);
+  return caf::none;
 }
 
 caf::error deserialize_error(caf::actor_system& sys,
@@ -416,23 +424,17 @@ caf::error deserialize_error(caf::actor_system& sys,
   return err;
 }
 
-bool decode_reply(const std::vector<char>& body, caf::ok_atom&) {
-  return body.empty();
+bool decode_reply(data_reply& r, caf::ok_atom&) {
+  return r.values.empty();
 }
 
-bool decode_reply(const std::vector<char>& body, shared_floats& x) {
-  std::vector<float> v;
-  if (!raw_floats(body, v))
-    return false;
-  x = shared_floats{std::move(v)};
+bool decode_reply(data_reply& r, shared_floats& x) {
+  x = shared_floats{std::move(r.values)};
   return true;
 }
 
-bool decode_reply(const std::vector<char>& body, float_parts& x) {
-  std::vector<float> v;
-  if (!raw_floats(body, v))
-    return false;
-  x = float_parts{std::move(v)};
+bool decode_reply(data_reply& r, float_parts& x) {
+  x = float_parts{std::move(r.values)};
   return true;
 }
 

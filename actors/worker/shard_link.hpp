@@ -22,13 +22,16 @@
 
 namespace actorps {
 
-/// `x` in CAF's binary format, appended to `out`.
-caf::error serialize(caf::actor_system& sys, slice_push& x,
-                     std::vector<char>& out);
-caf::error serialize(caf::actor_system& sys, slice_pull& x,
-                     std::vector<char>& out);
-caf::error serialize(caf::actor_system& sys, slice_batch& x,
-                     std::vector<char>& out);
+/// Fills the slice's fields and the bytes of data request `out` from
+/// `msg`, whose buffers it takes over (uncompressed values travel straight
+/// from them; compressed ones are encoded once, into a buffer of their
+/// own; a batch is written in CAF's binary format).
+caf::error to_request(caf::actor_system& sys, slice_push& msg,
+                      data_request& out);
+caf::error to_request(caf::actor_system& sys, slice_pull& msg,
+                      data_request& out);
+caf::error to_request(caf::actor_system& sys, slice_batch& msg,
+                      data_request& out);
 
 /// The `caf::error` in `body`, or a `bad_config` error saying it is none.
 caf::error deserialize_error(caf::actor_system& sys,
@@ -65,18 +68,23 @@ constexpr std::optional<data_kind> data_kind_of() {
     return std::nullopt;
 }
 
-/// Decodes a data channel's reply body into `x`; false if it is none.
-bool decode_reply(const std::vector<char>& body, caf::ok_atom& x);
-bool decode_reply(const std::vector<char>& body, shared_floats& x);
-bool decode_reply(const std::vector<char>& body, float_parts& x);
+/// Takes a data channel's reply values into `x` (without copying them);
+/// false if they are no such value.
+bool decode_reply(data_reply& r, caf::ok_atom& x);
+bool decode_reply(data_reply& r, shared_floats& x);
+bool decode_reply(data_reply& r, float_parts& x);
 
 /// Sends `(atom, msg)` over the worker's data channel as request `id`.
 template <class Reply, class Atom, class Msg, class Ok, class Fail>
 void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
                 Ok ok, Fail fail, Msg& msg) {
   auto& st = self->state;
-  std::vector<char> body;
-  if (auto err = serialize(self->system(), msg, body)) {
+  data_request req;
+  req.kind = *data_kind_of<Atom>();
+  req.shard = index;
+  req.request = id;
+  req.priority = priority;
+  if (auto err = to_request(self->system(), msg, req)) {
     fail(err);
     return;
   }
@@ -84,23 +92,22 @@ void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
   w.on_fail = fail;
   w.on_reply = [self, ok, fail](data_reply& r) mutable {
     if (r.failed) {
-      auto err = deserialize_error(self->system(), r.body);
+      auto err = deserialize_error(self->system(), r.error);
       fail(err);
       return;
     }
     Reply x;
-    if (!decode_reply(r.body, x)) {
-      auto err = make_error(errc::bad_config, "ucx: a reply of "
-                                                + std::to_string(r.body.size())
-                                                + " bytes does not decode");
+    if (!decode_reply(r, x)) {
+      auto err = make_error(errc::bad_config,
+                            "ucx: a reply of " + std::to_string(r.values.size())
+                              + " values is not what was asked for");
       fail(err);
       return;
     }
     ok(x);
   };
   st.channel_waiting.emplace(id, std::move(w));
-  st.cfg.channel->send(index, id, *data_kind_of<Atom>(), priority,
-                       std::move(body));
+  st.cfg.channel->send(std::move(req));
   self->delayed_send(self, st.cfg.timeout, ucx_atom::value, id);
 }
 

@@ -131,6 +131,8 @@ void on_down(worker_ptr self, const caf::down_msg& dm) {
     if (!hit || st.dead[i])
       continue;
     st.dead[i] = true;
+    if (st.cfg.channel && st.cfg.channel->carries(i))
+      st.cfg.channel->shard_down(i);
     auto pending = std::move(st.in_flight[i]);
     st.in_flight[i].clear();
     for (auto& kvp : pending) {

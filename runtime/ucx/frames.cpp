@@ -2,6 +2,7 @@
 #include "runtime/ucx/frames.hpp"
 
 #include <cstddef>
+#include <cstring>
 
 #include "actors/worker/channel.hpp"
 
@@ -20,6 +21,21 @@ static_assert(static_cast<uint8_t>(frame_kind::push)
 namespace {
 
 constexpr std::size_t header_size = 1 + 8 + 4 + 4;
+constexpr std::size_t pull_meta_size = 8 + 4 + 8;
+constexpr std::size_t push_meta_size = pull_meta_size + 1 + 4 + 8;
+
+bool pushes(frame_kind k) {
+  return k == frame_kind::push || k == frame_kind::push_pull;
+}
+
+// Bytes the header of a frame of kind `k` has.
+std::size_t size_of(frame_kind k) {
+  if (pushes(k))
+    return header_size + push_meta_size;
+  if (k == frame_kind::pull)
+    return header_size + pull_meta_size;
+  return header_size;
+}
 
 template <class T>
 void put(std::vector<char>& out, T x) {
@@ -62,11 +78,27 @@ std::vector<char> encode(const frame_header& x) {
   return out;
 }
 
+std::vector<char> encode(const frame_header& x, const slice_meta& meta) {
+  auto out = encode(x);
+  out.reserve(size_of(x.kind));
+  put(out, meta.slice);
+  put(out, meta.worker);
+  put(out, meta.seq);
+  if (pushes(x.kind)) {
+    put(out, static_cast<uint8_t>(meta.encoding.kind));
+    uint32_t bits = 0;
+    std::memcpy(&bits, &meta.encoding.threshold, sizeof(bits));
+    put(out, bits);
+    put(out, meta.count);
+  }
+  return out;
+}
+
 std::optional<frame_header> decode(const std::vector<char>& bytes) {
-  if (bytes.size() != header_size)
+  if (bytes.size() < header_size)
     return std::nullopt;
   auto kind = get<uint8_t>(bytes, 0);
-  if (!known(kind))
+  if (!known(kind) || bytes.size() != size_of(static_cast<frame_kind>(kind)))
     return std::nullopt;
   frame_header x;
   x.kind = static_cast<frame_kind>(kind);
@@ -74,6 +106,30 @@ std::optional<frame_header> decode(const std::vector<char>& bytes) {
   x.shard = get<uint32_t>(bytes, 9);
   x.priority = static_cast<int32_t>(get<uint32_t>(bytes, 13));
   return x;
+}
+
+std::optional<slice_meta> decode_meta(const std::vector<char>& bytes) {
+  auto h = decode(bytes);
+  if (!h || (!pushes(h->kind) && h->kind != frame_kind::pull))
+    return std::nullopt;
+  slice_meta m;
+  std::size_t at = header_size;
+  m.slice = get<uint64_t>(bytes, at);
+  m.worker = get<uint32_t>(bytes, at + 8);
+  m.seq = get<uint64_t>(bytes, at + 12);
+  if (!pushes(h->kind))
+    return m;
+  at += pull_meta_size;
+  auto kind = get<uint8_t>(bytes, at);
+  if (kind > static_cast<uint8_t>(codec::two_bit))
+    return std::nullopt;
+  m.encoding.kind = static_cast<codec>(kind);
+  auto bits = get<uint32_t>(bytes, at + 1);
+  std::memcpy(&m.encoding.threshold, &bits, sizeof(bits));
+  if (!check(m.encoding).empty())
+    return std::nullopt;
+  m.count = get<uint64_t>(bytes, at + 5);
+  return m;
 }
 
 } // namespace actorps::ucx

@@ -1,13 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-// What a data request and its reply look like on the UCX plane: a fixed
-// header (below) and a body, the request's or reply's value in CAF's binary
-// format (the bytes BASP would carry). No CAF here.
+// What a data request and its reply look like on the UCX plane: a header
+// (a fixed part, then for single-slice requests the slice's fields) and a
+// body. Bodies:
+// - push, push_pull: the pushed values, as their codec lays them out
+//   (core/compression.hpp: raw float32 when uncompressed);
+// - pull: none;
+// - batch: the `slice_batch` in CAF's binary format;
+// - reply: the values, raw float32 (none for `ok_atom`);
+// - failure: a `caf::error` in CAF's binary format.
+// No CAF here.
 
 #include <cstdint>
 #include <optional>
 #include <vector>
+
+#include "core/compression.hpp"
 
 namespace actorps::ucx {
 
@@ -38,11 +47,32 @@ struct frame_header {
   int32_t priority = 0;
 };
 
+/// What follows the fixed part of a push, push_pull or pull request: the
+/// fields of `slice_push` or `slice_pull` but the values.
+struct slice_meta {
+  uint64_t slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+  /// Push kinds: how the body lays out the values, and how many there are
+  /// (the body holds exactly `encoded_size(encoding, count)` bytes).
+  compression encoding{};
+  uint64_t count = 0;
+};
+
 /// The header's bytes (little-endian, 17 bytes).
 std::vector<char> encode(const frame_header& x);
 
-/// The header in `bytes`, or none if they are not one (wrong size, unknown
-/// kind).
+/// The header's bytes followed by `meta`'s (push kinds: 50 bytes in all;
+/// pull: 37, without the encoding and count).
+std::vector<char> encode(const frame_header& x, const slice_meta& meta);
+
+/// The fixed part of the header in `bytes`, or none if they are not one
+/// (too short, unknown kind, or more bytes than the kind carries).
 std::optional<frame_header> decode(const std::vector<char>& bytes);
+
+/// The slice's fields after the fixed part of a push, push_pull or pull
+/// request's header, or none if they are not there (wrong size, unknown
+/// codec, a threshold that is no finite number > 0).
+std::optional<slice_meta> decode_meta(const std::vector<char>& bytes);
 
 } // namespace actorps::ucx

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/ingress.hpp"
 
+#include <algorithm>
 #include <functional>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -53,7 +56,7 @@ std::shared_ptr<plane> start_plane(const std::string& token,
                                    std::string& error) {
   plane_handlers handlers;
   handlers.on_message = [queue](peer_id from, std::vector<char> header,
-                                std::vector<char> body) {
+                                buffer body) {
     queue->push(frame{from, std::move(header), std::move(body)});
   };
   plane_options opts;
@@ -93,10 +96,42 @@ struct ingress {
          payload{data, n * sizeof(float), std::move(keep)});
   }
 
-  template <class T>
-  bool load(const frame& x, T& value) {
-    caf::binary_deserializer source{self->system(), x.body};
-    return !source(value) && source.remaining() == 0;
+  // The pieces of a pulled value, in the value's order, sent as they lie
+  // in the shards' buffers.
+  void parts_back(peer_id to, uint64_t request, float_parts& v) {
+    auto keep = std::make_shared<float_parts>(std::move(v));
+    auto order = keep->pieces;
+    std::sort(order.begin(), order.end(),
+              [](const float_piece& x, const float_piece& y) {
+                return x.at < y.at;
+              });
+    std::vector<payload::piece> pieces;
+    pieces.reserve(order.size());
+    for (const auto& p : order)
+      pieces.push_back(payload::piece{keep->buffers[p.buffer].data() + p.from,
+                                      p.length * sizeof(float)});
+    send(to, frame_kind::reply, request,
+         payload{std::move(pieces), std::move(keep)});
+  }
+
+  // The values of a push frame's body, or none if the body is not
+  // `meta.count` values as `meta.encoding` lays them out.
+  static std::optional<floats> values_of(const slice_meta& meta, buffer& body) {
+    floats out;
+    out.encoding = meta.encoding;
+    if (meta.count > (uint64_t{1} << 40)
+        || body.size() != encoded_size(meta.encoding, meta.count))
+      return std::nullopt;
+    if (meta.encoding.kind == codec::none) {
+      if (!body.take_floats(out.data))
+        return std::nullopt;
+      out.data.resize(meta.count);
+      return out;
+    }
+    out.data.resize(meta.count);
+    decode(meta.encoding, reinterpret_cast<const uint8_t*>(body.data()),
+           meta.count, out.data.data());
+    return out;
   }
 
   template <class OnOk, class... Ts>
@@ -140,9 +175,13 @@ struct ingress {
     switch (h->kind) {
       case frame_kind::push:
       case frame_kind::push_pull: {
-        slice_push p;
-        if (!load(x, p))
+        auto meta = decode_meta(x.header);
+        if (!meta)
           return bad_body();
+        auto values = values_of(*meta, x.body);
+        if (!values)
+          return bad_body();
+        slice_push p{meta->slice, meta->worker, meta->seq, std::move(*values)};
         if (h->kind == frame_kind::push)
           ask(
             shard, h->priority,
@@ -156,22 +195,23 @@ struct ingress {
         return;
       }
       case frame_kind::pull: {
-        slice_pull p;
-        if (!load(x, p))
+        auto meta = decode_meta(x.header);
+        if (!meta || x.body.size() != 0)
           return bad_body();
         ask(shard, h->priority, on_floats, on_err, pull_atom::value,
-            std::move(p));
+            slice_pull{meta->slice, meta->worker, meta->seq});
         return;
       }
       case frame_kind::batch: {
         slice_batch b;
-        if (!load(x, b))
+        caf::binary_deserializer source{self->system(), x.body.data(),
+                                        x.body.size()};
+        if (source(b) || source.remaining() != 0)
           return bad_body();
         ask(
           shard, h->priority,
           [this, from, request](float_parts& v) {
-            auto flat = std::make_shared<std::vector<float>>(v.flatten());
-            floats_back(from, request, flat->data(), flat->size(), flat);
+            parts_back(from, request, v);
           },
           on_err, batch_atom::value, std::move(b));
         return;
@@ -181,6 +221,20 @@ struct ingress {
     }
   }
 };
+
+std::vector<char> failure_header(uint64_t request) {
+  frame_header f;
+  f.kind = frame_kind::failure;
+  f.request = request;
+  return encode(f);
+}
+
+buffer error_body(caf::actor_system& sys, caf::error err) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  static_cast<void>(sink(err));
+  return buffer{buf.data(), buf.size()};
+}
 
 class worker_channel : public data_channel {
 public:
@@ -198,32 +252,43 @@ public:
     return peers_.count(shard) > 0;
   }
 
-  void send(uint32_t shard, uint64_t request, data_kind kind, int32_t priority,
-            std::vector<char> body) override {
+  void send(data_request x) override {
     frame_header h;
-    h.kind = static_cast<frame_kind>(kind);
-    h.request = request;
-    h.shard = shard;
-    h.priority = priority;
-    auto keep = std::make_shared<std::vector<char>>(std::move(body));
-    payload p{keep->data(), keep->size(), keep};
+    h.kind = static_cast<frame_kind>(x.kind);
+    h.request = x.request;
+    h.shard = x.shard;
+    h.priority = x.priority;
+    auto header = x.kind == data_kind::batch
+                    ? encode(h)
+                    : encode(h, slice_meta{x.slice, x.worker, x.seq, x.encoding,
+                                           x.count});
     auto& sys = sys_;
     auto replies = replies_;
-    out_->send(peers_.at(shard), encode(h), std::move(p),
-               [&sys, replies, request, shard](const std::string& why) {
-                 if (why.empty())
-                   return;
-                 auto err = make_error(errc::dead_node,
-                                       "shard " + std::to_string(shard)
-                                         + " is unreachable (" + why + ")");
-                 std::vector<char> buf;
-                 caf::binary_serializer sink{sys, buf};
-                 static_cast<void>(sink(err));
-                 frame_header f;
-                 f.kind = frame_kind::failure;
-                 f.request = request;
-                 replies->push(frame{0, encode(f), std::move(buf)});
-               });
+    auto request = x.request;
+    auto shard = x.shard;
+    out_->send(
+      peers_.at(shard), std::move(header),
+      payload{x.data, x.size, std::move(x.keep)},
+      [&sys, replies, request, shard](const std::string& why) {
+        if (why.empty())
+          return;
+        auto err = make_error(errc::dead_node, "shard " + std::to_string(shard)
+                                                 + " is unreachable (" + why
+                                                 + ")");
+        replies->push(frame{0, failure_header(request), error_body(sys, err)});
+      });
+  }
+
+  void shard_down(uint32_t shard) override {
+    auto i = peers_.find(shard);
+    if (i == peers_.end())
+      return;
+    dead_.insert(shard);
+    for (const auto& [other, peer] : peers_)
+      if (peer == i->second && dead_.count(other) == 0)
+        return;
+    out_->drop(i->second, "UCX: the server of shard " + std::to_string(shard)
+                            + " is down");
   }
 
   std::vector<data_reply> take() override {
@@ -236,7 +301,16 @@ public:
       data_reply r;
       r.request = h->request;
       r.failed = h->kind == frame_kind::failure;
-      r.body = std::move(x.body);
+      if (r.failed) {
+        r.error = x.body.bytes();
+      } else if (!x.body.take_floats(r.values)) {
+        r.failed = true;
+        auto body = error_body(
+          sys_, make_error(errc::bad_config,
+                           "ucx: a reply of " + std::to_string(x.body.size())
+                             + " bytes holds no float values"));
+        r.error = body.bytes();
+      }
       out.push_back(std::move(r));
     }
     return out;
@@ -247,6 +321,7 @@ private:
   std::shared_ptr<plane> out_;
   std::shared_ptr<frame_queue> replies_;
   std::map<uint32_t, peer_id> peers_;
+  std::set<uint32_t> dead_;
 };
 
 } // namespace

@@ -20,11 +20,11 @@
 // - `batch` (`slice_batch`) -> `(batch_atom, slice_batch)`, replied with
 //   the value's floats in order;
 // priority > 0 is sent with CAF's high priority (the shard is local, so its
-// urgent queue sees it). A request body that does not decode, or names a
-// shard this server does not host, is answered with a `failure` frame
-// (`bad_config`); a frame that is no request is dropped. Reply bodies: the
-// raw floats (native float32), none for `ok_atom`, a `caf::error` in CAF's
-// binary format for `failure`.
+// urgent queue sees it). A request that does not decode (frames.hpp), or
+// names a shard this server does not host, is answered with a `failure`
+// frame (`bad_config`); a frame that is no request is dropped. Pushed
+// values are taken over from the received buffer without a copy when
+// uncompressed; replies go out straight from the shards' buffers.
 
 #include <cstdint>
 #include <map>
@@ -46,7 +46,7 @@ namespace actorps::ucx {
 struct frame {
   peer_id from = 0;
   std::vector<char> header;
-  std::vector<char> body;
+  buffer body;
 };
 
 /// Frames waiting for an actor. Thread-safe.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/plane.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -63,6 +64,52 @@ std::string reason(ucs_status_t status) {
   return ucs_status_string(status);
 }
 
+// A plane's address: magic, the length of the host's identity (one byte),
+// the identity, then UCX's worker address.
+constexpr char address_magic[4] = {'A', 'P', 'S', 'A'};
+
+// This host and boot: peers with the same identity share its memory.
+std::string host_identity() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string id = name;
+  if (auto* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char boot[64] = {};
+    if (std::fgets(boot, sizeof(boot), f) != nullptr)
+      id += std::string{"/"} + boot;
+    std::fclose(f);
+  }
+  if (id.size() > 255)
+    id.resize(255);
+  return id;
+}
+
+std::vector<char> make_address(const std::string& host, const char* ucp,
+                               std::size_t ucp_size) {
+  std::vector<char> out(address_magic, address_magic + sizeof(address_magic));
+  out.push_back(static_cast<char>(host.size()));
+  out.insert(out.end(), host.begin(), host.end());
+  out.insert(out.end(), ucp, ucp + ucp_size);
+  return out;
+}
+
+// The host identity and UCX's address in `addr`; false if it is no plane's
+// address.
+bool split_address(const std::vector<char>& addr, std::string& host,
+                   std::vector<char>& ucp) {
+  constexpr auto head = sizeof(address_magic) + 1;
+  if (addr.size() <= head
+      || std::memcmp(addr.data(), address_magic, sizeof(address_magic)) != 0)
+    return false;
+  auto len = static_cast<unsigned char>(addr[sizeof(address_magic)]);
+  if (addr.size() <= head + len)
+    return false;
+  host.assign(addr.data() + head, len);
+  ucp.assign(addr.begin() + static_cast<std::ptrdiff_t>(head + len),
+             addr.end());
+  return true;
+}
+
 } // namespace
 
 std::string data_secret(const std::string& token) {
@@ -76,18 +123,33 @@ std::string data_secret(const std::string& token) {
 }
 
 struct plane::impl {
+  struct send_state;
+  struct fetch_state;
+
   struct peer {
     std::vector<char> address;
     ucp_ep_h out = nullptr;
+    // Without UCX's failure detection (shared memory): such an endpoint is
+    // never closed by force before the plane closes (UCX leaves that
+    // undefined), and what is in flight on it is failed by us.
+    bool unwatched = false;
     bool admitted = false;
     bool down = false;
+    std::set<send_state*> sending;
+    std::set<fetch_state*> fetching;
   };
 
   // A send in flight: owns what UCX reads until completion.
   struct send_state {
+    impl* self = nullptr;
+    peer_id to = 0;
     std::vector<char> header;
     payload body;
+    std::vector<ucp_dt_iov_t> iov;
     std::function<void(const std::string&)> done;
+    // Failed by `mark_down` while UCX still holds it: UCX's completion only
+    // frees it.
+    bool abandoned = false;
   };
 
   // A rendezvous message being received into `body`.
@@ -96,13 +158,16 @@ struct plane::impl {
     peer_id from;
     void* desc;
     std::vector<char> header;
-    std::vector<char> body;
+    buffer body;
+    bool started = false;
+    bool abandoned = false;
   };
 
   plane_options opts;
   plane_handlers handlers;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  std::string host;
   std::vector<char> address;
   int wake_fd = -1;
   int epoll_fd = -1;
@@ -121,10 +186,20 @@ struct plane::impl {
   std::unordered_map<ucp_ep_h, peer_id> by_reply_ep;
   std::set<std::vector<unsigned char>> used_nonces;
   std::vector<fetch_state*> fetches;
+  // Endpoints of dropped unwatched peers, closed with the plane.
+  std::vector<ucp_ep_h> dropped_eps;
+  // Sends and receives UCX still holds after their peer was dropped.
+  std::set<send_state*> abandoned_sends;
+  std::set<fetch_state*> abandoned_fetches;
 
   ~impl() {
     if (worker != nullptr)
       ucp_worker_destroy(worker);
+    // UCX gave up on these with its worker.
+    for (auto* x : abandoned_sends)
+      delete x;
+    for (auto* x : abandoned_fetches)
+      delete x;
     if (context != nullptr)
       ucp_cleanup(context);
     if (wake_fd >= 0)
@@ -196,27 +271,55 @@ struct plane::impl {
   }
 
   void shut_down() {
+    auto force_close = [this](ucp_ep_h ep) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      auto req = ucp_ep_close_nbx(ep, &param);
+      if (UCS_PTR_IS_PTR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS)
+          ucp_worker_progress(worker);
+        ucp_request_free(req);
+      }
+    };
     for (auto& [id, p] : peers)
       if (p.out != nullptr) {
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        auto req = ucp_ep_close_nbx(p.out, &param);
-        if (UCS_PTR_IS_PTR(req)) {
-          while (ucp_request_check_status(req) == UCS_INPROGRESS)
-            ucp_worker_progress(worker);
-          ucp_request_free(req);
-        }
+        force_close(p.out);
         p.out = nullptr;
       }
+    for (auto ep : dropped_eps)
+      force_close(ep);
+    dropped_eps.clear();
     while (ucp_worker_progress(worker) != 0) {
       // Lets cancelled sends and receives complete.
+    }
+    // Sends still held fail as closed; UCX frees them with its worker.
+    for (auto& [id, p] : peers) {
+      for (auto* x : p.sending)
+        abandon(x, "UCX: the data plane is closed");
+      p.sending.clear();
+      for (auto* f : p.fetching)
+        abandon(f);
+      p.fetching.clear();
     }
     for (auto* f : fetches) {
       ucp_am_data_release(worker, f->desc);
       delete f;
     }
     fetches.clear();
+  }
+
+  void abandon(send_state* x, const std::string& why) {
+    if (x->done)
+      x->done(why);
+    x->done = nullptr;
+    x->abandoned = true;
+    abandoned_sends.insert(x);
+  }
+
+  void abandon(fetch_state* f) {
+    f->abandoned = true;
+    abandoned_fetches.insert(f);
   }
 
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -235,14 +338,26 @@ struct plane::impl {
     p.down = true;
     if (p.out != nullptr) {
       by_out_ep.erase(p.out);
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      auto req = ucp_ep_close_nbx(p.out, &param);
-      if (UCS_PTR_IS_PTR(req))
-        ucp_request_free(req);
+      if (p.unwatched) {
+        dropped_eps.push_back(p.out);
+      } else {
+        // Completes what is in flight with UCS_ERR_CANCELED.
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        auto req = ucp_ep_close_nbx(p.out, &param);
+        if (UCS_PTR_IS_PTR(req))
+          ucp_request_free(req);
+      }
       p.out = nullptr;
     }
+    // Whatever UCX did not complete yet fails now.
+    for (auto* x : p.sending)
+      abandon(x, why);
+    p.sending.clear();
+    for (auto* f : p.fetching)
+      abandon(f);
+    p.fetching.clear();
     if (handlers.on_peer_down)
       handlers.on_peer_down(id, why);
   }
@@ -253,14 +368,28 @@ struct plane::impl {
     if (p.out != nullptr || p.down)
       return;
     p.address = addr;
+    std::string peer_host;
+    std::vector<char> ucp_address;
+    if (!split_address(addr, peer_host, ucp_address)) {
+      mark_down(id, "UCX: not a data plane's address");
+      return;
+    }
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
-                        | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
-                        | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.address = reinterpret_cast<const ucp_address_t*>(addr.data());
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = &impl::on_ep_error;
-    params.err_handler.arg = this;
+                        | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.address = reinterpret_cast<const ucp_address_t*>(ucp_address.data());
+    // UCX 1.13 offers no shared memory to an endpoint that asks for failure
+    // detection: a peer on this host goes without, and its death comes
+    // through `drop` (see plane_options::shared_memory).
+    if (opts.shared_memory && peer_host == host) {
+      params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      p.unwatched = true;
+    } else {
+      params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      params.err_handler.cb = &impl::on_ep_error;
+      params.err_handler.arg = this;
+    }
     ucp_ep_h ep = nullptr;
     if (auto status = ucp_ep_create(worker, &params, &ep); status != UCS_OK) {
       mark_down(id, "UCX: cannot connect (" + reason(status) + ")");
@@ -270,6 +399,8 @@ struct plane::impl {
     by_out_ep[ep] = id;
     // hello: magic, nonce, HMAC; body: our address.
     auto state = new send_state;
+    state->self = this;
+    state->to = id;
     state->header.resize(hello_header_size);
     std::memcpy(state->header.data(), hello_magic, sizeof(hello_magic));
     auto* nonce = reinterpret_cast<unsigned char*>(state->header.data()
@@ -278,17 +409,14 @@ struct plane::impl {
     auto mac = hello_mac(opts.secret, nonce, address, addr);
     std::memcpy(state->header.data() + sizeof(hello_magic) + nonce_size,
                 mac.data(), mac.size());
-    state->body.data = address.data();
-    state->body.size = address.size();
+    state->body = payload{address.data(), address.size()};
     submit(ep, hello_am, state);
   }
 
   static void on_sent(void* request, ucs_status_t status, void* user_data) {
     auto* state = static_cast<send_state*>(user_data);
-    if (state->done)
-      state->done(status == UCS_OK ? std::string{} : "UCX: " + reason(status));
-    delete state;
     ucp_request_free(request);
+    state->self->finish(state, status);
   }
 
   void submit(ucp_ep_h ep, unsigned am, send_state* state) {
@@ -299,14 +427,41 @@ struct plane::impl {
     param.cb.send = &impl::on_sent;
     param.user_data = state;
     param.flags = UCP_AM_SEND_FLAG_REPLY;
+    const void* buf = nullptr;
+    std::size_t count = 0;
+    const auto& pieces = state->body.pieces;
+    if (pieces.size() == 1) {
+      buf = pieces[0].data;
+      count = pieces[0].size;
+    } else if (pieces.size() > 1) {
+      // Gathered by UCX straight from the pieces.
+      for (const auto& x : pieces)
+        state->iov.push_back(ucp_dt_iov_t{const_cast<void*>(x.data), x.size});
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+      param.datatype = ucp_dt_make_iov();
+      buf = state->iov.data();
+      count = state->iov.size();
+    }
     auto req = ucp_am_send_nbx(ep, am, state->header.data(),
-                               state->header.size(), state->body.data,
-                               state->body.size, &param);
-    if (UCS_PTR_IS_PTR(req))
+                               state->header.size(), buf, count, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+      peers[state->to].sending.insert(state);
       return;
-    auto status = UCS_PTR_STATUS(req);
-    if (state->done)
-      state->done(status == UCS_OK ? std::string{} : "UCX: " + reason(status));
+    }
+    finish(state, UCS_PTR_STATUS(req));
+  }
+
+  // A send of ours completed (or failed) with `status`.
+  void finish(send_state* state, ucs_status_t status) {
+    if (state->abandoned) {
+      abandoned_sends.erase(state);
+    } else {
+      if (auto i = peers.find(state->to); i != peers.end())
+        i->second.sending.erase(state);
+      if (state->done)
+        state->done(status == UCS_OK ? std::string{}
+                                     : "UCX: " + reason(status));
+    }
     delete state;
   }
 
@@ -315,16 +470,18 @@ struct plane::impl {
     std::string why;
     if (stopping_now())
       why = "UCX: the data plane is closed";
+    else if (i != peers.end() && i->second.down)
+      why = "UCX: the peer is down";
     else if (i == peers.end() || i->second.out == nullptr)
       why = "UCX: no connection to this peer";
-    else if (i->second.down)
-      why = "UCX: the peer is down";
     if (!why.empty()) {
       if (state->done)
         state->done(why);
       delete state;
       return;
     }
+    state->self = this;
+    state->to = to;
     submit(i->second.out, data_am, state);
   }
 
@@ -393,15 +550,13 @@ struct plane::impl {
     std::vector<char> head(static_cast<const char*>(header),
                            static_cast<const char*>(header) + header_length);
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-      auto* f = new fetch_state{self, id, data, std::move(head), {}};
-      f->body.resize(length);
+      auto* f = new fetch_state{self,           id,    data, std::move(head),
+                                buffer{length}, false, false};
       self->fetches.push_back(f);
       return UCS_INPROGRESS;
     }
-    std::vector<char> body(static_cast<const char*>(data),
-                           static_cast<const char*>(data) + length);
     if (self->handlers.on_message)
-      self->handlers.on_message(id, std::move(head), std::move(body));
+      self->handlers.on_message(id, std::move(head), buffer{data, length});
     return UCS_OK;
   }
 
@@ -413,10 +568,16 @@ struct plane::impl {
   }
 
   void fetched(fetch_state* f, ucs_status_t status) {
-    auto p = peers.find(f->from);
-    if (status == UCS_OK && p != peers.end() && !p->second.down
-        && handlers.on_message)
-      handlers.on_message(f->from, std::move(f->header), std::move(f->body));
+    if (f->abandoned) {
+      abandoned_fetches.erase(f);
+    } else {
+      auto p = peers.find(f->from);
+      if (p != peers.end())
+        p->second.fetching.erase(f);
+      if (status == UCS_OK && p != peers.end() && !p->second.down
+          && handlers.on_message)
+        handlers.on_message(f->from, std::move(f->header), std::move(f->body));
+    }
     delete f;
   }
 
@@ -424,6 +585,12 @@ struct plane::impl {
     auto todo = std::move(fetches);
     fetches.clear();
     for (auto* f : todo) {
+      auto p = peers.find(f->from);
+      if (p == peers.end() || p->second.down) {
+        ucp_am_data_release(worker, f->desc);
+        delete f;
+        continue;
+      }
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
                            | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -431,12 +598,59 @@ struct plane::impl {
       param.user_data = f;
       auto req = ucp_am_recv_data_nbx(worker, f->desc, f->body.data(),
                                       f->body.size(), &param);
-      if (UCS_PTR_IS_PTR(req))
+      f->started = true;
+      if (UCS_PTR_IS_PTR(req)) {
+        p->second.fetching.insert(f);
         continue;
+      }
       fetched(f, UCS_PTR_STATUS(req));
     }
   }
 };
+
+payload::payload(const void* data, std::size_t size,
+                 std::shared_ptr<const void> keep)
+  : keep(std::move(keep)) {
+  if (size > 0)
+    pieces.push_back(piece{data, size});
+}
+
+payload::payload(std::vector<piece> xs, std::shared_ptr<const void> keep)
+  : keep(std::move(keep)) {
+  for (const auto& x : xs)
+    if (x.size > 0)
+      pieces.push_back(x);
+}
+
+std::size_t payload::size() const {
+  std::size_t n = 0;
+  for (const auto& x : pieces)
+    n += x.size;
+  return n;
+}
+
+buffer::buffer(std::size_t size)
+  : words_((size + sizeof(float) - 1) / sizeof(float)), size_(size) {
+  // nop
+}
+
+buffer::buffer(const void* data, std::size_t size) : buffer(size) {
+  if (size > 0)
+    std::memcpy(words_.data(), data, size);
+}
+
+bool buffer::take_floats(std::vector<float>& out) {
+  if (size_ % sizeof(float) != 0)
+    return false;
+  out = std::move(words_);
+  words_.clear();
+  size_ = 0;
+  return true;
+}
+
+std::vector<char> buffer::bytes() const {
+  return {data(), data() + size_};
+}
 
 plane::plane(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
   // nop
@@ -488,8 +702,9 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
     error = "UCX: no worker address (" + reason(status) + ")";
     return nullptr;
   }
-  auto* bytes = reinterpret_cast<const char*>(addr);
-  d->address.assign(bytes, bytes + addr_len);
+  d->host = host_identity();
+  d->address = make_address(d->host, reinterpret_cast<const char*>(addr),
+                            addr_len);
   ucp_worker_release_address(d->worker, addr);
   for (auto [id, cb] : {std::pair{hello_am, &impl::on_hello},
                         std::pair{data_am, &impl::on_data}}) {
@@ -543,9 +758,19 @@ void plane::send(peer_id to, std::vector<char> header, payload body,
       return;
     }
   }
-  auto* state = new impl::send_state{std::move(header), std::move(body),
-                                     std::move(done)};
+  auto* state = new impl::send_state;
+  state->header = std::move(header);
+  state->body = std::move(body);
+  state->done = std::move(done);
   d->post([d, to, state] { d->send_now(to, state); });
+}
+
+void plane::drop(peer_id to, const std::string& why) {
+  auto* d = impl_.get();
+  d->post([d, to, why] {
+    if (d->peers.count(to) > 0)
+      d->mark_down(to, why);
+  });
 }
 
 void plane::close() {

@@ -27,19 +27,71 @@ namespace actorps::ucx {
 /// Identifies a peer plane within this plane (never 0).
 using peer_id = uint64_t;
 
-/// Bytes that stay valid until the send that carries them completed.
+/// Bytes to send, in pieces that travel back to back as one body; they
+/// stay valid until the send that carries them completed.
 struct payload {
-  const void* data = nullptr;
-  std::size_t size = 0;
-  /// Keeps `data` alive (may be empty when `data` outlives the plane).
+  struct piece {
+    const void* data = nullptr;
+    std::size_t size = 0;
+  };
+
+  std::vector<piece> pieces;
+  /// Keeps the pieces alive (may be empty when they outlive the plane).
   std::shared_ptr<const void> keep;
+
+  payload() = default;
+
+  /// One piece.
+  payload(const void* data, std::size_t size,
+          std::shared_ptr<const void> keep = nullptr);
+
+  /// Several pieces (empty ones are skipped).
+  payload(std::vector<piece> pieces, std::shared_ptr<const void> keep);
+
+  /// Bytes in all pieces.
+  std::size_t size() const;
+};
+
+/// A received body: its bytes in storage aligned for floats, so that a
+/// body of floats becomes a `std::vector<float>` without a copy.
+class buffer {
+public:
+  buffer() = default;
+
+  /// `size` bytes, zeroed, to be written through `data`.
+  explicit buffer(std::size_t size);
+
+  /// A copy of `size` bytes at `data`.
+  buffer(const void* data, std::size_t size);
+
+  char* data() noexcept {
+    return reinterpret_cast<char*>(words_.data());
+  }
+
+  const char* data() const noexcept {
+    return reinterpret_cast<const char*>(words_.data());
+  }
+
+  std::size_t size() const noexcept {
+    return size_;
+  }
+
+  /// The bytes as floats, taken over without a copy; false (and nothing
+  /// taken) if the size is no multiple of a float's.
+  bool take_floats(std::vector<float>& out);
+
+  /// A copy of the bytes.
+  std::vector<char> bytes() const;
+
+private:
+  std::vector<float> words_;
+  std::size_t size_ = 0;
 };
 
 /// What a plane tells its owner, on its progress thread: keep it short.
 struct plane_handlers {
   /// A message from an admitted peer: its header and payload bytes.
-  std::function<void(peer_id from, std::vector<char> header,
-                     std::vector<char> body)>
+  std::function<void(peer_id from, std::vector<char> header, buffer body)>
     on_message;
   /// A peer admitted itself (its hello checked out); `address` is the one
   /// it published, the same bytes `connect` takes.
@@ -56,6 +108,13 @@ std::string data_secret(const std::string& token);
 struct plane_options {
   /// The job's data secret: peers prove they hold it.
   std::string secret;
+  /// Peers on this host (same host name and boot) may use shared memory.
+  /// UCX 1.13 detects no peer failure over shared memory, so such peers are
+  /// connected without UCX's failure detection: the owner learns of their
+  /// death elsewhere (CAF's supervision) and calls `drop`. False: every
+  /// peer over a transport that detects failures (TCP on one host), which
+  /// reports a dead peer by itself.
+  bool shared_memory = true;
   /// Largest header and body a peer may send (messages beyond are dropped
   /// and the peer cut off).
   std::size_t max_header = std::size_t{64} << 10;
@@ -76,7 +135,8 @@ public:
   plane(const plane&) = delete;
   plane& operator=(const plane&) = delete;
 
-  /// This plane's address, for peers to `connect` to.
+  /// This plane's address, for peers to `connect` to: UCX's worker address
+  /// behind the identity of this host.
   const std::vector<char>& address() const;
 
   /// Connects to the plane at `address` and says hello; messages may be
@@ -89,6 +149,11 @@ public:
   /// send failed (peer down, unknown peer, plane closed).
   void send(peer_id to, std::vector<char> header, payload body,
             std::function<void(const std::string&)> done = {});
+
+  /// Gives up on peer `to` (its node died, as the owner learned elsewhere):
+  /// sends to it, in flight or later, fail, and what it still
+  /// sends is dropped. `on_peer_down` runs unless it ran already.
+  void drop(peer_id to, const std::string& why);
 
   /// Stops the progress thread and closes every connection; sends not yet
   /// done fail. Called by the destructor.

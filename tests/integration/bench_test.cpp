@@ -55,13 +55,16 @@ json dist_result(const json& doc, const std::string& name, int workers) {
   return nullptr;
 }
 
-} // namespace
-
-TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
-          "[integration][bench]") {
+// Runs actorps-bench with `args` and --json; its output and the JSON it
+// wrote (REQUIREs a clean exit within 300 s).
+std::pair<std::string, json> run_bench(std::vector<std::string> args,
+                                       const std::string& name) {
   auto path = std::filesystem::temp_directory_path()
-              / ("actorps-bench-" + std::to_string(::getpid()) + ".json");
-  process bench{{ACTORPS_BENCH_BIN, "--quick", "--json", path.string()}};
+              / (name + "-" + std::to_string(::getpid()) + ".json");
+  args.insert(args.begin(), ACTORPS_BENCH_BIN);
+  args.push_back("--json");
+  args.push_back(path.string());
+  process bench{args};
   auto rc = bench.wait_exit(300s);
   INFO(bench.output());
   REQUIRE(rc == 0);
@@ -71,6 +74,15 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   auto doc = json::parse(in);
   in.close();
   std::filesystem::remove(path);
+  return {bench.output(), doc};
+}
+
+} // namespace
+
+TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
+          "[integration][bench]") {
+  auto [output, doc] = run_bench({"--quick"}, "actorps-bench");
+  INFO(output);
   // (4 quick cases x 2 round kinds + 2 priority cases + 2 compressed
   // cases) x 2 modes x 2 worker counts, each checked by the harness itself
   // (every pulled value is the round's sum, or the small key's value).
@@ -81,11 +93,10 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   REQUIRE(doc.at("server_memory").size() == 2);
   CHECK(doc.at("server_memory")[1].at("workers") == 2);
   CHECK(doc.at("server_memory")[0].at("peak_rss_mb").get<double>() > 0);
-  CHECK(count(bench.output(), "dist server, ") == 3);
+  CHECK(count(output, "dist server, ") == 3);
   // ... and while each dist case ran.
   CHECK(count_with(doc, "server_peak_rss_mb") == 24);
-  CHECK(count(bench.output(), "dist server, peak RSS while each case ran")
-        == 1);
+  CHECK(count(output, "dist server, peak RSS while each case ran") == 1);
   CHECK(count_results(doc, "round", "fused") == 24);
   // Bytes on the wire of every dist case but the priority ones: a 64 KB
   // push crosses whole, as 2 bytes a value under fp16, as 2 bits under
@@ -123,16 +134,39 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   CHECK(count_with(doc, "fraction_of_broker_round") == 16);
   for (const auto& r : doc.at("results"))
     CHECK(r.at("rounds_us").size() == doc.at("measured_rounds"));
-  CHECK(count(bench.output(), "% of TCP echo") == 16);
-  CHECK(count(bench.output(), "% of BASP echo") == 16);
-  CHECK(count(bench.output(), "% of broker round") == 16);
-  CHECK(count(bench.output(), "BASP echo rounds (") == 1);
-  CHECK(count(bench.output(), "Broker rounds (") == 1);
+  CHECK(count(output, "% of TCP echo") == 16);
+  CHECK(count(output, "% of BASP echo") == 16);
+  CHECK(count(output, "% of broker round") == 16);
+  CHECK(count(output, "BASP echo rounds (") == 1);
+  CHECK(count(output, "Broker rounds (") == 1);
   // The table names the machine's limits and every case.
-  CHECK(bench.output().find("loopback TCP") != std::string::npos);
-  CHECK(count(bench.output(), "dist   4 KB pull, 1 MB queued") == 4);
-  CHECK(count(bench.output(), "sooner than prio0") == 4);
+  CHECK(output.find("loopback TCP") != std::string::npos);
+  // 4 rows in the results and 4 in the server's memory table.
+  CHECK(count(output, "dist   4 KB pull, 1 MB queued") == 8);
+  CHECK(count(output, "sooner than prio0") == 4);
 }
+
+#ifdef ACTORPS_HAVE_UCX
+TEST_CASE("bench: --transport ucx runs the dist cases over the UCX plane",
+          "[integration][bench][ucx]") {
+  auto [output, doc] = run_bench({"--quick", "--modes", "dist", "--transport",
+                                  "caf,ucx", "--workers", "2", "--no-limits"},
+                                 "actorps-bench-ucx");
+  INFO(output);
+  // Every quick case on both transports, each checked by the harness (the
+  // pulled values are the round's sums), and the server's memory of each.
+  CHECK(count_results(doc, "mode", "dist") == 12);
+  CHECK(count_results(doc, "mode", "ucx") == 12);
+  REQUIRE(doc.at("server_memory").size() == 2);
+  CHECK(doc.at("server_memory")[0].at("mode") == "dist");
+  CHECK(doc.at("server_memory")[1].at("mode") == "ucx");
+  CHECK(count(output, "ucx server, 2 workers: peak RSS") == 1);
+  // An unknown transport is refused before anything runs.
+  process bad{{ACTORPS_BENCH_BIN, "--modes", "dist", "--transport", "rdma"}};
+  CHECK(bad.wait_exit(60s) == 2);
+  CHECK(bad.output().find("unknown transport 'rdma'") != std::string::npos);
+}
+#endif
 
 TEST_CASE("bench: none turns the one-key or many-key cases off",
           "[integration][bench]") {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,11 +44,10 @@ struct inbox {
 
   plane_handlers handlers() {
     plane_handlers h;
-    h.on_message = [this](peer_id from, std::vector<char> header,
-                          std::vector<char> body) {
+    h.on_message = [this](peer_id from, std::vector<char> header, buffer body) {
       std::lock_guard<std::mutex> guard{mtx};
       headers.emplace_back(from, std::move(header));
-      bodies.push_back(std::move(body));
+      bodies.push_back(body.bytes());
       cv.notify_all();
     };
     h.on_peer_up = [this](peer_id id, const std::vector<char>&) {
@@ -92,9 +92,11 @@ struct outcome {
   }
 };
 
-std::unique_ptr<plane> start(const std::string& secret, inbox& box) {
+std::unique_ptr<plane> start(const std::string& secret, inbox& box,
+                             bool shared_memory = true) {
   plane_options opts;
   opts.secret = secret;
+  opts.shared_memory = shared_memory;
   std::string error;
   auto p = plane::start(opts, box.handlers(), error);
   INFO(error);
@@ -114,9 +116,10 @@ struct connected {
   std::unique_ptr<plane> b;
   peer_id to_b;
 
-  connected(const std::string& a_secret, const std::string& b_secret)
-    : a(start(a_secret, a_box)),
-      b(start(b_secret, b_box)),
+  connected(const std::string& a_secret, const std::string& b_secret,
+            bool shared_memory = true)
+    : a(start(a_secret, a_box, shared_memory)),
+      b(start(b_secret, b_box, shared_memory)),
       to_b(a->connect(b->address())) {
     // nop
   }
@@ -202,7 +205,8 @@ TEST_CASE("ucx: a peer without the secret gets nothing in and nothing out",
 
 TEST_CASE("ucx: a peer that goes away is reported, and sends to it fail",
           "[ucx]") {
-  connected job{"s", "s"};
+  // Without shared memory: UCX itself watches the connection.
+  connected job{"s", "s", false};
   auto& [a_box, b_box, a, b, to_b] = job;
   outcome first;
   a->send(to_b, bytes("x"), payload{}, first.callback());
@@ -230,6 +234,95 @@ TEST_CASE("ucx: a peer that goes away is reported, and sends to it fail",
   CHECK(after.error.find("closed") != std::string::npos);
 }
 
+TEST_CASE("ucx: a dropped peer's sends fail, in flight and later, and what "
+          "it still sends is ignored",
+          "[ucx]") {
+  // On one host UCX takes shared memory and watches nothing: the owner
+  // drops a peer whose death it learned elsewhere.
+  connected job{"s", "s"};
+  auto& [a_box, b_box, a, b, to_b] = job;
+  outcome first;
+  a->send(to_b, bytes("x"), payload{}, first.callback());
+  REQUIRE(first.wait());
+  REQUIRE(first.error.empty());
+  REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == 1; }));
+  auto to_a = b_box.headers[0].first;
+  // B stops progressing (as a stopped or dead process would): a large
+  // send from A cannot finish until A drops B.
+  b->close();
+  auto big = std::make_shared<std::vector<char>>(16 << 20, 'x');
+  outcome stuck;
+  a->send(to_b, bytes("big"), payload{big->data(), big->size(), big},
+          stuck.callback());
+  a->drop(to_b, "its node is down");
+  REQUIRE(stuck.wait());
+  CHECK_FALSE(stuck.error.empty());
+  REQUIRE(a_box.wait([](inbox& x) { return x.down.size() == 1; }));
+  CHECK(a_box.down[0] == "its node is down");
+  outcome later;
+  a->send(to_b, bytes("y"), payload{}, later.callback());
+  REQUIRE(later.wait());
+  CHECK(later.error.find("down") != std::string::npos);
+  // Dropping twice, or a peer never heard of, changes nothing.
+  a->drop(to_b, "again");
+  a->drop(to_a + 1000, "unknown");
+  outcome after;
+  a->send(to_b, bytes("z"), payload{}, after.callback());
+  REQUIRE(after.wait());
+  CHECK_FALSE(after.error.empty());
+  CHECK(a_box.down.size() == 1);
+}
+
+TEST_CASE("ucx: frame headers carry a slice's fields and refuse what is "
+          "not a frame",
+          "[ucx]") {
+  frame_header h;
+  h.kind = frame_kind::push_pull;
+  h.request = 0x0102030405060708;
+  h.shard = 5;
+  h.priority = -3;
+  slice_meta m{make_slice_id(4, 2), 9, 77, compression{codec::two_bit, 0.25f},
+               1000};
+  auto bytes = encode(h, m);
+  CHECK(bytes.size() == 50);
+  auto back = decode(bytes);
+  REQUIRE(back);
+  CHECK(back->kind == h.kind);
+  CHECK(back->request == h.request);
+  CHECK(back->shard == h.shard);
+  CHECK(back->priority == h.priority);
+  auto meta = decode_meta(bytes);
+  REQUIRE(meta);
+  CHECK(meta->slice == m.slice);
+  CHECK(meta->worker == m.worker);
+  CHECK(meta->seq == m.seq);
+  CHECK(meta->encoding == m.encoding);
+  CHECK(meta->count == m.count);
+  // A pull carries no codec or count.
+  h.kind = frame_kind::pull;
+  auto pull = encode(h, m);
+  CHECK(pull.size() == 37);
+  REQUIRE(decode_meta(pull));
+  CHECK(decode_meta(pull)->seq == 77);
+  // Refused: a push without its fields, one byte too many, a reply with
+  // fields, an unknown codec, a threshold that is no number > 0.
+  h.kind = frame_kind::push;
+  CHECK_FALSE(decode(encode(h)));
+  auto longer = encode(h, m);
+  longer.push_back(0);
+  CHECK_FALSE(decode(longer));
+  auto reply = encode(frame_header{frame_kind::reply});
+  CHECK(decode(reply));
+  reply.resize(37);
+  CHECK_FALSE(decode(reply));
+  auto bad_codec = encode(h, m);
+  bad_codec[17 + 20] = 7;
+  CHECK_FALSE(decode_meta(bad_codec));
+  m.encoding.threshold = -1.0f;
+  CHECK_FALSE(decode_meta(encode(h, m)));
+  CHECK_FALSE(decode_meta(encode(frame_header{frame_kind::batch})));
+}
+
 namespace {
 
 template <class T>
@@ -251,7 +344,7 @@ std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
                                   std::atomic<int>* count = nullptr) {
   plane_handlers handlers;
   handlers.on_message = [queue, count](peer_id from, std::vector<char> header,
-                                       std::vector<char> body) {
+                                       buffer body) {
     if (count != nullptr)
       ++*count;
     queue->push(frame{from, std::move(header), std::move(body)});
@@ -306,14 +399,16 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   inbox client_box;
   auto client = start("s", client_box);
   auto to_server = client->connect(server->address());
+  // Sends a request frame (with the slice's fields, if given) and waits
+  // for the frame that answers it.
   auto request = [&](frame_kind kind, uint64_t req, uint32_t shard,
-                     std::vector<char> body) {
+                     std::optional<slice_meta> meta, std::vector<char> body) {
     frame_header h;
     h.kind = kind;
     h.request = req;
     h.shard = shard;
     auto keep = std::make_shared<std::vector<char>>(std::move(body));
-    client->send(to_server, encode(h),
+    client->send(to_server, meta ? encode(h, *meta) : encode(h),
                  payload{keep->data(), keep->size(), keep});
     REQUIRE(client_box.wait([&](inbox& x) {
       for (auto& [from, header] : x.headers)
@@ -328,38 +423,55 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
     FAIL("no reply");
     return std::make_pair(frame_kind::failure, std::vector<char>{});
   };
+  auto raw = [](const std::vector<float>& xs) {
+    std::vector<char> out(xs.size() * sizeof(float));
+    std::memcpy(out.data(), xs.data(), out.size());
+    return out;
+  };
   std::vector<float> grad{10, 20, 30, 40};
-  auto [push_kind, push_body]
-    = request(frame_kind::push, 1, 7,
-              serialized(sys, slice_push{id, 0, 0, floats{grad}}));
+  auto [push_kind, push_body] = request(
+    frame_kind::push, 1, 7, slice_meta{id, 0, 0, {}, grad.size()}, raw(grad));
   CHECK(push_kind == frame_kind::reply);
   CHECK(push_body.empty());
   ask<caf::ok_atom>(self, reference, push_atom::value,
                     slice_push{id, 0, 0, floats{grad}});
   auto [pull_kind, pull_body] = request(frame_kind::pull, 2, 7,
-                                        serialized(sys, slice_pull{id, 0, 1}));
+                                        slice_meta{id, 0, 1}, {});
   CHECK(pull_kind == frame_kind::reply);
   auto want = ask<shared_floats>(self, reference, pull_atom::value,
                                  slice_pull{id, 0, 1});
   CHECK(as_floats(pull_body) == want.vec());
+  // A compressed push_pull: the body holds the codec's bytes.
+  compression half{codec::fp16};
+  std::vector<float> small{0.5f, -1.5f, 2.25f, 8.0f};
+  std::vector<char> packed(encoded_size(half, small.size()));
+  encode(half, small.data(), small.size(),
+         reinterpret_cast<uint8_t*>(packed.data()));
+  auto [pp_kind, pp_body] = request(frame_kind::push_pull, 3, 7,
+                                    slice_meta{id, 0, 2, half, small.size()},
+                                    packed);
+  CHECK(pp_kind == frame_kind::reply);
+  auto pp_want = ask<shared_floats>(self, reference, push_pull_atom::value,
+                                    slice_push{id, 0, 2, floats{small, half}});
+  CHECK(as_floats(pp_body) == pp_want.vec());
   // Errors come back as errors: a shard this server lacks, a body that is
-  // no request, and the shard's own refusal (a slice never initialized).
+  // not the values the header announces, and the shard's own refusal (a
+  // slice never initialized).
   auto error_of = [&](const std::vector<char>& body) {
     caf::error err;
     caf::binary_deserializer source{sys, body};
     REQUIRE_FALSE(source(err));
     return err;
   };
-  auto [k1, b1] = request(frame_kind::pull, 3, 9,
-                          serialized(sys, slice_pull{id, 0, 2}));
+  auto [k1, b1] = request(frame_kind::pull, 4, 9, slice_meta{id, 0, 3}, {});
   CHECK(k1 == frame_kind::failure);
   CHECK(code_of(error_of(b1)) == errc::bad_config);
-  auto [k2, b2] = request(frame_kind::push, 4, 7, bytes("no push"));
+  auto [k2, b2] = request(frame_kind::push, 5, 7, slice_meta{id, 0, 3, {}, 4},
+                          bytes("no push"));
   CHECK(k2 == frame_kind::failure);
   CHECK(code_of(error_of(b2)) == errc::bad_config);
-  auto [k3, b3]
-    = request(frame_kind::pull, 5, 7,
-              serialized(sys, slice_pull{make_slice_id(99, 0), 0, 0}));
+  auto [k3, b3] = request(frame_kind::pull, 6, 7,
+                          slice_meta{make_slice_id(99, 0), 0, 0}, {});
   CHECK(k3 == frame_kind::failure);
   caf::error want_err;
   self
@@ -369,6 +481,16 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
              [&](caf::error& err) { want_err = std::move(err); });
   REQUIRE(want_err);
   CHECK(error_of(b3) == want_err);
+  // A batch travels in CAF's binary format.
+  slice_batch batch;
+  batch.kind = static_cast<uint8_t>(op_kind::pull);
+  batch.slices = {id};
+  batch.seqs = {3};
+  auto [k4, b4] = request(frame_kind::batch, 7, 7, std::nullopt,
+                          serialized(sys, batch));
+  CHECK(k4 == frame_kind::reply);
+  auto batch_want = ask<float_parts>(self, reference, batch_atom::value, batch);
+  CHECK(as_floats(b4) == batch_want.flatten());
   client->close();
   server->close();
 }
