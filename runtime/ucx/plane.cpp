@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/plane.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -172,15 +172,22 @@ struct plane::impl {
   int wake_fd = -1;
   int epoll_fd = -1;
   std::thread thread;
+  // Set (under ucx_mtx) before the progress thread arms the worker and
+  // sleeps; whoever leaves work for it then wakes it.
+  std::atomic<bool> sleeping{false};
 
-  // Shared with callers.
+  // Addresses and peer ids.
   std::mutex mtx;
-  std::deque<std::function<void()>> jobs;
-  bool stopping = false;
   peer_id next_peer = 1;
   std::map<std::vector<char>, peer_id> by_address;
 
-  // Progress thread only.
+  // Every UCX call, and everything below, happens under `ucx_mtx`: callers
+  // send on their own thread (a small message leaves at once, without
+  // waking the progress thread), the progress thread receives and finishes
+  // what is pending. Recursive: a handler may send.
+  std::recursive_mutex ucx_mtx;
+  bool stopping = false;
+  bool closed = false;
   std::map<peer_id, peer> peers;
   std::unordered_map<ucp_ep_h, peer_id> by_out_ep;
   std::unordered_map<ucp_ep_h, peer_id> by_reply_ep;
@@ -208,13 +215,12 @@ struct plane::impl {
       ::close(epoll_fd);
   }
 
-  void post(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> guard{mtx};
-      jobs.push_back(std::move(job));
+  // Wakes the progress thread if it sleeps (or is about to).
+  void wake() {
+    if (sleeping.exchange(false)) {
+      uint64_t one = 1;
+      static_cast<void>(::write(wake_fd, &one, sizeof(one)));
     }
-    uint64_t one = 1;
-    static_cast<void>(::write(wake_fd, &one, sizeof(one)));
   }
 
   peer_id id_of(const std::vector<char>& addr) {
@@ -237,37 +243,34 @@ struct plane::impl {
     ev.data.fd = wake_fd;
     epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
     for (;;) {
-      std::deque<std::function<void()>> todo;
-      bool stop;
       {
-        std::lock_guard<std::mutex> guard{mtx};
-        todo.swap(jobs);
-        stop = stopping;
-      }
-      for (auto& job : todo)
-        job();
-      if (stop)
-        break;
-      while (ucp_worker_progress(worker) != 0) {
-        // Progress until idle.
-      }
-      run_fetches();
-      {
-        std::lock_guard<std::mutex> guard{mtx};
-        if (!jobs.empty() || stopping)
+        std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
+        if (stopping)
+          break;
+        while (ucp_worker_progress(worker) != 0) {
+          // Progress until idle.
+        }
+        run_fetches();
+        if (!fetches.empty())
           continue;
+        sleeping.store(true);
+        if (ucp_worker_arm(worker) == UCS_ERR_BUSY) {
+          sleeping.store(false);
+          continue;
+        }
       }
-      if (ucp_worker_arm(worker) == UCS_ERR_BUSY)
-        continue;
       epoll_event events[2];
       auto n = epoll_wait(epoll_fd, events, 2, -1);
+      sleeping.store(false);
       for (int i = 0; i < n; ++i)
         if (events[i].data.fd == wake_fd) {
           uint64_t count;
           static_cast<void>(::read(wake_fd, &count, sizeof(count)));
         }
     }
+    std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
     shut_down();
+    closed = true;
   }
 
   void shut_down() {
@@ -419,7 +422,8 @@ struct plane::impl {
     state->self->finish(state, status);
   }
 
-  void submit(ucp_ep_h ep, unsigned am, send_state* state) {
+  // True if UCX holds the send pending.
+  bool submit(ucp_ep_h ep, unsigned am, send_state* state) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
                          | UCP_OP_ATTR_FIELD_USER_DATA
@@ -446,9 +450,10 @@ struct plane::impl {
                                state->header.size(), buf, count, &param);
     if (UCS_PTR_IS_PTR(req)) {
       peers[state->to].sending.insert(state);
-      return;
+      return true;
     }
     finish(state, UCS_PTR_STATUS(req));
+    return false;
   }
 
   // A send of ours completed (or failed) with `status`.
@@ -465,10 +470,12 @@ struct plane::impl {
     delete state;
   }
 
-  void send_now(peer_id to, send_state* state) {
+  // Sends `state` to `to`: true if UCX holds it pending (the progress
+  // thread must go on with it).
+  bool send_now(peer_id to, send_state* state) {
     auto i = peers.find(to);
     std::string why;
-    if (stopping_now())
+    if (stopping || closed)
       why = "UCX: the data plane is closed";
     else if (i != peers.end() && i->second.down)
       why = "UCX: the peer is down";
@@ -478,16 +485,11 @@ struct plane::impl {
       if (state->done)
         state->done(why);
       delete state;
-      return;
+      return false;
     }
     state->self = this;
     state->to = to;
-    submit(i->second.out, data_am, state);
-  }
-
-  bool stopping_now() {
-    std::lock_guard<std::mutex> guard{mtx};
-    return stopping;
+    return submit(i->second.out, data_am, state);
   }
 
   static ucs_status_t on_hello(void* arg, const void* header,
@@ -737,59 +739,54 @@ const std::vector<char>& plane::address() const {
 }
 
 peer_id plane::connect(const std::vector<char>& address) {
-  auto id = impl_->id_of(address);
   auto* d = impl_.get();
-  d->post([d, id, address] {
+  auto id = d->id_of(address);
+  {
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    if (d->stopping || d->closed)
+      return id;
     auto i = d->peers.find(id);
     if (i == d->peers.end() || i->second.out == nullptr)
       d->open(id, address);
-  });
+  }
+  // Connecting goes on with the progress thread.
+  d->wake();
   return id;
 }
 
 void plane::send(peer_id to, std::vector<char> header, payload body,
                  std::function<void(const std::string&)> done) {
   auto* d = impl_.get();
-  {
-    std::lock_guard<std::mutex> guard{d->mtx};
-    if (d->stopping) {
-      if (done)
-        done("UCX: the data plane is closed");
-      return;
-    }
-  }
   auto* state = new impl::send_state;
   state->header = std::move(header);
   state->body = std::move(body);
   state->done = std::move(done);
-  d->post([d, to, state] { d->send_now(to, state); });
+  bool pending = false;
+  {
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    pending = d->send_now(to, state);
+  }
+  if (pending)
+    d->wake();
 }
 
 void plane::drop(peer_id to, const std::string& why) {
   auto* d = impl_.get();
-  d->post([d, to, why] {
-    if (d->peers.count(to) > 0)
-      d->mark_down(to, why);
-  });
+  std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+  if (d->peers.count(to) > 0)
+    d->mark_down(to, why);
 }
 
 void plane::close() {
   if (!impl_ || !impl_->thread.joinable())
     return;
   {
-    std::lock_guard<std::mutex> guard{impl_->mtx};
+    std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
     impl_->stopping = true;
   }
-  impl_->post([] {});
+  uint64_t one = 1;
+  static_cast<void>(::write(impl_->wake_fd, &one, sizeof(one)));
   impl_->thread.join();
-  // Work queued while the thread stopped: sends fail as closed.
-  std::deque<std::function<void()>> rest;
-  {
-    std::lock_guard<std::mutex> guard{impl_->mtx};
-    rest.swap(impl_->jobs);
-  }
-  for (auto& job : rest)
-    job();
 }
 
 } // namespace actorps::ucx

@@ -6,8 +6,10 @@
 // CAF here: the actors reach it through runtime/, which turns its messages
 // into typed ones.
 //
-// One UCX context and worker per plane, driven by one progress thread that
-// makes every UCX call (callers only queue work and wake it). A peer is
+// One UCX context and worker per plane. Callers send on their own thread (a
+// small message leaves at once); one progress thread receives and finishes
+// what UCX left pending, sleeping on UCX's event fd in between. Every UCX
+// call holds the plane's lock. A peer is
 // another plane, reached by the address bytes it published (through the
 // coordinator, after its node was admitted). Both directions authenticate:
 // the first message on every connection is a hello carrying an HMAC of the
