@@ -85,6 +85,16 @@ struct dist_job {
   }
 };
 
+// Each transport the build has, for the tests that run on every one.
+#ifdef ACTORPS_HAVE_UCX
+#  define TRANSPORT() GENERATE(as<std::string>{}, "caf", "ucx")
+#else
+#  define TRANSPORT()                                                          \
+    std::string {                                                              \
+      "caf"                                                                    \
+    }
+#endif
+
 // Waits for `p` to exit and checks its code, showing its output on failure.
 #define CHECK_EXIT(p, code, timeout)                                           \
   do {                                                                         \
@@ -99,11 +109,7 @@ struct dist_job {
 TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
           "[integration]") {
   auto mode = GENERATE(as<std::string>{}, "dist_sync", "dist_async");
-#ifdef ACTORPS_HAVE_UCX
-  auto transport = GENERATE(as<std::string>{}, "caf", "ucx");
-#else
-  std::string transport = "caf";
-#endif
+  auto transport = TRANSPORT();
   INFO(transport);
   // A small slicing bound, so the 5000-float keys are cut over all 4 shards.
   dist_job job{
@@ -137,7 +143,10 @@ TEST_CASE("dist: compressed pushes cross between processes",
   // fp16 keeps the job's small integer gradients exactly, so the sums stay
   // exact; 2-bit is lossy, so its run is checked for completing only.
   auto codec = GENERATE(as<std::string>{}, "fp16", "2bit:1");
-  dist_job job{"dist_sync", 2, 1, {"--bigarray-bound", "1000"}};
+  auto transport = TRANSPORT();
+  INFO(transport);
+  dist_job job{
+    "dist_sync", 2, 1, {"--bigarray-bound", "1000", "--transport", transport}};
   job.add_server();
   for (int i = 0; i < 2; ++i)
     job.add_worker({"--keys", "2", "--size", "3000", "--rounds", "10",
@@ -156,7 +165,10 @@ TEST_CASE("dist: compressed pushes cross between processes",
 
 TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
           "[integration]") {
-  dist_job job{"dist_sync", 3, 1, {"--log-level", "debug"}};
+  auto transport = TRANSPORT();
+  INFO(transport);
+  dist_job job{
+    "dist_sync", 3, 1, {"--log-level", "debug", "--transport", transport}};
   job.add_server();
   std::vector<std::string> args{"--keys",
                                 "2",
@@ -200,7 +212,9 @@ TEST_CASE("dist: a hung worker is cut off after the connection timeout",
     xs.insert(xs.end(), net.begin(), net.end());
     return xs;
   };
-  dist_job job{"dist_sync", 3, 1, net};
+  auto transport = TRANSPORT();
+  INFO(transport);
+  dist_job job{"dist_sync", 3, 1, with_net({"--transport", transport})};
   job.servers.push_back(std::make_unique<process>(std::vector<std::string>{
     ACTORPS_SERVER_BIN, "--coordinator", job.address, "--token", token(),
     "--shards", "2", "--heartbeat-ms", "100", "--connection-timeout-ms",
@@ -225,7 +239,9 @@ TEST_CASE("dist: a hung worker is cut off after the connection timeout",
 
 TEST_CASE("dist: a killed server fails the workers' calls with a clear error",
           "[integration]") {
-  dist_job job{"dist_sync", 2, 2};
+  auto transport = TRANSPORT();
+  INFO(transport);
+  dist_job job{"dist_sync", 2, 2, {"--transport", transport}};
   job.add_server(1);
   auto& doomed = job.add_server(1);
   std::vector<std::string> args{
@@ -322,7 +338,9 @@ TEST_CASE("dist: a server listens on --bind and gives workers --host",
 TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "
           "takes the job's",
           "[integration]") {
-  dist_job job{"dist_async", 1, 1};
+  auto transport = TRANSPORT();
+  INFO(transport);
+  dist_job job{"dist_async", 1, 1, {"--transport", transport}};
   process intruder{{ACTORPS_WORKER_BIN, "--coordinator", job.address, "--token",
                     "not-the-token", "--mode", "dist_async"}};
   CHECK_EXIT(intruder, 1, startup);

@@ -45,7 +45,9 @@
 #include "runtime/system.hpp"
 #include "tests/core/temp_dir.hpp"
 #include "tests/integration/process.hpp"
+#include "tests/runtime/blocker.hpp"
 #include "tests/runtime/exit_guard.hpp"
+#include "tests/runtime/job_threads.hpp"
 
 using namespace actorps;
 using namespace std::chrono_literals;
@@ -688,15 +690,8 @@ TEST_CASE("network: a job's ports publish only gates", "[integration]") {
   coordinator_options co;
   co.token = "tok";
   co.sync = false;
-  std::promise<uint16_t> listening;
-  caf::error coord_err;
-  std::thread coordinator{[&] {
-    coord_err = run_coordinator(co,
-                                [&](uint16_t p) { listening.set_value(p); });
-  }};
-  auto port_future = listening.get_future();
-  REQUIRE(port_future.wait_for(10s) == std::future_status::ready);
-  auto port = port_future.get();
+  test::coordinator_thread coordinator{co};
+  auto port = coordinator.port();
   server_options so;
   so.coordinator = endpoint{"127.0.0.1", port};
   so.token = "tok";
@@ -744,7 +739,7 @@ TEST_CASE("network: a job's ports publish only gates", "[integration]") {
     CHECK_FALSE(kv->init("k", value));
     CHECK_FALSE(kv->close());
   }
-  coordinator.join();
+  auto coord_err = coordinator.join();
   server.join();
   CHECK_FALSE(coord_err);
   CHECK_FALSE(server_err);
@@ -838,17 +833,7 @@ TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
   require_reply<caf::ok_atom>(self);
   auto pulled_after_backlog = [&](bool through_relay) {
     // Occupy A's only scheduler thread until the test lets go.
-    std::promise<void> running;
-    std::promise<void> release;
-    auto released = release.get_future().share();
-    auto blocker = sys_a.spawn([&running, released](caf::event_based_actor*) {
-      return caf::behavior{[&running, released](caf::ok_atom) {
-        running.set_value();
-        released.wait();
-      }};
-    });
-    caf::anon_send(blocker, caf::ok_atom::value);
-    REQUIRE(running.get_future().wait_for(10s) == std::future_status::ready);
+    test::thread_blocker blocker{sys_a};
     // Worker 0 queues 20 pushes of 1; worker 1 then pulls.
     static uint64_t seq = 0;
     for (int i = 0; i < 20; ++i)
@@ -869,7 +854,7 @@ TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
       // a stats request behind them on the same connection is answered
       // only after the release, so count the shard's stats afterwards.
     }
-    release.set_value();
+    blocker.release();
     float seen = -1;
     int acks = 0;
     for (int i = 0; i < 21; ++i)
@@ -877,7 +862,6 @@ TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
                     [&](shared_floats& x) { seen = x.vec().at(0); },
                     caf::after(10s) >> [] {});
     CHECK(acks == 20);
-    caf::anon_send_exit(blocker, caf::exit_reason::kill);
     return seen;
   };
   // Through the relay, the pull is applied before the 20 queued pushes.

@@ -5,27 +5,35 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "caf/actor_system.hpp"
 #include "caf/binary_deserializer.hpp"
 #include "caf/binary_serializer.hpp"
+#include "caf/event_based_actor.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
+#include "messages/control.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
+#include "runtime/kvstore.hpp"
+#include "runtime/network.hpp"
 #include "runtime/system.hpp"
 #include "runtime/ucx/frames.hpp"
 #include "runtime/ucx/ingress.hpp"
 #include "runtime/ucx/plane.hpp"
+#include "tests/runtime/blocker.hpp"
 #include "tests/runtime/exit_guard.hpp"
+#include "tests/runtime/job_threads.hpp"
 
 using namespace actorps;
 using namespace actorps::ucx;
@@ -587,4 +595,167 @@ TEST_CASE("ucx: a worker's data requests travel over the plane and give "
   CHECK(frames_in.load() >= 5);
   client->close();
   server->close();
+}
+
+TEST_CASE("ucx: a request frame with priority overtakes the shard's backlog",
+          "[ucx]") {
+  // One scheduler thread, which the test blocks while the frames arrive:
+  // the ingress then hands all of them to the shard at once.
+  system_options so;
+  so.threads = 1;
+  system_config cfg{so};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  shard_config sc;
+  sc.num_workers = 2;
+  auto shard = guard(spawn_shard(sys, sc));
+  optimizer_config acc;
+  acc.name = "accumulate";
+  ask<caf::ok_atom>(self, shard, set_opt_atom::value, acc);
+  constexpr auto slice = make_slice_id(1, 0);
+  ask<caf::ok_atom>(self, shard, init_atom::value, slice_init{slice, {{0}}});
+  auto queue = std::make_shared<frame_queue>();
+  std::atomic<int> frames_in{0};
+  auto server = plane_into(queue, &frames_in);
+  guard(spawn_ingress(sys, queue, server, {{0, shard}}));
+  inbox client_box;
+  auto client = start("s", client_box);
+  auto to_server = client->connect(server->address());
+  uint64_t next_request = 1;
+  uint64_t push_seq = 0;
+  uint64_t pull_seq = 0;
+  auto pulled_after_backlog = [&](int32_t priority) {
+    test::thread_blocker blocker{sys};
+    auto frames_before = frames_in.load();
+    auto replies_before = client_box.bodies.size();
+    // Worker 0 pushes 1 twenty times at priority 0; worker 1 then pulls.
+    auto one = std::make_shared<std::vector<float>>(1, 1.0f);
+    for (int i = 0; i < 20; ++i) {
+      frame_header h{frame_kind::push, next_request++, 0, 0};
+      client->send(to_server,
+                   encode(h, slice_meta{slice, 0, push_seq++, {}, 1}),
+                   payload{one->data(), sizeof(float), one});
+    }
+    auto pull_request = next_request++;
+    frame_header h{frame_kind::pull, pull_request, 0, priority};
+    client->send(to_server, encode(h, slice_meta{slice, 1, pull_seq++}),
+                 payload{});
+    // Every frame waits in the ingress's queue before the thread is free.
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (frames_in.load() < frames_before + 21
+           && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    REQUIRE(frames_in.load() == frames_before + 21);
+    blocker.release();
+    REQUIRE(client_box.wait(
+      [&](inbox& x) { return x.bodies.size() == replies_before + 21; }));
+    std::lock_guard<std::mutex> lock{client_box.mtx};
+    for (size_t i = replies_before; i < client_box.headers.size(); ++i)
+      if (decode(client_box.headers[i].second)->request == pull_request)
+        return as_floats(client_box.bodies[i]).at(0);
+    FAIL("no reply to the pull");
+    return -1.0f;
+  };
+  // At priority 10 the pull is applied before the 20 queued pushes.
+  CHECK(pulled_after_backlog(10) == 0.0f);
+  // At priority 0 it waits behind them (20 more on top of the first 20).
+  CHECK(pulled_after_backlog(0) == 40.0f);
+  client->close();
+  server->close();
+}
+
+TEST_CASE("ucx: a sliced 64 MB key and batches of 1000 and 10000 keys come "
+          "back exact, compressed or not",
+          "[ucx]") {
+  auto codec_name = GENERATE(as<std::string>{}, "none", "fp16");
+  INFO(codec_name);
+  coordinator_options co;
+  co.token = "tok";
+  co.transport = transport::ucx;
+  test::coordinator_thread coordinator{co};
+  auto port = coordinator.port();
+  server_options so;
+  so.coordinator = endpoint{"127.0.0.1", port};
+  so.token = "tok";
+  so.shards = 2;
+  caf::error server_err;
+  std::thread server{[&] { server_err = run_server(so, [](uint32_t) {}); }};
+  store_options o;
+  o.coordinator = "127.0.0.1:" + std::to_string(port);
+  o.token = "tok";
+  o.compression = *parse_compression(codec_name);
+  {
+    auto kv = kvstore::create("dist_sync", o);
+    REQUIRE(kv);
+    optimizer_config acc;
+    acc.name = "accumulate";
+    REQUIRE_FALSE(kv->set_optimizer(acc));
+    // Small integers: fp16 keeps them, and their sums, exactly.
+    auto pattern = [](size_t n, int salt) {
+      Eigen::VectorXf v(static_cast<Eigen::Index>(n));
+      for (Eigen::Index i = 0; i < v.size(); ++i)
+        v[i] = static_cast<float>((i + salt) % 64);
+      return v;
+    };
+    // One key of 16M floats, cut into 16 slices over both shards.
+    const size_t big_n = size_t{16} << 20;
+    auto big = pattern(big_n, 0);
+    REQUIRE_FALSE(kv->init("big", Eigen::VectorXf::Zero(big.size())));
+    // Many keys, each group pushed and pulled in one call per shard.
+    auto many = [](size_t keys, size_t floats, const std::string& prefix) {
+      std::vector<std::string> names;
+      std::vector<Eigen::VectorXf> values;
+      for (size_t k = 0; k < keys; ++k) {
+        names.push_back(prefix + std::to_string(k));
+        values.push_back(Eigen::VectorXf(static_cast<Eigen::Index>(floats)));
+        for (Eigen::Index i = 0; i < values.back().size(); ++i)
+          values.back()[i] = static_cast<float>((k + 3 * i) % 64);
+      }
+      return std::make_pair(names, values);
+    };
+    auto [names_a, grads_a] = many(1000, 1024, "a");
+    auto [names_b, grads_b] = many(10000, 1, "b");
+    for (auto* group : {&names_a, &names_b})
+      for (auto& name : *group)
+        REQUIRE_FALSE(
+          kv->init(name, Eigen::VectorXf::Zero(group == &names_a ? 1024 : 1)));
+    auto refs = [](std::vector<Eigen::VectorXf>& xs) {
+      return std::vector<Eigen::Ref<Eigen::VectorXf>>(xs.begin(), xs.end());
+    };
+    auto crefs = [](const std::vector<Eigen::VectorXf>& xs) {
+      return std::vector<Eigen::Ref<const Eigen::VectorXf>>(xs.begin(),
+                                                            xs.end());
+    };
+    // Two rounds: every value ends as twice its gradient.
+    for (int round = 0; round < 2; ++round) {
+      REQUIRE_FALSE(kv->push("big", big));
+      REQUIRE_FALSE(kv->push_many(names_a, crefs(grads_a)));
+      REQUIRE_FALSE(kv->push_many(names_b, crefs(grads_b)));
+    }
+    Eigen::VectorXf big_out(big.size());
+    auto outs_a = grads_a;
+    auto outs_b = grads_b;
+    auto t1 = kv->pull("big", big_out);
+    auto t2 = kv->pull_many(names_a, refs(outs_a));
+    auto t3 = kv->pull_many(names_b, refs(outs_b));
+    REQUIRE(t1);
+    REQUIRE(t2);
+    REQUIRE(t3);
+    REQUIRE_FALSE(kv->wait_all());
+    CHECK(big_out == 2 * big);
+    bool a_exact = true;
+    for (size_t k = 0; k < outs_a.size(); ++k)
+      a_exact = a_exact && outs_a[k] == 2 * grads_a[k];
+    CHECK(a_exact);
+    bool b_exact = true;
+    for (size_t k = 0; k < outs_b.size(); ++k)
+      b_exact = b_exact && outs_b[k] == 2 * grads_b[k];
+    CHECK(b_exact);
+    REQUIRE_FALSE(kv->close());
+  }
+  server.join();
+  auto coord_err = coordinator.join();
+  CHECK_FALSE(server_err);
+  CHECK_FALSE(coord_err);
 }
