@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+// Internal to runtime/ucx: the state of a plane and its members, shared by
+// plane.cpp (progress thread, sends, peers, the public API) and receive.cpp
+// (hellos, data, rendezvous fetches).
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "runtime/ucx/plane.hpp"
+
+namespace actorps::ucx {
+
+// Active message ids.
+constexpr unsigned hello_am = 1;
+constexpr unsigned data_am = 2;
+
+inline std::string reason(ucs_status_t status) {
+  return ucs_status_string(status);
+}
+
+struct plane::impl {
+  struct send_state;
+  struct fetch_state;
+
+  struct peer {
+    std::vector<char> address;
+    ucp_ep_h out = nullptr;
+    // Without UCX's failure detection (shared memory): such an endpoint is
+    // never closed by force before the plane closes (UCX leaves that
+    // undefined), and what is in flight on it is failed by us.
+    bool unwatched = false;
+    bool admitted = false;
+    bool down = false;
+    std::set<send_state*> sending;
+    std::set<fetch_state*> fetching;
+  };
+
+  // A send in flight: owns what UCX reads until completion.
+  struct send_state {
+    impl* self = nullptr;
+    peer_id to = 0;
+    std::vector<char> header;
+    payload body;
+    std::vector<ucp_dt_iov_t> iov;
+    std::function<void(const std::string&)> done;
+    // Failed by `mark_down` while UCX still holds it: UCX's completion only
+    // frees it.
+    bool abandoned = false;
+  };
+
+  // A rendezvous message being received into `body`.
+  struct fetch_state {
+    impl* self;
+    peer_id from;
+    void* desc;
+    std::vector<char> header;
+    buffer body;
+    bool abandoned = false;
+  };
+
+  plane_options opts;
+  plane_handlers handlers;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::string host;
+  std::vector<char> address;
+  int wake_fd = -1;
+  int epoll_fd = -1;
+  std::thread thread;
+  // Set (under ucx_mtx) before the progress thread arms the worker and
+  // sleeps; whoever leaves work for it then wakes it.
+  std::atomic<bool> sleeping{false};
+
+  // Addresses and peer ids.
+  std::mutex mtx;
+  peer_id next_peer = 1;
+  std::map<std::vector<char>, peer_id> by_address;
+
+  // Every UCX call, and everything below, happens under `ucx_mtx`: callers
+  // send on their own thread (a small message leaves at once, without
+  // waking the progress thread), the progress thread receives and finishes
+  // what is pending. Recursive: a handler may send.
+  std::recursive_mutex ucx_mtx;
+  bool stopping = false;
+  bool closed = false;
+  std::map<peer_id, peer> peers;
+  std::unordered_map<ucp_ep_h, peer_id> by_out_ep;
+  std::unordered_map<ucp_ep_h, peer_id> by_reply_ep;
+  std::set<std::vector<unsigned char>> used_nonces;
+  std::vector<fetch_state*> fetches;
+  // Endpoints of dropped unwatched peers, closed with the plane.
+  std::vector<ucp_ep_h> dropped_eps;
+  // Sends and receives UCX still holds after their peer was dropped.
+  std::set<send_state*> abandoned_sends;
+  std::set<fetch_state*> abandoned_fetches;
+
+  ~impl();
+
+  // Wakes the progress thread if it sleeps (or is about to).
+  void wake();
+
+  peer_id id_of(const std::vector<char>& addr);
+
+  // -- progress thread ----------------------------------------------------
+
+  void run();
+
+  // Closes `ep` without the peer's word: what is in flight on it completes
+  // with UCS_ERR_CANCELED. With `wait`, progresses until the close is done.
+  void force_close(ucp_ep_h ep, bool wait);
+
+  void shut_down();
+
+  void abandon(send_state* x, const std::string& why);
+
+  void abandon(fetch_state* f);
+
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  void mark_down(peer_id id, const std::string& why);
+
+  // Opens the endpoint to peer `id` and says hello first.
+  void open(peer_id id, const std::vector<char>& addr);
+
+  static void on_sent(void* request, ucs_status_t status, void* user_data);
+
+  // True if UCX holds the send pending.
+  bool submit(ucp_ep_h ep, unsigned am, send_state* state);
+
+  // A send of ours completed (or failed) with `status`.
+  void finish(send_state* state, ucs_status_t status);
+
+  // Sends `state` to `to`: true if UCX holds it pending (the progress
+  // thread must go on with it).
+  bool send_now(peer_id to, send_state* state);
+
+  static ucs_status_t on_hello(void* arg, const void* header,
+                               size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param);
+
+  static ucs_status_t on_data(void* arg, const void* header,
+                              size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
+
+  static void on_fetched(void* request, ucs_status_t status, size_t,
+                         void* user_data);
+
+  void fetched(fetch_state* f, ucs_status_t status);
+
+  void run_fetches();
+};
+
+} // namespace actorps::ucx

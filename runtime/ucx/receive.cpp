@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A plane's receiving side: the hello that admits a peer, data from
+// admitted peers, and rendezvous messages fetched into buffers of ours.
+#include <cstring>
+
+#include <openssl/crypto.h>
+
+#include "runtime/ucx/hello.hpp"
+#include "runtime/ucx/plane_impl.hpp"
+
+namespace actorps::ucx {
+
+ucs_status_t plane::impl::on_hello(void* arg, const void* header,
+                                   size_t header_length, void* data,
+                                   size_t length,
+                                   const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<impl*>(arg);
+  // A hello arrives whole (it is small); anything else is no hello.
+  if (header_length != hello_header_size || length == 0 || length > max_address
+      || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0
+      || (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0
+      || std::memcmp(header, hello_magic, sizeof(hello_magic)) != 0)
+    return UCS_OK;
+  auto* bytes = static_cast<const unsigned char*>(header);
+  auto* nonce = bytes + sizeof(hello_magic);
+  auto* mac = nonce + nonce_size;
+  std::vector<char> from(static_cast<const char*>(data),
+                         static_cast<const char*>(data) + length);
+  auto expected = hello_mac(self->opts.secret, nonce, from, self->address);
+  if (expected.size() != mac_size
+      || CRYPTO_memcmp(expected.data(), mac, mac_size) != 0)
+    return UCS_OK;
+  std::vector<unsigned char> key(nonce, nonce + nonce_size);
+  if (!self->used_nonces.insert(key).second)
+    return UCS_OK; // A replayed hello.
+  auto id = self->id_of(from);
+  self->by_reply_ep[param->reply_ep] = id;
+  auto& p = self->peers[id];
+  if (p.down)
+    return UCS_OK;
+  if (p.out == nullptr)
+    self->open(id, from); // Our own connection back, with our hello.
+  if (!p.admitted) {
+    p.admitted = true;
+    if (self->handlers.on_peer_up)
+      self->handlers.on_peer_up(id, from);
+  }
+  return UCS_OK;
+}
+
+ucs_status_t plane::impl::on_data(void* arg, const void* header,
+                                  size_t header_length, void* data,
+                                  size_t length,
+                                  const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<impl*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0)
+    return UCS_OK;
+  auto i = self->by_reply_ep.find(param->reply_ep);
+  if (i == self->by_reply_ep.end())
+    return UCS_OK; // Not admitted: never read, never allocated for.
+  auto id = i->second;
+  auto& p = self->peers[id];
+  if (p.down || !p.admitted)
+    return UCS_OK;
+  if (header_length > self->opts.max_header || length > self->opts.max_body) {
+    self->mark_down(id, "UCX: the peer sent a message over the bound ("
+                          + std::to_string(header_length) + " + "
+                          + std::to_string(length) + " bytes)");
+    return UCS_OK;
+  }
+  std::vector<char> head(static_cast<const char*>(header),
+                         static_cast<const char*>(header) + header_length);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+    auto* f = new fetch_state{self, id, data, std::move(head), buffer{length}};
+    self->fetches.push_back(f);
+    return UCS_INPROGRESS;
+  }
+  if (self->handlers.on_message)
+    self->handlers.on_message(id, std::move(head), buffer{data, length});
+  return UCS_OK;
+}
+
+void plane::impl::on_fetched(void* request, ucs_status_t status, size_t,
+                             void* user_data) {
+  auto* f = static_cast<fetch_state*>(user_data);
+  f->self->fetched(f, status);
+  ucp_request_free(request);
+}
+
+void plane::impl::fetched(fetch_state* f, ucs_status_t status) {
+  if (f->abandoned) {
+    abandoned_fetches.erase(f);
+  } else {
+    auto p = peers.find(f->from);
+    if (p != peers.end())
+      p->second.fetching.erase(f);
+    if (status == UCS_OK && p != peers.end() && !p->second.down
+        && handlers.on_message)
+      handlers.on_message(f->from, std::move(f->header), std::move(f->body));
+  }
+  delete f;
+}
+
+void plane::impl::run_fetches() {
+  auto todo = std::move(fetches);
+  fetches.clear();
+  for (auto* f : todo) {
+    auto p = peers.find(f->from);
+    if (p == peers.end() || p->second.down) {
+      ucp_am_data_release(worker, f->desc);
+      delete f;
+      continue;
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
+                         | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv_am = &impl::on_fetched;
+    param.user_data = f;
+    auto req = ucp_am_recv_data_nbx(worker, f->desc, f->body.data(),
+                                    f->body.size(), &param);
+    if (UCS_PTR_IS_PTR(req)) {
+      p->second.fetching.insert(f);
+      continue;
+    }
+    fetched(f, UCS_PTR_STATUS(req));
+  }
+}
+
+} // namespace actorps::ucx
