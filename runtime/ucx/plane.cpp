@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/plane.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -312,6 +313,17 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
     error = "UCX: cannot read its configuration (" + reason(status)
             + "; check the UCX_* environment variables)";
     return nullptr;
+  }
+  // No shared-memory FIFOs unless the user asks for them: a peer that dies
+  // while writing into one blocks it for every peer (plane_options).
+  if (std::getenv("UCX_TLS") == nullptr) {
+    if (auto status = ucp_config_modify(config, "TLS", "^mm");
+        status != UCS_OK) {
+      ucp_config_release(config);
+      error = "UCX: cannot leave out its shared-memory FIFOs (" + reason(status)
+              + "; set UCX_TLS to choose the transports)";
+      return nullptr;
+    }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -116,6 +116,14 @@ struct plane_options {
   /// death elsewhere (CAF's supervision) and calls `drop`. False: every
   /// peer over a transport that detects failures (TCP on one host), which
   /// reports a dead peer by itself.
+  ///
+  /// Unless UCX_TLS says otherwise, shared memory means cross-memory attach
+  /// (`cma`: the receiver copies a large message straight out of the
+  /// sender's memory) with small messages over TCP, never UCX's
+  /// shared-memory FIFOs (`mm`: posix, sysv). A process's FIFO is shared by
+  /// every peer that sends to it, and a peer killed or stopped while it
+  /// writes a slot blocks the slot, and with it every peer's messages, for
+  /// good: one dead worker would stall the server for all.
   bool shared_memory = true;
   /// Largest header and body a peer may send (messages beyond are dropped
   /// and the peer cut off).

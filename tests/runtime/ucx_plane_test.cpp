@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -31,6 +32,7 @@
 #include "runtime/ucx/frames.hpp"
 #include "runtime/ucx/ingress.hpp"
 #include "runtime/ucx/plane.hpp"
+#include "tests/integration/process.hpp"
 #include "tests/runtime/blocker.hpp"
 #include "tests/runtime/exit_guard.hpp"
 #include "tests/runtime/job_threads.hpp"
@@ -279,6 +281,62 @@ TEST_CASE("ucx: a dropped peer's sends fail, in flight and later, and what "
   REQUIRE(after.wait());
   CHECK_FALSE(after.error.empty());
   CHECK(a_box.down.size() == 1);
+}
+
+TEST_CASE("ucx: a peer killed while it sends blocks no other peer", "[ucx]") {
+  // A process on this host floods A with 4 KB messages and is killed in the
+  // middle; C, another peer of A, must still get through. (Over UCX's
+  // shared-memory FIFOs, which all of A's peers write into, a writer killed
+  // within a slot blocked A for every peer in about 1 of 10 kills.)
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::size_t flood = 0;
+  std::vector<std::string> others;
+  plane_handlers h;
+  h.on_message = [&](peer_id, std::vector<char> header, buffer) {
+    std::lock_guard<std::mutex> guard{mtx};
+    std::string text{header.begin(), header.end()};
+    if (text == "spam")
+      ++flood;
+    else
+      others.push_back(text);
+    cv.notify_all();
+  };
+  plane_options opts;
+  opts.secret = "s";
+  std::string error;
+  auto a = plane::start(opts, h, error);
+  REQUIRE(a);
+  inbox c_box;
+  auto c = start("s", c_box);
+  auto to_a = c->connect(a->address());
+  std::string hex;
+  for (auto ch : a->address()) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", static_cast<unsigned char>(ch));
+    hex += two;
+  }
+  for (int kill = 0; kill < 12; ++kill) {
+    INFO("kill " << kill);
+    test::process sender{{ACTORPS_UCX_SENDER_BIN, hex, "s"}};
+    REQUIRE(sender.wait_for("sending\n", 30s));
+    {
+      std::unique_lock<std::mutex> lock{mtx};
+      auto before = flood;
+      REQUIRE(cv.wait_for(lock, 30s, [&] { return flood >= before + 50; }));
+    }
+    sender.kill9();
+    REQUIRE(sender.wait_exit(30s));
+    auto note = "after kill " + std::to_string(kill);
+    outcome sent;
+    c->send(to_a, bytes(note), payload{}, sent.callback());
+    REQUIRE(sent.wait());
+    REQUIRE(sent.error.empty());
+    std::unique_lock<std::mutex> lock{mtx};
+    REQUIRE(cv.wait_for(lock, 10s, [&] {
+      return !others.empty() && others.back() == note;
+    }));
+  }
 }
 
 TEST_CASE("ucx: frame headers carry a slice's fields and refuse what is "
