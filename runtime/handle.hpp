@@ -62,6 +62,8 @@ struct kvstore::impl {
   // their outputs, which the caller may have freed already.
   bool discarding = false;
   bool barrier_before_exit = false;
+  // Set by close_failed: the leave tells the coordinator why.
+  std::string failure;
 
   impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
     : rt(std::move(runtime)), type(std::move(t)), rank(r) {

@@ -401,6 +401,12 @@ void kvstore::set_barrier_before_exit(bool value) {
   impl_->barrier_before_exit = value;
 }
 
+caf::error kvstore::close_failed(const std::string& why) {
+  impl_->barrier_before_exit = false;
+  impl_->failure = why.empty() ? std::string{"failed"} : why;
+  return close();
+}
+
 caf::error kvstore::close() {
   auto& d = *impl_;
   if (d.closed)
@@ -414,8 +420,11 @@ caf::error kvstore::close() {
   }
   // Leave the job, so barriers and sync rounds of the other workers stop
   // waiting for this one.
-  auto lerr = d.call(
-    d.timeout(), [](caf::ok_atom) {}, leave_atom::value);
+  auto lerr = d.failure.empty() ? d.call(
+                d.timeout(), [](caf::ok_atom) {}, leave_atom::value)
+                                : d.call(
+                                  d.timeout(), [](caf::ok_atom) {},
+                                  leave_atom::value, d.failure);
   if (!err)
     err = std::move(lerr);
   d.closed = true;

@@ -279,6 +279,12 @@ public:
   /// waiting for this worker's pushes, not at the barrier.
   void set_barrier_before_exit(bool value);
 
+  /// Closes the handle after this worker's job failed: enters no barrier,
+  /// and leaves the job telling the coordinator `why`, so that it counts
+  /// this worker as failed (and says so when the job ends). Otherwise as
+  /// `close`.
+  caf::error close_failed(const std::string& why);
+
   /// Waits for every operation, then closes the handle (idempotent). Pulls
   /// that were never waited for complete without writing their outputs, so
   /// buffers freed after an error are never touched.

@@ -143,24 +143,43 @@ caf::error run_coordinator(const coordinator_options& opts,
                 ? caf::duration{opts.status_interval}
                 : caf::duration{caf::infinite};
   bool running = true;
-  self->receive_while(
-    running)([&](shutdown_atom) { running = false; },
-             [&](node_down_atom, uint32_t node_id, uint8_t role_id) {
-               if (opts.on_event)
-                 opts.on_event(describe_node(node_id, role_id) + " is down");
-             },
-             [&](join_atom, uint32_t, uint8_t role_id, uint32_t rank) {
-               if (tally.add(role_id, rank))
-                 status();
-             },
-             caf::after(idle) >>
-               [&] {
-                 if (!tally.complete())
-                   status();
-               });
+  uint32_t lost_workers = 0;
+  uint32_t lost_servers = 0;
+  uint32_t failed_workers = 0;
+  self->receive_while(running)(
+    [&](shutdown_atom) { running = false; },
+    [&](node_down_atom, uint32_t node_id, uint8_t role_id, bool lost) {
+      if (lost)
+        ++(role_id == role::worker ? lost_workers : lost_servers);
+      if (opts.on_event)
+        opts.on_event(describe_node(node_id, role_id) + " is down"
+                      + (lost ? " (lost: it had not finished)" : ""));
+    },
+    [&](leave_atom, uint32_t, uint32_t rank, const std::string& why) {
+      ++failed_workers;
+      if (opts.on_event)
+        opts.on_event("worker " + std::to_string(rank) + " failed: " + why);
+    },
+    [&](join_atom, uint32_t, uint8_t role_id, uint32_t rank) {
+      if (tally.add(role_id, rank))
+        status();
+    },
+    caf::after(idle) >>
+      [&] {
+        if (!tally.complete())
+          status();
+      });
   static_cast<void>(sys.middleman().unpublish(gate, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-  return caf::none;
+  if (lost_workers + lost_servers + failed_workers == 0)
+    return caf::none;
+  return make_error(
+    errc::dead_node,
+    "coordinator: the job failed: " + std::to_string(failed_workers) + " of "
+      + std::to_string(opts.num_workers) + " workers failed, "
+      + std::to_string(lost_workers) + " went down before they finished, "
+      + std::to_string(lost_servers) + " of " + std::to_string(opts.num_servers)
+      + " servers went down before the end");
 }
 
 caf::error run_server(const server_options& opts,

@@ -70,7 +70,9 @@ struct coordinator_options {
 
 /// Runs the coordinator: publishes it, calls `on_listening` with the port it
 /// listens on, and returns once every worker left or died (then every server
-/// has been told to shut down). Errors: `bad_config` (cannot listen).
+/// has been told to shut down). Errors: `bad_config` (cannot listen),
+/// `dead_node` (the job ended, but a worker went down before it finished, or
+/// a server before the job was done; the message counts them).
 caf::error run_coordinator(const coordinator_options& opts,
                            std::function<void(uint16_t)> on_listening);
 

@@ -69,6 +69,28 @@ void broadcast(self_ptr self, Promise rp, Finish finish, OnReply on_reply,
         [=](caf::error& err) { fan.fail(std::move(err)); });
 }
 
+// A worker leaves the job (`why`: its job failed).
+caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
+                                const std::string* why) {
+  if (auto err = self->state.trusted.check(self, "leave"))
+    return err;
+  auto& st = self->state;
+  if (rank >= st.cfg.num_workers)
+    return make_error(errc::bad_config,
+                      "leave: rank " + std::to_string(rank) + " out of range");
+  auto i = st.nodes.find(worker_node_id(rank));
+  bool first = i != st.nodes.end() && !i->second.left;
+  if (i != st.nodes.end())
+    i->second.left = true;
+  if (why != nullptr && first && st.cfg.on_done)
+    caf::anon_send(st.cfg.on_done, leave_atom::value, i->first, rank,
+                   why->substr(0, 1000));
+  // Shards hear of it without an answer being awaited: a shard of a
+  // server that just died must not hold the leaving worker up.
+  drop_worker(self, rank);
+  return caf::ok_atom::value;
+}
+
 coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                                   coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
@@ -183,20 +205,10 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       return rp;
     },
     [self](leave_atom, uint32_t rank) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "leave"))
-        return err;
-      auto& st = self->state;
-      if (rank >= st.cfg.num_workers)
-        return make_error(errc::bad_config, "leave: rank "
-                                              + std::to_string(rank)
-                                              + " out of range");
-      if (auto i = st.nodes.find(worker_node_id(rank)); i != st.nodes.end())
-        i->second.left = true;
-      // Shards hear of it without an answer being awaited: a shard of a
-      // server that just died must not hold the leaving worker up.
-      drop_worker(self, rank);
-      return caf::ok_atom::value;
+      return leave(self, rank, nullptr);
     },
+    [self](leave_atom, uint32_t rank, const std::string& why)
+      -> caf::result<caf::ok_atom> { return leave(self, rank, &why); },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "set_optimizer"))

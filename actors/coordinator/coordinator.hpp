@@ -41,6 +41,8 @@
 /// - `(leave_atom, rank)` -> `ok_atom`. The worker leaves the job: it no
 ///   longer counts for barriers, and every shard drops it from sync rounds,
 ///   so the others never wait for it.
+/// - `(leave_atom, rank, why)` -> `ok_atom`: the same, for a worker whose
+///   job failed (`why`); `on_done` hears `(leave_atom, node_id, rank, why)`.
 /// - `(set_opt_atom, optimizer_config)` -> `ok_atom` once every shard applied
 ///   it. Error: `bad_optimizer` (checked before anything is sent).
 /// - `(save_atom)` -> `state_snapshot` of all shards, key names and offsets
@@ -96,7 +98,9 @@
 /// every node went down (at most 5 s later). `(shutdown_atom)` sent to the
 /// coordinator itself ends that wait. `on_done` also hears
 /// `(join_atom, node_id, role, rank)` for every node admitted, so a runner
-/// can say whom the job still waits for.
+/// can say whom the job still waits for, and `(node_down_atom, node_id,
+/// role, lost)` for every node that goes down, so it can say how the job
+/// ended.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -124,7 +128,9 @@ struct coordinator_config {
   /// every node in its `job_info`.
   uint8_t transport = transport::caf;
   /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
-  /// `(node_down_atom, node_id, role)` for every node that goes down and
+  /// `(node_down_atom, node_id, role, lost)` for every node that goes down
+  /// (`lost`: a worker that had not left, a server before every worker left
+  /// or died) and
   /// `(join_atom, node_id, role, rank)` for every node admitted.
   caf::actor on_done;
 };
@@ -137,6 +143,7 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom, uint32_t>::with<caf::ok_atom>,
   caf::replies_to<leave_atom, uint32_t>::with<caf::ok_atom>,
+  caf::replies_to<leave_atom, uint32_t, std::string>::with<caf::ok_atom>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,

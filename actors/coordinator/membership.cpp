@@ -91,8 +91,13 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
         self->send(caf::actor_cast<node_actor>(other.agent),
                    node_down_atom::value, node_id, role_of);
     release_routing(self);
-    if (st.cfg.on_done && !st.finished)
-      caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of);
+    if (st.cfg.on_done && !st.finished) {
+      // Lost: a worker that went down without leaving, a server before the
+      // job was done.
+      bool lost = role_of == role::worker ? !node.left : !st.done;
+      caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of,
+                     lost);
+    }
     if (role_of == role::worker && !node.left)
       drop_worker(self, node.rank);
     if (st.done && std::all_of(st.nodes.begin(), st.nodes.end(), [](auto& kvp) {

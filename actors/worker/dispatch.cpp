@@ -334,23 +334,28 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
 void write_init(worker_ptr self, key_info info, floats value,
                 caf::typed_response_promise<caf::ok_atom> rp) {
   detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
-  auto report = [self, id = info.id](bool ok) {
-    return self->request(self->state.cfg.coordinator, self->state.timeout(),
-                         init_done_atom::value, id, ok);
+  auto report = [self, id = info.id](bool ok,
+                                     std::function<void(caf::ok_atom&)> on_ok,
+                                     std::function<void(caf::error&)> on_err) {
+    ask_coordinator<caf::ok_atom>(self, self->state.timeout(), std::move(on_ok),
+                                  std::move(on_err), init_done_atom::value, id,
+                                  ok);
   };
   auto done = [self, fan, info, report]() mutable {
-    report(true).then(
-      [self, fan, info](caf::ok_atom) mutable {
+    report(
+      true,
+      [self, fan, info](caf::ok_atom&) mutable {
         add_route(self, info);
         fan.promise().deliver(caf::ok_atom::value);
       },
-      [fan](caf::error& err) { fan.fail(std::move(err)); });
+      [fan](caf::error& err) mutable { fan.fail(std::move(err)); });
   };
-  auto on_error = [fan, report](caf::error& err) {
+  auto on_error = [fan, report](caf::error& err) mutable {
     if (fan.failed())
       return;
     fan.fail(std::move(err));
-    report(false).then([](caf::ok_atom) {}, [](caf::error&) {});
+    report(
+      false, [](caf::ok_atom&) {}, [](caf::error&) {});
   };
   for (auto& s : info.slices) {
     slice_init msg{make_slice_id(info.id, s.part), {}};

@@ -127,13 +127,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
       on_ok(x);
   };
   auto fail = [self, index, id](caf::error& err) {
-    auto& pending = self->state.in_flight[index];
-    auto i = pending.find(id);
-    if (i == pending.end())
-      return;
-    auto f = std::move(i->second);
-    pending.erase(i);
-    f(err);
+    fail_pending(self->state.in_flight[index], id, err);
   };
   if constexpr (data_kind_of<Atom>().has_value()) {
     if (st.cfg.channel && st.cfg.channel->carries(index)) {

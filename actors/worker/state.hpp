@@ -10,6 +10,8 @@
 
 #include "caf/duration.hpp"
 #include "caf/error.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/typed_event_based_actor.hpp"
 #include "caf/typed_response_promise.hpp"
 
 #include "actors/trust.hpp"
@@ -35,6 +37,10 @@ struct route {
   uint64_t named_in = 0;
 };
 
+/// Failure handlers of requests in flight, by request id.
+using pending_failures
+  = std::unordered_map<uint64_t, std::function<void(caf::error&)>>;
+
 struct worker_state {
   static inline const char* name = "actorps.worker";
 
@@ -52,8 +58,7 @@ struct worker_state {
   /// so that a shard going down fails them at once (CAF 0.17 fails requests
   /// to a dead remote peer only when they time out).
   std::vector<bool> dead;
-  std::vector<std::unordered_map<uint64_t, std::function<void(caf::error&)>>>
-    in_flight;
+  std::vector<pending_failures> in_flight;
   uint64_t next_request = 0;
   // Requests out on cfg.channel, by id: what their reply or timeout runs.
   struct channel_wait {
@@ -63,6 +68,13 @@ struct worker_state {
   std::unordered_map<uint64_t, channel_wait> channel_waiting;
   /// Calls on several keys so far (see route::named_in).
   uint64_t calls = 0;
+  /// Set once the coordinator went down: every call that needs it fails at
+  /// once with `dead_node` from then on.
+  bool coordinator_down = false;
+  /// Requests out to the coordinator, by id: what their failure runs, so
+  /// that the coordinator going down fails them at once (CAF 0.17 fails
+  /// them only when they time out, a barrier after 10 minutes).
+  pending_failures coordinator_calls;
   /// Per shard: requests waiting for room under cfg.max_bytes_in_flight.
   std::vector<core::send_queue> queues;
 
@@ -72,6 +84,47 @@ struct worker_state {
 };
 
 using worker_ptr = worker_actor::stateful_pointer<worker_state>;
+
+/// Takes the handler of request `id` out of `pending` and runs it with `err`
+/// (nothing if the request already completed or failed).
+inline void fail_pending(pending_failures& pending, uint64_t id,
+                         caf::error& err) {
+  auto i = pending.find(id);
+  if (i == pending.end())
+    return;
+  auto f = std::move(i->second);
+  pending.erase(i);
+  f(err);
+}
+
+/// The `dead_node` error of a call that needs the lost coordinator.
+caf::error lost_coordinator();
+
+/// Sends `xs` to the coordinator with `timeout`: `on_ok` gets its answer,
+/// `on_err` its error, or `lost_coordinator()` at once if the coordinator is
+/// down or goes down before answering.
+template <class R, class... Ts>
+void ask_coordinator(worker_ptr self, caf::duration timeout,
+                     std::function<void(R&)> on_ok,
+                     std::function<void(caf::error&)> on_err, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.coordinator_down) {
+    auto err = lost_coordinator();
+    on_err(err);
+    return;
+  }
+  auto id = st.next_request++;
+  st.coordinator_calls.emplace(id, std::move(on_err));
+  self->request(st.cfg.coordinator, timeout, std::forward<Ts>(xs)...)
+    .then(
+      [self, id, on_ok = std::move(on_ok)](R& x) {
+        if (self->state.coordinator_calls.erase(id) > 0)
+          on_ok(x);
+      },
+      [self, id](caf::error& err) {
+        fail_pending(self->state.coordinator_calls, id, err);
+      });
+}
 
 /// Records the route of `key`; a known route keeps its sequence numbers.
 void add_route(worker_ptr self, key_info info);

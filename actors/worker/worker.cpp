@@ -41,6 +41,12 @@ void add_route(worker_ptr self, key_info info) {
   routes.emplace(std::move(name), std::move(r));
 }
 
+caf::error lost_coordinator() {
+  return make_error(errc::dead_node,
+                    "lost the coordinator (its process died, its connection "
+                    "dropped or it stopped answering heartbeats)");
+}
+
 caf::error dead_shard(uint32_t index) {
   return make_error(errc::dead_node, "shard " + std::to_string(index)
                                        + " is down (its server died or "
@@ -108,22 +114,32 @@ void with_routes(worker_ptr self, const std::vector<std::string>& keys,
   };
   st.stalled = true;
   for (auto& k : missing)
-    self->request(st.cfg.coordinator, st.timeout(), lookup_atom::value, k)
-      .then(
-        [self, arrive](key_info& info) {
-          add_route(self, std::move(info));
-          arrive();
-        },
-        [self, k, pending, arrive](caf::error& err) {
-          // An init may have made the route known meanwhile: keep it.
-          if (self->state.routes.count(k) == 0 && !pending->err)
-            pending->err = std::move(err);
-          arrive();
-        });
+    ask_coordinator<key_info>(
+      self, st.timeout(),
+      [self, arrive](key_info& info) {
+        add_route(self, std::move(info));
+        arrive();
+      },
+      [self, k, pending, arrive](caf::error& err) {
+        // An init may have made the route known meanwhile: keep it.
+        if (self->state.routes.count(k) == 0 && !pending->err)
+          pending->err = std::move(err);
+        arrive();
+      },
+      lookup_atom::value, k);
 }
 
 void on_down(worker_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
+  if (dm.source == st.cfg.coordinator.address() && !st.coordinator_down) {
+    st.coordinator_down = true;
+    auto calls = std::move(st.coordinator_calls);
+    st.coordinator_calls.clear();
+    for (auto& kvp : calls) {
+      auto err = lost_coordinator();
+      kvp.second(err);
+    }
+  }
   for (uint32_t i = 0; i < st.cfg.shards.size(); ++i) {
     bool hit = st.cfg.shards[i].address() == dm.source
                || (i < st.cfg.relays.size()
@@ -142,6 +158,19 @@ void on_down(worker_ptr self, const caf::down_msg& dm) {
     // Queued requests fail as they are sent (the shard is marked dead).
     st.queues[i].pump();
   }
+}
+
+// Asks the coordinator on the caller's behalf: its answer or error, or
+// `lost_coordinator()` at once when it goes down.
+template <class R, class... Ts>
+caf::typed_response_promise<R>
+via_coordinator(worker_ptr self, caf::duration timeout, Ts&&... xs) {
+  auto rp = self->make_response_promise<R>();
+  ask_coordinator<R>(
+    self, timeout, [rp](R& x) mutable { rp.deliver(std::move(x)); },
+    [rp](caf::error& err) mutable { rp.deliver(std::move(err)); },
+    std::forward<Ts>(xs)...);
+  return rp;
 }
 
 // The routes of `keys` (all known), each key looked up once; nothing if
@@ -229,6 +258,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     self->monitor(x);
   for (auto& x : st.cfg.relays)
     self->monitor(x);
+  if (st.cfg.coordinator)
+    self->monitor(st.cfg.coordinator);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   ignore_strays(self, self->state.trusted);
   return {
@@ -246,19 +277,20 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
                             + std::to_string(value.data.size()));
       auto rp = self->make_response_promise<caf::ok_atom>();
       auto rank = self->state.cfg.rank;
-      self
-        ->request(self->state.cfg.coordinator, self->state.timeout(),
-                  declare_atom::value, key, shape, rank)
-        .then(
-          [self, rp, rank, value = std::move(value)](key_info& info) mutable {
-            if (rank == 0) {
-              write_init(self, std::move(info), std::move(value), rp);
-              return;
-            }
-            add_route(self, std::move(info));
-            rp.deliver(caf::ok_atom::value);
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      // Shared: std::function needs a copyable callback.
+      auto v = std::make_shared<floats>(std::move(value));
+      ask_coordinator<key_info>(
+        self, self->state.timeout(),
+        [self, rp, rank, v](key_info& info) mutable {
+          if (rank == 0) {
+            write_init(self, std::move(info), std::move(*v), rp);
+            return;
+          }
+          add_route(self, std::move(info));
+          rp.deliver(caf::ok_atom::value);
+        },
+        [rp](caf::error& err) mutable { rp.deliver(std::move(err)); },
+        declare_atom::value, key, shape, rank);
       return rp;
     },
     [self](push_atom, std::string& key, int32_t priority,
@@ -358,28 +390,29 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     [self](barrier_atom) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "barrier"))
         return err;
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      self
-        ->request(self->state.cfg.coordinator,
-                  caf::duration{self->state.cfg.barrier_timeout},
-                  barrier_atom::value, self->state.cfg.rank)
-        .then([rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
-              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return via_coordinator<caf::ok_atom>(
+        self, caf::duration{self->state.cfg.barrier_timeout},
+        barrier_atom::value, self->state.cfg.rank);
     },
     [self](dead_atom, int32_t node_or_group,
            int32_t timeout_s) -> caf::result<uint32_t> {
       if (auto err = self->state.trusted.check(self, "num_dead_node"))
         return err;
-      return self->delegate(self->state.cfg.coordinator, dead_atom::value,
-                            node_or_group, timeout_s);
+      // Without the coordinator, only the coordinator's own group is
+      // known: it counts 1.
+      if (self->state.coordinator_down && node_or_group < 8
+          && (node_or_group & ~1) == 0)
+        return static_cast<uint32_t>(node_or_group);
+      return via_coordinator<uint32_t>(self, self->state.timeout(),
+                                       dead_atom::value, node_or_group,
+                                       timeout_s);
     },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "send_command_to_servers"))
         return err;
-      return self->delegate(self->state.cfg.coordinator, command_atom::value,
-                            head, body);
+      return via_coordinator<caf::ok_atom>(self, self->state.timeout(),
+                                           command_atom::value, head, body);
     },
     [self](ucx_atom) {
       // Replies wait on the data channel (it only wakes us: what we read
@@ -412,8 +445,16 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     [self](leave_atom) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "leave"))
         return err;
-      return self->delegate(self->state.cfg.coordinator, leave_atom::value,
-                            self->state.cfg.rank);
+      return via_coordinator<caf::ok_atom>(
+        self, self->state.timeout(), leave_atom::value, self->state.cfg.rank);
+    },
+    [self](leave_atom, std::string& why) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "leave"))
+        return err;
+      return via_coordinator<caf::ok_atom>(self, self->state.timeout(),
+                                           leave_atom::value,
+                                           self->state.cfg.rank,
+                                           std::move(why));
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
@@ -423,21 +464,22 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       // infinite parameter (its float encoder never returns).
       if (auto err = to_error(core::validate(opt)))
         return err;
-      return self->delegate(self->state.cfg.coordinator, set_opt_atom::value,
-                            opt);
+      return via_coordinator<caf::ok_atom>(self, self->state.timeout(),
+                                           set_opt_atom::value, opt);
     },
     [self](save_atom) -> caf::result<state_snapshot> {
       if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
         return err;
-      return self->delegate(self->state.cfg.coordinator, save_atom::value);
+      return via_coordinator<state_snapshot>(self, self->state.timeout(),
+                                             save_atom::value);
     },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
         return err;
       if (auto err = to_error(core::validate(snap.optimizer)))
         return err;
-      return self->delegate(self->state.cfg.coordinator, load_atom::value,
-                            snap);
+      return via_coordinator<caf::ok_atom>(self, self->state.timeout(),
+                                           load_atom::value, snap);
     },
   };
 }

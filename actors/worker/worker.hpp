@@ -67,6 +67,8 @@
 /// - `(barrier_atom)` -> `ok_atom` once every live worker reached the barrier.
 /// - `(leave_atom)` -> `ok_atom`: this worker leaves the job; barriers and
 ///   sync rounds stop waiting for it (see the coordinator).
+/// - `(leave_atom, why)` -> `ok_atom`: the same after its job failed; the
+///   coordinator counts it as failed, with `why`.
 /// - `(set_opt_atom, optimizer_config)`, `(save_atom)`, `(load_atom,
 ///   state_snapshot)`: forwarded to the coordinator (see its protocol).
 ///
@@ -142,6 +144,7 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,
   caf::replies_to<leave_atom>::with<caf::ok_atom>,
+  caf::replies_to<leave_atom, std::string>::with<caf::ok_atom>,
   caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>,
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,

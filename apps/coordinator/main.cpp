@@ -70,7 +70,11 @@ int run(int argc, char** argv) {
         argc, argv, desc, vm, app,
         "usage: actorps-coordinator --workers W --servers S [options]\n"
         "Runs the coordinator of a distributed actorps job and prints the "
-        "address it listens on; exits once every worker is done."))
+        "address it listens on; exits once every worker is done.\n"
+        "Exit codes: 0 every node finished; 1 an error before the job ran "
+        "(cannot listen, ...); 2 bad flags or files; 3 the job ended with "
+        "nodes lost (a worker down before it closed, a server down before "
+        "the end)."))
     return *rc;
   if (auto rc = cli::check(app, net))
     return *rc;
@@ -141,6 +145,9 @@ int run(int argc, char** argv) {
               << mode << ", " << opts.num_workers << " workers, "
               << opts.num_servers << " servers)" << std::endl;
   });
+  // 3: the job ran, but nodes were lost (as a worker whose job failed).
+  if (err && actorps::code_of(err) == actorps::errc::dead_node)
+    return cli::fail(app, actorps::render(err), 3);
   return cli::finish(app, net, err ? actorps::render(err) : std::string{});
 }
 

@@ -50,7 +50,10 @@ int run(int argc, char** argv) {
         argc, argv, desc, vm, app,
         "usage: actorps-server --coordinator HOST:PORT [options]\n"
         "Joins a distributed actorps job and hosts parameter shards until "
-        "the coordinator ends the job."))
+        "the coordinator ends the job.\n"
+        "Exit codes: 0 the coordinator ended the job; 1 an error (cannot "
+        "join, cannot listen, ...); 2 bad flags or files; 3 the coordinator "
+        "was lost (died, or stopped answering heartbeats)."))
     return *rc;
   if (auto rc = cli::check(app, net))
     return *rc;
@@ -83,11 +86,16 @@ int run(int argc, char** argv) {
       !w.empty())
     std::cerr << app << ": " << w << std::endl;
   opts.on_event = cli::event_printer(app, net);
+  bool joined = false;
   auto err = actorps::run_server(opts, [&](uint32_t rank) {
+    joined = true;
     if (net.level >= cli::log_level::info)
       std::cout << app << ": server rank " << rank << " hosts " << opts.shards
                 << " shards" << std::endl;
   });
+  // 3: the job ran and the coordinator was lost (1: it never joined).
+  if (err && joined && actorps::code_of(err) == actorps::errc::dead_node)
+    return cli::fail(app, actorps::render(err), 3);
   return cli::finish(app, net, err ? actorps::render(err) : std::string{});
 }
 

@@ -71,7 +71,11 @@ int run(int argc, char** argv) {
   if (auto rc = cli::parse(
         argc, argv, desc, vm, app,
         "usage: actorps-worker --coordinator HOST:PORT [options]\n"
-        "Joins a distributed actorps job as one worker and runs a job."))
+        "Joins a distributed actorps job as one worker and runs a job.\n"
+        "Exit codes: 0 the job finished (and its checks held); 1 an error "
+        "before it ran (cannot join, ...); 2 bad flags or files; 3 the job "
+        "failed (a call failed: a dead server or coordinator, a timeout, a "
+        "check)."))
     return *rc;
   if (auto rc = cli::check(app, net))
     return *rc;
@@ -153,10 +157,10 @@ int run(int argc, char** argv) {
     problem = actorps::apps::run_synthetic(*kv, job, info ? std::cout : quiet);
   }
   if (!problem.empty()) {
-    // Leave at once: waiting for the others at the exit barrier would hold
-    // them in sync rounds that need this worker's pushes.
-    kv->set_barrier_before_exit(false);
-    static_cast<void>(kv->close());
+    // Leave at once (waiting for the others at the exit barrier would hold
+    // them in sync rounds that need this worker's pushes), telling the
+    // coordinator why.
+    static_cast<void>(kv->close_failed(problem));
     return cli::fail(app, problem, 3);
   }
   if (job_name == "mnist") {

@@ -425,6 +425,28 @@ TEST_CASE("coordinator: on_done hears every admitted node, no refused one",
   REQUIRE(join(role::worker, "tok"));
   CHECK(heard() == std::make_tuple(worker_node_id(0), role::worker, 0u));
   CHECK_FALSE(heard());
+  // A worker that leaves after a failure is heard with its reason, once.
+  auto failed = [&]() -> std::optional<std::string> {
+    std::optional<std::string> out;
+    watcher->receive(
+      [&](leave_atom, uint32_t id, uint32_t rank, const std::string& why) {
+        CHECK(id == worker_node_id(0));
+        CHECK(rank == 0u);
+        out = why;
+      },
+      caf::after(std::chrono::seconds(0)) >> [] {});
+    return out;
+  };
+  for (int i = 0; i < 2; ++i) {
+    f.self->send(coord, leave_atom::value, uint32_t{0},
+                 std::string{"push k: dead_node"});
+    f.run();
+    REQUIRE(f.reply<caf::ok_atom>());
+    if (i == 0)
+      CHECK(failed() == std::string{"push k: dead_node"});
+    else
+      CHECK_FALSE(failed());
+  }
 }
 
 TEST_CASE("coordinator: a local coordinator takes no joins", "[coordinator]") {

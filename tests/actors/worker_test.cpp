@@ -781,6 +781,46 @@ TEST_CASE_METHOD(cluster_fixture,
 }
 
 TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a lost coordinator fails its calls at once",
+                 "[worker]") {
+  REQUIRE(init(0, "k", {1}));
+  self->send(workers[0], barrier_atom::value);
+  run();
+  CHECK(no_reply());
+  // The coordinator dies holding the barrier: CAF would leave the call
+  // waiting for its timeout (10 minutes by default).
+  caf::anon_send_exit(coord, caf::exit_reason::kill);
+  run();
+  auto text = require_error(reply<caf::ok_atom>(), errc::dead_node);
+  CHECK(text.find("lost the coordinator") != std::string::npos);
+  // Every later call that needs it fails at once.
+  self->send(workers[1], barrier_atom::value);
+  run();
+  require_error(reply<caf::ok_atom>(), errc::dead_node);
+  require_error(push(0, "unknown", {1}), errc::dead_node);
+  self->send(workers[0], leave_atom::value);
+  run();
+  require_error(reply<caf::ok_atom>(), errc::dead_node);
+  self->send(workers[0], save_atom::value);
+  run();
+  require_error(reply<state_snapshot>(), errc::dead_node);
+  // num_dead_node answers for the coordinator's own group, and only there.
+  self->send(workers[0], dead_atom::value, int32_t{1}, int32_t{60});
+  run();
+  auto dead = reply<uint32_t>();
+  REQUIRE(dead);
+  CHECK(*dead == 1);
+  self->send(workers[0], dead_atom::value, int32_t{4}, int32_t{60});
+  run();
+  require_error(reply<uint32_t>(), errc::dead_node);
+  // Keys already routed still reach their (live) shards.
+  REQUIRE(push(0, "k", {2}));
+  auto v = pull(0, "k");
+  REQUIRE(v);
+  CHECK(*v == std::vector<float>{2});
+}
+
+TEST_CASE_METHOD(cluster_fixture,
                  "worker: a failed init fails the waiting ranks", "[worker]") {
   // The first key gets id 0; occupy its slice on both shards beforehand so
   // that rank 0's write fails.

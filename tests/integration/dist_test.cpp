@@ -197,7 +197,10 @@ TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
   // The survivors did not wait for the dead worker to time out anywhere.
   CHECK(std::chrono::steady_clock::now() - killed < 60s);
   CHECK_EXIT(*job.servers[0], 0, job_time);
-  CHECK_EXIT(*job.coordinator, 0, job_time);
+  // The job ended, but not cleanly: the coordinator says so and exits 3.
+  CHECK_EXIT(*job.coordinator, 3, job_time);
+  CHECK(job.coordinator->output().find("0 of 3 workers failed, 1 went down")
+        != std::string::npos);
   // With --log-level debug the coordinator says who went down.
   CHECK(job.coordinator->output().find("is down") != std::string::npos);
 }
@@ -237,6 +240,50 @@ TEST_CASE("dist: a hung worker is cut off after the connection timeout",
   CHECK(std::chrono::steady_clock::now() - stopped < 20s);
 }
 
+TEST_CASE("dist: a killed or hung coordinator fails the workers' calls at "
+          "once",
+          "[integration]") {
+  // SIGSTOP keeps its connections open: only the heartbeat and connection
+  // timeout tell.
+  auto how = GENERATE(as<std::string>{}, "kill", "stop");
+  INFO(how);
+  const std::vector<std::string> net{"--heartbeat-ms", "100",
+                                     "--connection-timeout-ms", "3000"};
+  auto with_net = [&](std::vector<std::string> xs) {
+    xs.insert(xs.end(), net.begin(), net.end());
+    return xs;
+  };
+  dist_job job{"dist_async", 2, 1, net};
+  job.add_server(2, net);
+  // One worker finishes its rounds and waits at the final barrier for the
+  // other, which runs on.
+  auto& waiting = job.add_worker(
+    with_net({"--keys", "2", "--size", "100", "--rounds", "3", "--progress"}));
+  auto& busy = job.add_worker(with_net(
+    {"--keys", "2", "--size", "100", "--rounds", "1000000000", "--progress"}));
+  REQUIRE(waiting.wait_for("round 2\n", job_time));
+  REQUIRE(busy.wait_for("round 3\n", job_time));
+  if (how == "kill")
+    job.coordinator->kill9();
+  else
+    job.coordinator->stop();
+  auto lost = std::chrono::steady_clock::now();
+  for (auto* w : {&waiting, &busy}) {
+    CHECK_EXIT(*w, 3, 30s);
+    INFO(w->output());
+    CHECK(w->output().find("dead_node") != std::string::npos);
+  }
+  INFO(waiting.output());
+  CHECK(waiting.output().find("lost the coordinator") != std::string::npos);
+  // The server ends too, saying why.
+  CHECK_EXIT(*job.servers[0], 3, 30s);
+  CHECK(job.servers[0]->output().find("lost the coordinator")
+        != std::string::npos);
+  // At once (or after the connection timeout), not after the barrier's
+  // timeout (10 minutes).
+  CHECK(std::chrono::steady_clock::now() - lost < 15s);
+}
+
 TEST_CASE("dist: a killed server fails the workers' calls with a clear error",
           "[integration]") {
   auto transport = TRANSPORT();
@@ -259,6 +306,10 @@ TEST_CASE("dist: a killed server fails the workers' calls with a clear error",
   }
   // Well before the 20 s request timeout: the workers saw the server go down.
   CHECK(std::chrono::steady_clock::now() - killed < 15s);
+  // The workers closed (they left), the server was lost: exit 3.
+  CHECK_EXIT(*job.coordinator, 3, job_time);
+  CHECK(job.coordinator->output().find("2 of 2 workers failed")
+        != std::string::npos);
 }
 
 TEST_CASE("dist: a job over mutual TLS computes exact sums, and nodes "
