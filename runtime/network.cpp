@@ -237,6 +237,7 @@ caf::error run_server(const server_options& opts,
   // UCX transport: a plane whose request frames reach the shards through
   // an ingress; its address goes to the coordinator with the shards.
   std::string data_address;
+  caf::actor ingress;
 #ifdef ACTORPS_HAVE_UCX
   std::shared_ptr<ucx::plane> data_plane;
   if (job.transport == transport::ucx) {
@@ -251,8 +252,9 @@ caf::error run_server(const server_options& opts,
     for (uint32_t i = 0; i < opts.shards; ++i)
       by_index.emplace(job.rank * opts.shards + i,
                        caf::actor_cast<shard_actor>(shards[i]));
-    owned.push_back(
-      ucx::spawn_ingress(sys, requests, data_plane, std::move(by_index)));
+    ingress = ucx::spawn_ingress(sys, requests, data_plane,
+                                 std::move(by_index));
+    owned.push_back(ingress);
     data_address.assign(data_plane->address().begin(),
                         data_plane->address().end());
   }
@@ -294,8 +296,12 @@ caf::error run_server(const server_options& opts,
         result = make_error(errc::dead_node,
                             "server: lost the coordinator at " + where);
         running = false;
-      } else if (opts.on_event) {
-        opts.on_event(describe_node(node_id, role_id) + " is down");
+      } else {
+        if (role_id == role::worker && ingress && node_id >= worker_node_id(0))
+          caf::anon_send(ingress, node_down_atom::value,
+                         (node_id - worker_node_id(0)) / 2);
+        if (opts.on_event)
+          opts.on_event(describe_node(node_id, role_id) + " is down");
       }
     });
   stop();

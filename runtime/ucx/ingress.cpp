@@ -72,6 +72,27 @@ struct ingress {
   caf::event_based_actor* self;
   std::shared_ptr<plane> out;
   std::map<uint32_t, shard_actor> shards;
+  // The peers each worker rank sent requests from, to drop them when the
+  // worker's node goes down.
+  std::map<uint32_t, std::set<peer_id>> peers_of;
+
+  void seen(uint32_t worker, peer_id from) {
+    // A dropped peer's frames no longer arrive; a rank beyond any job's
+    // (the shard refuses it) is not recorded.
+    if (worker < (uint32_t{1} << 20))
+      peers_of[worker].insert(from);
+  }
+
+  // Worker `rank`'s node went down: its peers are dropped, so that replies
+  // still owed to it fail instead of waiting on a peer that never reads.
+  void worker_down(uint32_t rank) {
+    auto i = peers_of.find(rank);
+    if (i == peers_of.end())
+      return;
+    for (auto peer : i->second)
+      out->drop(peer, "UCX: worker " + std::to_string(rank) + " is down");
+    peers_of.erase(i);
+  }
 
   void send(peer_id to, frame_kind kind, uint64_t request, payload body) {
     frame_header h;
@@ -181,6 +202,7 @@ struct ingress {
         auto values = values_of(*meta, x.body);
         if (!values)
           return bad_body();
+        seen(meta->worker, from);
         slice_push p{meta->slice, meta->worker, meta->seq, std::move(*values)};
         if (h->kind == frame_kind::push)
           ask(
@@ -198,6 +220,7 @@ struct ingress {
         auto meta = decode_meta(x.header);
         if (!meta || x.body.size() != 0)
           return bad_body();
+        seen(meta->worker, from);
         ask(shard, h->priority, on_floats, on_err, pull_atom::value,
             slice_pull{meta->slice, meta->worker, meta->seq});
         return;
@@ -208,6 +231,7 @@ struct ingress {
                                         x.body.size()};
         if (source(b) || source.remaining() != 0)
           return bad_body();
+        seen(b.worker, from);
         ask(
           shard, h->priority,
           [this, from, request](float_parts& v) {
@@ -340,13 +364,17 @@ caf::actor spawn_ingress(caf::actor_system& sys,
                          std::map<uint32_t, shard_actor> shards) {
   auto actor = sys.spawn(
     [queue, plane, shards](caf::event_based_actor* self) -> caf::behavior {
-      auto state = std::make_shared<ingress>(ingress{self, plane, shards});
+      auto state = std::make_shared<ingress>(ingress{self, plane, shards, {}});
       return {
         // Only wakes it: what it serves comes from the queue, which only the
         // plane fills, with frames of peers that proved the job's secret.
         [queue, state](ucx_atom) {
           for (auto& x : queue->take())
             state->serve(x);
+        },
+        // From the server's runner (this actor is not published).
+        [state](node_down_atom, uint32_t worker_rank) {
+          state->worker_down(worker_rank);
         },
       };
     });

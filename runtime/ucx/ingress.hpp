@@ -76,7 +76,10 @@ std::shared_ptr<plane> start_plane(const std::string& token,
 
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the
-/// job's routing table.
+/// job's routing table. `(node_down_atom, worker_rank)` tells it a worker's
+/// node went down: it drops the peers that worker's requests came from,
+/// failing the replies in flight to them (on one host UCX would not notice:
+/// see plane_options).
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,

@@ -407,8 +407,11 @@ std::vector<float> as_floats(const std::vector<char>& body) {
 
 // A plane whose messages go into `queue` (counted in `count`, if given).
 std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
-                                  std::atomic<int>* count = nullptr) {
+                                  std::atomic<int>* count = nullptr,
+                                  inbox* downs = nullptr) {
   plane_handlers handlers;
+  if (downs != nullptr)
+    handlers.on_peer_down = downs->handlers().on_peer_down;
   handlers.on_message = [queue, count](peer_id from, std::vector<char> header,
                                        buffer body) {
     if (count != nullptr)
@@ -592,6 +595,46 @@ struct small_job {
 };
 
 } // namespace
+
+TEST_CASE("ucx: the ingress drops the peers of a worker whose node went "
+          "down",
+          "[ucx]") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  shard_config sc;
+  sc.num_workers = 2;
+  auto shard = guard(spawn_shard(sys, sc));
+  auto id = make_slice_id(0, 0);
+  ask<caf::ok_atom>(self, shard, init_atom::value, slice_init{id, floats{{1}}});
+  auto queue = std::make_shared<frame_queue>();
+  inbox server_box;
+  auto server = plane_into(queue, nullptr, &server_box);
+  auto ingress = guard(spawn_ingress(sys, queue, server, {{0, shard}}));
+  // Worker `w` pulls with sequence number `seq`; true once answered.
+  inbox boxes[2];
+  std::unique_ptr<plane> clients[2]{start("s", boxes[0]), start("s", boxes[1])};
+  peer_id to_server[2]{clients[0]->connect(server->address()),
+                       clients[1]->connect(server->address())};
+  auto pull = [&](uint32_t w, uint64_t seq) {
+    frame_header h;
+    h.kind = frame_kind::pull;
+    h.request = seq;
+    clients[w]->send(to_server[w], encode(h, slice_meta{id, w, seq}),
+                     payload{});
+    return boxes[w].wait([&](inbox& x) { return x.headers.size() > seq; });
+  };
+  REQUIRE(pull(0, 0));
+  REQUIRE(pull(1, 0));
+  CHECK(server_box.down.empty());
+  caf::anon_send(ingress, node_down_atom::value, uint32_t{0});
+  REQUIRE(server_box.wait([](inbox& x) { return x.down.size() == 1; }));
+  CHECK(server_box.down[0].find("worker 0 is down") != std::string::npos);
+  // The other worker is still served, and still connected.
+  REQUIRE(pull(1, 1));
+  CHECK(server_box.down.size() == 1);
+}
 
 TEST_CASE("ucx: a worker's data requests travel over the plane and give "
           "what CAF gives",
