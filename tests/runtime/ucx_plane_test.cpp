@@ -443,28 +443,43 @@ Reply ask(caf::scoped_actor& self, const Handle& shard, Ts&&... xs) {
   return out;
 }
 
+// An actor system with a shard of `sc` behind an ingress (at the shard's
+// index), fed by a plane whose peers going down land in `server_box`.
+struct ingress_fixture {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  shard_actor shard;
+  std::shared_ptr<frame_queue> queue = std::make_shared<frame_queue>();
+  inbox server_box;
+  std::shared_ptr<plane> server;
+  caf::actor ingress;
+
+  explicit ingress_fixture(const shard_config& sc)
+    : shard(guard(spawn_shard(sys, sc))),
+      server(plane_into(queue, nullptr, &server_box)),
+      ingress(guard(spawn_ingress(sys, queue, server, {{sc.index, shard}}))) {
+    // nop
+  }
+};
+
 } // namespace
 
 TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
           "typed messages",
           "[ucx]") {
-  system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  test::exit_guard guard;
   shard_config sc;
   sc.index = 7;
-  // `served` behind the ingress; `reference` asked over CAF the same way.
-  auto served = guard(spawn_shard(sys, sc));
-  auto reference = guard(spawn_shard(sys, sc));
+  // `f.shard` behind the ingress; `reference` asked over CAF the same way.
+  ingress_fixture f{sc};
+  auto& self = f.self;
+  auto& server = f.server;
+  auto reference = f.guard(spawn_shard(f.sys, sc));
   auto id = make_slice_id(3, 0);
   std::vector<float> first{1, 2, 3, 4};
-  for (auto& s : {served, reference})
+  for (auto& s : {f.shard, reference})
     ask<caf::ok_atom>(self, s, init_atom::value, slice_init{id, floats{first}});
-  // The server's plane feeds the ingress.
-  auto queue = std::make_shared<frame_queue>();
-  auto server = plane_into(queue);
-  guard(spawn_ingress(sys, queue, server, {{7, served}}));
   inbox client_box;
   auto client = start("s", client_box);
   auto to_server = client->connect(server->address());
@@ -528,7 +543,7 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   // slice never initialized).
   auto error_of = [&](const std::vector<char>& body) {
     caf::error err;
-    caf::binary_deserializer source{sys, body};
+    caf::binary_deserializer source{f.sys, body};
     REQUIRE_FALSE(source(err));
     return err;
   };
@@ -556,7 +571,7 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   batch.slices = {id};
   batch.seqs = {3};
   auto [k4, b4] = request(frame_kind::batch, 7, 7, std::nullopt,
-                          serialized(sys, batch));
+                          serialized(f.sys, batch));
   CHECK(k4 == frame_kind::reply);
   auto batch_want = ask<float_parts>(self, reference, batch_atom::value, batch);
   CHECK(as_floats(b4) == batch_want.flatten());
@@ -599,19 +614,14 @@ struct small_job {
 TEST_CASE("ucx: the ingress drops the peers of a worker whose node went "
           "down",
           "[ucx]") {
-  system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  test::exit_guard guard;
   shard_config sc;
   sc.num_workers = 2;
-  auto shard = guard(spawn_shard(sys, sc));
+  ingress_fixture f{sc};
+  auto& server = f.server;
+  auto& server_box = f.server_box;
   auto id = make_slice_id(0, 0);
-  ask<caf::ok_atom>(self, shard, init_atom::value, slice_init{id, floats{{1}}});
-  auto queue = std::make_shared<frame_queue>();
-  inbox server_box;
-  auto server = plane_into(queue, nullptr, &server_box);
-  auto ingress = guard(spawn_ingress(sys, queue, server, {{0, shard}}));
+  ask<caf::ok_atom>(f.self, f.shard, init_atom::value,
+                    slice_init{id, floats{{1}}});
   // Worker `w` pulls with sequence number `seq`; true once answered.
   inbox boxes[2];
   std::unique_ptr<plane> clients[2]{start("s", boxes[0]), start("s", boxes[1])};
@@ -628,7 +638,7 @@ TEST_CASE("ucx: the ingress drops the peers of a worker whose node went "
   REQUIRE(pull(0, 0));
   REQUIRE(pull(1, 0));
   CHECK(server_box.down.empty());
-  caf::anon_send(ingress, node_down_atom::value, uint32_t{0});
+  caf::anon_send(f.ingress, node_down_atom::value, uint32_t{0});
   REQUIRE(server_box.wait([](inbox& x) { return x.down.size() == 1; }));
   CHECK(server_box.down[0].find("worker 0 is down") != std::string::npos);
   // The other worker is still served, and still connected.
