@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// libFuzzer target: what an admitted UCX peer sends before any value is
+// read: a frame's header (fixed part and slice fields) and a plane's
+// address (as a hello carries it). Whatever decodes must encode back to
+// the same fields, and a push's body size must be computable for it.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/ucx/frames.hpp"
+#include "runtime/ucx/hello.hpp"
+
+using namespace actorps;
+using namespace actorps::ucx;
+
+namespace {
+
+bool same(const frame_header& x, const frame_header& y) {
+  return x.kind == y.kind && x.request == y.request && x.shard == y.shard
+         && x.priority == y.priority;
+}
+
+bool same(const slice_meta& x, const slice_meta& y) {
+  return x.slice == y.slice && x.worker == y.worker && x.seq == y.seq
+         && x.encoding.kind == y.encoding.kind
+         && std::memcmp(&x.encoding.threshold, &y.encoding.threshold,
+                        sizeof(float))
+              == 0
+         && x.count == y.count;
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<char> bytes(reinterpret_cast<const char*>(data),
+                          reinterpret_cast<const char*>(data) + size);
+  if (auto h = decode(bytes)) {
+    if (auto meta = decode_meta(bytes)) {
+      auto again = encode(*h, *meta);
+      auto h2 = decode(again);
+      auto meta2 = decode_meta(again);
+      if (!h2 || !meta2 || !same(*h, *h2) || !same(*meta, *meta2))
+        __builtin_trap();
+      // The ingress bounds count before it sizes anything by it.
+      auto n = std::min<uint64_t>(meta->count, uint64_t{1} << 40);
+      static_cast<void>(encoded_size(meta->encoding, n));
+    } else if (bytes.size() == encode(*h).size()) {
+      if (encode(*h) != bytes)
+        __builtin_trap();
+    }
+  }
+  std::string host;
+  std::vector<char> ucp;
+  if (split_address(bytes, host, ucp)
+      && make_address(host, ucp.data(), ucp.size()) != bytes)
+    __builtin_trap();
+  return 0;
+}
