@@ -17,7 +17,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 status=0
-for target in messages checkpoint codecs idx config frames; do
+for target in messages checkpoint codecs idx config frames link; do
   # frames: only in a build with UCX.
   [ -x "$dir/tests/fuzz/fuzz_$target" ] || continue
   corpus="$work/$target"

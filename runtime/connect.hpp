@@ -2,9 +2,10 @@
 #pragma once
 
 // Publishing and connecting over plain TCP or, when the actor system has TLS
-// files (system_options::tls), over mutual TLS (runtime/tls.hpp). Internal: the
-// callers are the runners and the facade, which include CAF's network layer
-// anyway.
+// files (system_options::tls), over mutual TLS (runtime/tls.hpp), or with a
+// token (system_options::token), with the proof of it (runtime/proof.hpp).
+// Internal: the callers are the runners and the facade, which include CAF's
+// network layer anyway.
 
 #include <cstdint>
 #include <string>
@@ -22,7 +23,8 @@ namespace actorps {
 /// plain TCP, a connection whose node was not admitted cannot announce a
 /// message over `unadmitted_message_cap` (runtime/guard.hpp); over TLS, a
 /// peer without a certificate of the job's CA never gets past the
-/// handshake.
+/// handshake, nor, on plain TCP in a system with a token, a peer that
+/// cannot prove it.
 template <class Handle>
 caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
                                       const Handle& whom, uint16_t port,
@@ -36,10 +38,10 @@ caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
 template <class Handle>
 caf::expected<Handle>
 connect_actor(caf::actor_system& sys, const std::string& host, uint16_t port) {
-  if (!tls_enabled(sys))
+  if (!shakes_hands(sys))
     return sys.middleman().remote_actor<Handle>(host, port);
   caf::detail::type_list<Handle> tk;
-  auto ptr = connect_tls(sys, host, port, sys.message_types(tk));
+  auto ptr = connect_linked(sys, host, port, sys.message_types(tk));
   if (!ptr)
     return std::move(ptr.error());
   return caf::actor_cast<Handle>(std::move(*ptr));

@@ -12,6 +12,7 @@
 #include "actors/gate.hpp"
 #include "actors/node.hpp"
 #include "actors/shard/shard.hpp"
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
@@ -31,6 +32,7 @@ system_options system_options_of(const store_options& o) {
   so.scheduler = o.scheduler;
   so.keep_freed_memory = o.keep_freed_memory;
   so.tls = o.tls;
+  so.token = o.token;
   return so;
 }
 
@@ -105,14 +107,16 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   auto rt = std::make_shared<store_runtime>(so, o);
   auto any = connect_coordinator(rt->sys, *where, o.connect_timeout);
   if (!any)
-    return make_error(errc::dead_node, "create: " + context_of(any.error()));
+    return make_error(any.error() == errc::unauthorized ? errc::unauthorized
+                                                        : errc::dead_node,
+                      "create: " + context_of(any.error()));
   auto agent = rt->own(
     spawn_node_agent(rt->sys, caf::actor_cast<gate_actor>(*any), caf::actor{}));
   caf::scoped_actor self{rt->sys, true};
   job_info job;
   if (auto err = detail::ask(
         self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
-        join_atom::value, role::worker, o.token, mode))
+        join_atom::value, role::worker, core::join_proof(o.token), mode))
     return err;
   auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
   routing_table table;

@@ -15,6 +15,8 @@
 
 #include "actors/trust.hpp"
 #include "messages/errors.hpp"
+#include "runtime/link.hpp"
+#include "runtime/proof.hpp"
 #include "runtime/system.hpp"
 #include "runtime/tls.hpp"
 
@@ -27,7 +29,8 @@ namespace net = caf::io::network;
 // A connection that refuses to read an oversized message from a node that
 // was not admitted. CAF's BASP broker reads a header, then asks for exactly
 // the payload length it declares (configure_read); CAF would resize its read
-// buffer to that length at once. `Base` is CAF's TCP scribe or ours for TLS.
+// buffer to that length at once. `Base` is CAF's TCP scribe or ours
+// (runtime/link.hpp) for TLS or the proof of the token.
 template <class Base>
 class guarded : public Base {
 public:
@@ -71,12 +74,28 @@ private:
   bool closed_ = false;
 };
 
-// Accepts connections as guarded scribes, over TLS when given a context.
+// What a system's connections speak under BASP: TLS with a context, else
+// the proof of the token with a secret, else plain TCP.
+struct link_config {
+  tls_context tls;
+  std::string secret;
+
+  // The session of a new connection; null for plain TCP.
+  std::unique_ptr<link_session> session(bool client) const {
+    if (tls)
+      return make_tls_session(tls, client);
+    if (!secret.empty())
+      return make_proof_session(secret, client);
+    return nullptr;
+  }
+};
+
+// Accepts connections as guarded scribes.
 class guarded_doorman : public net::doorman_impl {
 public:
   guarded_doorman(net::default_multiplexer& mx, net::native_socket fd,
-                  tls_context tls)
-    : net::doorman_impl(mx, fd), tls_(std::move(tls)) {
+                  link_config links)
+    : net::doorman_impl(mx, fd), links_(std::move(links)) {
     // nop
   }
 
@@ -86,8 +105,9 @@ public:
     auto& mx = acceptor_.backend();
     auto fd = acceptor_.accepted_socket();
     caf::io::scribe_ptr scribe;
-    if (tls_)
-      scribe = caf::make_counted<guarded<tls_scribe>>(mx, fd, tls_, false);
+    if (auto session = links_.session(false))
+      scribe = caf::make_counted<guarded<link_scribe>>(
+        mx, fd, std::move(session), false);
     else
       scribe = caf::make_counted<guarded<net::scribe_impl>>(mx, fd);
     auto hdl = scribe->hdl();
@@ -96,19 +116,19 @@ public:
   }
 
 private:
-  tls_context tls_;
+  link_config links_;
 };
 
-// CAF's middleman actor, opening guarded doormen and, with a TLS context,
-// TLS connections. One serves one publish or one connect: the doorman or
-// connection then belongs to the BASP broker, and the actor ends when the
-// last handle to it goes.
+// CAF's middleman actor, opening guarded doormen and connections that shake
+// hands (TLS, or the proof of the token). One serves one publish or one
+// connect: the doorman or connection then belongs to the BASP broker, and the
+// actor ends when the last handle to it goes.
 class guarded_middleman_actor : public caf::io::middleman_actor_impl {
 public:
   guarded_middleman_actor(caf::actor_config& cfg, caf::actor broker,
-                          tls_context tls)
+                          link_config links)
     : caf::io::middleman_actor_impl(cfg, std::move(broker)),
-      tls_(std::move(tls)) {
+      links_(std::move(links)) {
     // nop
   }
 
@@ -123,37 +143,46 @@ protected:
     auto fd = net::new_tcp_acceptor_impl(port, addr, reuse);
     if (!fd)
       return std::move(fd.error());
-    return caf::make_counted<guarded_doorman>(multiplexer(), *fd, tls_);
+    return caf::make_counted<guarded_doorman>(multiplexer(), *fd, links_);
   }
 
   caf::expected<caf::io::scribe_ptr> connect(const std::string& host,
                                              uint16_t port) override {
-    if (!tls_)
+    if (!links_.tls && links_.secret.empty())
       return caf::io::middleman_actor_impl::connect(host, port);
     auto fd = net::new_tcp_connection(host, port);
     if (!fd)
       return std::move(fd.error());
-    return caf::make_counted<tls_scribe>(multiplexer(), *fd, tls_, true);
+    return caf::make_counted<link_scribe>(multiplexer(), *fd,
+                                          links_.session(true), true);
   }
 
 private:
-  tls_context tls_;
+  link_config links_;
 };
 
 caf::io::middleman_actor spawn_middleman_actor(caf::actor_system& sys,
-                                               tls_context tls) {
+                                               link_config links) {
   auto broker
     = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   return caf::actor_cast<caf::io::middleman_actor>(
-    sys.spawn<guarded_middleman_actor, caf::hidden>(broker, std::move(tls)));
+    sys.spawn<guarded_middleman_actor, caf::hidden>(broker, std::move(links)));
 }
 
-// The TLS context of `sys`: none without TLS files.
-caf::expected<tls_context> context_of(caf::actor_system& sys) {
+// What the connections of `sys` speak.
+caf::expected<link_config> links_of(caf::actor_system& sys) {
+  link_config links;
+  auto* cfg = dynamic_cast<const system_config*>(&sys.config());
+  if (cfg == nullptr)
+    return links;
+  links.secret = cfg->link_secret();
   if (!tls_enabled(sys))
-    return tls_context{};
-  return make_tls_context(
-    dynamic_cast<const system_config&>(sys.config()).tls());
+    return links;
+  auto tls = make_tls_context(cfg->tls());
+  if (!tls)
+    return std::move(tls.error());
+  links.tls = std::move(*tls);
+  return links;
 }
 
 } // namespace
@@ -162,11 +191,11 @@ caf::expected<uint16_t>
 publish_guarded(caf::actor_system& sys, caf::strong_actor_ptr whom,
                 std::set<std::string> sigs, uint16_t port,
                 const std::string& host) {
-  auto tls = context_of(sys);
-  if (!tls)
-    return std::move(tls.error());
+  auto links = links_of(sys);
+  if (!links)
+    return std::move(links.error());
   auto publish
-    = caf::make_function_view(spawn_middleman_actor(sys, std::move(*tls)));
+    = caf::make_function_view(spawn_middleman_actor(sys, std::move(*links)));
   auto res = publish(caf::publish_atom::value, port, std::move(whom),
                      std::move(sigs), host, true);
   if (!res)
@@ -179,20 +208,36 @@ bool tls_enabled(const caf::actor_system& sys) {
   return cfg != nullptr && cfg->tls().enabled();
 }
 
+bool shakes_hands(const caf::actor_system& sys) {
+  auto* cfg = dynamic_cast<const system_config*>(&sys.config());
+  return cfg != nullptr
+         && (cfg->tls().enabled() || !cfg->link_secret().empty());
+}
+
 caf::expected<caf::strong_actor_ptr>
-connect_tls(caf::actor_system& sys, const std::string& host, uint16_t port,
-            const std::set<std::string>& sigs) {
-  auto tls = context_of(sys);
-  if (!tls)
-    return std::move(tls.error());
-  if (!*tls)
-    return make_error(errc::bad_config, "connect: this node has no TLS files");
+connect_linked(caf::actor_system& sys, const std::string& host, uint16_t port,
+               const std::set<std::string>& sigs) {
+  auto links = links_of(sys);
+  if (!links)
+    return std::move(links.error());
+  if (!links->tls && links->secret.empty())
+    return make_error(errc::bad_config,
+                      "connect: this node has neither TLS files nor a token");
+  auto proof = !links->tls;
   auto connect
-    = caf::make_function_view(spawn_middleman_actor(sys, std::move(*tls)),
+    = caf::make_function_view(spawn_middleman_actor(sys, std::move(*links)),
                               caf::duration{connect_timeout});
   auto res = connect(caf::connect_atom::value, host, port);
-  if (!res)
+  if (!res) {
+    if (proof && res.error() == caf::sec::disconnect_during_handshake)
+      return make_error(errc::unauthorized,
+                        "connect to " + host + ":" + std::to_string(port)
+                          + ": the peer closed the connection during the "
+                            "handshake: it does not hold this job's token "
+                            "(wrong token?), or is no actorps node of a job "
+                            "with a token and without TLS");
     return std::move(res.error());
+  }
   auto& ptr = std::get<1>(*res);
   if (!ptr)
     return caf::make_error(caf::sec::no_actor_published_at_port, port);

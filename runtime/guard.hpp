@@ -2,7 +2,8 @@
 #pragma once
 
 // Listening without letting a peer that was not admitted make this process
-// allocate what a message header declares, and connecting over TLS.
+// allocate what a message header declares, and connecting over TLS or with
+// the proof of the job's token.
 // Internal: used by runtime/connect.hpp.
 
 #include <chrono>
@@ -41,10 +42,16 @@ caf::expected<uint16_t> publish_guarded(caf::actor_system& sys,
                                         std::set<std::string> sigs,
                                         uint16_t port, const std::string& host);
 
-/// Connects over TLS to the actor published at `host`:`port`, which must
-/// implement `sigs` (a handle type's message types).
+/// True if the connections of `sys` shake hands before BASP: TLS, or the
+/// proof of the job's token (`system_options::token`).
+bool shakes_hands(const caf::actor_system& sys);
+
+/// Connects over TLS or with the proof of the token to the actor published
+/// at `host`:`port`, which must implement `sigs` (a handle type's message
+/// types). A peer that closes the connection during the proof gives
+/// `unauthorized`.
 caf::expected<caf::strong_actor_ptr>
-connect_tls(caf::actor_system& sys, const std::string& host, uint16_t port,
-            const std::set<std::string>& sigs);
+connect_linked(caf::actor_system& sys, const std::string& host, uint16_t port,
+               const std::set<std::string>& sigs);
 
 } // namespace actorps

@@ -20,6 +20,7 @@
 #include "actors/shard/shard.hpp"
 #include "core/join_tally.hpp"
 #include "core/layout.hpp"
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
@@ -58,6 +59,12 @@ connect_coordinator(caf::actor_system& sys, const endpoint& where,
     auto coord = connect_actor<gate_actor>(sys, where.host, where.port);
     if (coord)
       return caf::actor_cast<caf::actor>(*coord);
+    // A wrong token stays wrong: no retry.
+    if (coord.error() == errc::unauthorized)
+      return make_error(errc::unauthorized, "the coordinator at " + where.host
+                                              + ":" + std::to_string(where.port)
+                                              + " refused this node ("
+                                              + render(coord.error()) + ")");
     if (std::chrono::steady_clock::now() >= deadline)
       return make_error(errc::dead_node, "cannot reach the coordinator at "
                                            + where.host + ":"
@@ -103,13 +110,15 @@ caf::error run_coordinator(const coordinator_options& opts,
 #endif
   auto sopts = opts.system;
   sopts.network = true;
+  sopts.token = opts.token;
   system_config cfg{sopts};
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   coordinator_config cc;
   cc.num_workers = opts.num_workers;
   cc.num_servers = opts.num_servers;
-  cc.token = opts.token;
+  // Nodes present a proof derived from the token, never the token.
+  cc.token = core::join_proof(opts.token);
   cc.sync = opts.sync;
   cc.bigarray_bound = opts.bigarray_bound;
   cc.slice_floats = opts.slice_floats;
@@ -190,6 +199,7 @@ caf::error run_server(const server_options& opts,
     return make_error(errc::bad_config, "server: " + context_of(err));
   auto sopts = opts.system;
   sopts.network = true;
+  sopts.token = opts.token;
   system_config cfg{sopts};
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
@@ -208,7 +218,8 @@ caf::error run_server(const server_options& opts,
   job_info job;
   auto err = detail::ask(
     self.ptr(), agent, opts.timeout, [&](job_info& x) { job = x; },
-    join_atom::value, role::server, opts.token, join_mode::any);
+    join_atom::value, role::server, core::join_proof(opts.token),
+    join_mode::any);
   if (err) {
     stop();
     return err;

@@ -16,6 +16,7 @@
 #include "caf/io/middleman.hpp"
 #include "caf/timespan.hpp"
 
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 
@@ -67,6 +68,10 @@ system_config::system_config(const system_options& opts) {
     set("middleman.connection-timeout", caf::timespan{opts.connection_timeout});
     // Connections speak TLS with these (runtime/connect.hpp).
     tls_ = opts.tls;
+    // Without TLS, connections open with the proof of the token
+    // (runtime/proof.hpp).
+    if (!tls_.enabled())
+      link_secret_ = core::link_secret(opts.token);
   }
 }
 

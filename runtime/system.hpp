@@ -4,6 +4,8 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/error.hpp"
 
+#include <string>
+
 #include <actorps/runtime/system_options.hpp>
 
 namespace actorps {
@@ -13,7 +15,8 @@ namespace actorps {
 /// their own options and set what they need. With `opts.network` and
 /// `opts.tls` set, every connection the system publishes or opens through
 /// actorps speaks mutual TLS with those files (check them with `check_tls`
-/// first).
+/// first); without them but with `opts.token`, each opens with the proof
+/// of the token (runtime/proof.hpp).
 class system_config : public caf::actor_system_config {
 public:
   explicit system_config(const system_options& opts = {});
@@ -23,8 +26,15 @@ public:
     return tls_;
   }
 
+  /// The secret every plain TCP connection of a networked system proves
+  /// (`core::link_secret` of its token): "" with TLS or without a token.
+  const std::string& link_secret() const noexcept {
+    return link_secret_;
+  }
+
 private:
   tls_files tls_;
+  std::string link_secret_;
 };
 
 /// `tls_problem(tls)` as an error: `none`, or `bad_config` with its text.

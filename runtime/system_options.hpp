@@ -54,6 +54,11 @@ struct system_options {
   bool keep_freed_memory = true;
   /// Network: mutual TLS on every connection (checked by `check_tls`).
   tls_files tls;
+  /// Network without TLS: the job's token. Set, every connection this
+  /// system publishes or opens through actorps begins with both sides
+  /// proving it (an HMAC over fresh nonces; the token never travels), and a
+  /// peer that cannot is cut off before CAF reads a message of it.
+  std::string token;
 };
 
 /// Sets glibc malloc's thresholds for the data plane (process-wide): blocks

@@ -13,12 +13,12 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "caf/io/network/default_multiplexer.hpp"
-#include "caf/io/network/operation.hpp"
+#include "caf/io/network/native_socket.hpp"
 #include "caf/io/network/rw_state.hpp"
-#include "caf/io/network/stream.hpp"
+#include "caf/raise_error.hpp"
 
 #include "messages/errors.hpp"
+#include "runtime/link.hpp"
 #include "runtime/system_options.hpp"
 
 namespace actorps {
@@ -156,238 +156,119 @@ caf::expected<tls_context> make_tls_context(const tls_files& files) {
   return ctx;
 }
 
-// -- stream -------------------------------------------------------------------
+// -- session ----------------------------------------------------------------
 
-class tls_stream : public net::stream {
+namespace {
+
+class tls_session : public link_session {
 public:
-  tls_stream(net::default_multiplexer& mx, net::native_socket fd, SSL* ssl,
-             tls_scribe* owner)
-    : net::stream(mx, fd), policy_{ssl}, owner_(owner) {
-    // CAF makes its sockets non-blocking only once they join the loop; the
-    // handshake must never wait for the peer.
-    static_cast<void>(net::nonblocking(fd, true));
-    auto* bio = BIO_new(socket_method());
-    BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
-    SSL_set_bio(ssl, bio, bio);
-  }
-
-  ~tls_stream() override {
-    SSL_free(policy_.ssl);
-  }
-
-  void handle_event(net::operation op) override {
-    if (established_ || policy_.failed || op == net::operation::propagate_error)
-      handle_event_impl(op, policy_);
+  tls_session(SSL* ssl, bool client) : ssl_(ssl) {
+    if (client)
+      SSL_set_connect_state(ssl);
     else
-      shake_hands();
+      SSL_set_accept_state(ssl);
   }
 
-  bool established() const {
-    return established_;
+  ~tls_session() override {
+    SSL_free(ssl_);
   }
 
-  // Starts reading for `mgr`; a handshake that failed before fails now.
-  void start_reading(net::stream_manager* mgr, bool first) {
-    if (first)
-      start(mgr);
-    else
-      activate(mgr);
-    started_ = true;
-    if (policy_.failed)
-      handle_event_impl(net::operation::read, policy_);
-  }
-
-  // Advances the handshake; the client calls it once to say hello.
-  void shake_hands() {
+  step shake(net::native_socket fd) override {
     clear_errors guard;
-    auto ret = SSL_do_handshake(policy_.ssl);
-    if (ret == 1) {
-      established_ = true;
-      stop_handshake_writes();
-      owner_->established();
-      // Records the handshake's last read may already hold.
-      if (SSL_pending(policy_.ssl) > 0 && started_)
-        handle_event_impl(net::operation::read, policy_);
-      return;
+    if (!bio_set_) {
+      bio_set_ = true;
+      auto* bio = BIO_new(socket_method());
+      BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+      SSL_set_bio(ssl_, bio, bio);
     }
-    switch (SSL_get_error(policy_.ssl, ret)) {
+    auto ret = SSL_do_handshake(ssl_);
+    if (ret == 1)
+      return step::done;
+    switch (SSL_get_error(ssl_, ret)) {
       case SSL_ERROR_WANT_READ:
-        // Waiting for the peer: no write events until it answered.
-        stop_handshake_writes();
-        return;
+        return step::want_read;
       case SSL_ERROR_WANT_WRITE:
-        if (!handshake_writes_) {
-          handshake_writes_ = true;
-          backend().add(net::operation::write, fd(), this);
-        }
-        return;
+        return step::want_write;
       default:
         // No certificate, one the CA did not sign, or no TLS at all.
-        stop_handshake_writes();
-        policy_.failed = true;
-        // Reported as a failed read: the broker closes the connection.
-        if (started_)
-          handle_event_impl(net::operation::read, policy_);
+        failure_ = last_error("TLS handshake");
+        return step::failed;
     }
+  }
+
+  std::string failure() const override {
+    return failure_;
+  }
+
+  // One event moves all it can: SSL_read and SSL_write move one record
+  // (16 KB) per call, CAF's stream calls these a bounded number of times.
+  net::rw_state read_some(size_t& result, net::native_socket, void* buf,
+                          size_t len) override {
+    auto* out = static_cast<char*>(buf);
+    return transfer(result, len, net::rw_state::indeterminate,
+                    [&](size_t at, int n) {
+                      return SSL_read(ssl_, out + at, n);
+                    });
+  }
+
+  net::rw_state write_some(size_t& result, net::native_socket, const void* buf,
+                           size_t len) override {
+    auto* in = static_cast<const char*>(buf);
+    // Nothing written yet: the write event stays and retries.
+    return transfer(result, len, net::rw_state::success, [&](size_t at, int n) {
+      return SSL_write(ssl_, in + at, n);
+    });
+  }
+
+  // Decrypted bytes OpenSSL holds are invisible to epoll: read them now.
+  bool buffered() const override {
+    return SSL_pending(ssl_) > 0;
   }
 
 private:
-  // The read and write calls CAF's stream makes.
-  struct policy {
-    SSL* ssl;
-    bool failed = false;
-
-    // One event moves all it can: SSL_read and SSL_write move one record
-    // (16 KB) per call, CAF's stream calls these a bounded number of times.
-    net::rw_state read_some(size_t& result, net::native_socket, void* buf,
-                            size_t len) {
-      auto* out = static_cast<char*>(buf);
-      return transfer(result, len, net::rw_state::indeterminate,
-                      [&](size_t at, int n) {
-                        return SSL_read(ssl, out + at, n);
-                      });
-    }
-
-    net::rw_state write_some(size_t& result, net::native_socket,
-                             const void* buf, size_t len) {
-      auto* in = static_cast<const char*>(buf);
-      // Nothing written yet: the write event stays and retries.
-      return transfer(result, len, net::rw_state::success,
-                      [&](size_t at, int n) {
-                        return SSL_write(ssl, in + at, n);
-                      });
-    }
-
-    // Calls `step(offset, count)` on the rest of the buffer until `len`
-    // bytes moved or OpenSSL would block (`blocked` if nothing moved).
-    template <class Step>
-    net::rw_state
-    transfer(size_t& result, size_t len, net::rw_state blocked, Step step) {
-      result = 0;
-      if (failed)
-        return net::rw_state::failure;
-      if (len == 0)
-        return net::rw_state::indeterminate;
-      clear_errors guard;
-      while (result < len) {
-        auto n = step(
-          result, static_cast<int>(std::min<size_t>(len - result, INT_MAX)));
-        if (n > 0) {
-          result += static_cast<size_t>(n);
-          continue;
-        }
-        switch (SSL_get_error(ssl, n)) {
-          case SSL_ERROR_WANT_READ:
-          case SSL_ERROR_WANT_WRITE:
-            return result > 0 ? net::rw_state::success : blocked;
-          default:
-            // What moved before the failure counts; the failure shows
-            // again on the next call.
-            return result > 0 ? net::rw_state::success : net::rw_state::failure;
-        }
+  // Calls `step(offset, count)` on the rest of the buffer until `len`
+  // bytes moved or OpenSSL would block (`blocked` if nothing moved).
+  template <class Step>
+  net::rw_state
+  transfer(size_t& result, size_t len, net::rw_state blocked, Step step) {
+    result = 0;
+    if (len == 0)
+      return net::rw_state::indeterminate;
+    clear_errors guard;
+    while (result < len) {
+      auto n = step(result,
+                    static_cast<int>(std::min<size_t>(len - result, INT_MAX)));
+      if (n > 0) {
+        result += static_cast<size_t>(n);
+        continue;
       }
-      return net::rw_state::success;
+      switch (SSL_get_error(ssl_, n)) {
+        case SSL_ERROR_WANT_READ:
+        case SSL_ERROR_WANT_WRITE:
+          return result > 0 ? net::rw_state::success : blocked;
+        default:
+          // What moved before the failure counts; the failure shows
+          // again on the next call.
+          return result > 0 ? net::rw_state::success : net::rw_state::failure;
+      }
     }
-
-    // Decrypted bytes OpenSSL holds are invisible to epoll: read them now.
-    bool must_read_more(net::native_socket, size_t) {
-      return SSL_pending(ssl) > 0;
-    }
-  };
-
-  void stop_handshake_writes() {
-    if (handshake_writes_) {
-      handshake_writes_ = false;
-      // The stream itself never wrote before the handshake ended (the
-      // scribe holds its flushes back), so this removes only ours.
-      if (!state_.writing)
-        backend().del(net::operation::write, fd(), this);
-    }
+    return net::rw_state::success;
   }
 
-  policy policy_;
-  tls_scribe* owner_;
-  bool established_ = false;
-  bool started_ = false;
-  bool handshake_writes_ = false;
+  SSL* ssl_;
+  bool bio_set_ = false;
+  std::string failure_;
 };
 
-// -- scribe -------------------------------------------------------------------
+} // namespace
 
-tls_scribe::tls_scribe(net::default_multiplexer& mx, net::native_socket fd,
-                       const tls_context& ctx, bool client)
-  : caf::io::scribe(net::conn_hdl_from_socket(fd)) {
+std::unique_ptr<link_session> make_tls_session(const tls_context& ctx,
+                                               bool client) {
   clear_errors guard;
   auto* ssl = SSL_new(ctx.get());
   if (ssl == nullptr)
     CAF_RAISE_ERROR("TLS: cannot create a session");
-  stream_ = std::make_unique<tls_stream>(mx, fd, ssl, this);
-  if (client) {
-    SSL_set_connect_state(ssl);
-    stream_->shake_hands();
-  } else {
-    SSL_set_accept_state(ssl);
-  }
-}
-
-tls_scribe::~tls_scribe() = default;
-
-void tls_scribe::configure_read(caf::io::receive_policy::config config) {
-  stream_->configure_read(config);
-  if (!launched_) {
-    launched_ = true;
-    stream_->start_reading(this, true);
-  }
-}
-
-void tls_scribe::ack_writes(bool enable) {
-  stream_->ack_writes(enable);
-}
-
-std::vector<char>& tls_scribe::wr_buf() {
-  return stream_->wr_buf();
-}
-
-std::vector<char>& tls_scribe::rd_buf() {
-  return stream_->rd_buf();
-}
-
-void tls_scribe::graceful_shutdown() {
-  stream_->graceful_shutdown();
-  detach(&stream_->backend(), false);
-}
-
-void tls_scribe::flush() {
-  if (!stream_->established()) {
-    flush_pending_ = true;
-    return;
-  }
-  stream_->flush(this);
-}
-
-void tls_scribe::established() {
-  if (flush_pending_) {
-    flush_pending_ = false;
-    stream_->flush(this);
-  }
-}
-
-std::string tls_scribe::addr() const {
-  auto x = net::remote_addr_of_fd(stream_->fd());
-  return x ? *x : std::string{};
-}
-
-uint16_t tls_scribe::port() const {
-  auto x = net::remote_port_of_fd(stream_->fd());
-  return x ? *x : uint16_t{0};
-}
-
-void tls_scribe::add_to_loop() {
-  stream_->start_reading(this, false);
-}
-
-void tls_scribe::remove_from_loop() {
-  stream_->passivate();
+  return std::make_unique<tls_session>(ssl, client);
 }
 
 } // namespace actorps

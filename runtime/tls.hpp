@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-// Mutual TLS under CAF's network layer: a connection (scribe) that speaks
-// TLS through OpenSSL, for the BASP broker as CAF's own scribes speak TCP.
-// Internal: used by runtime/guard.cpp.
+// Mutual TLS under CAF's network layer: the session of a connection
+// (runtime/link.hpp) that speaks TLS through OpenSSL, for the BASP broker as
+// CAF's own scribes speak TCP. Internal: used by runtime/guard.cpp.
 //
 // Why not CAF 0.17's OpenSSL module: it asks SSL_get_error without clearing
 // the thread's OpenSSL error queue first, and reports errors only to a log
@@ -17,18 +17,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "caf/expected.hpp"
-#include "caf/io/network/native_socket.hpp"
-#include "caf/io/scribe.hpp"
 
 struct ssl_ctx_st;
-struct ssl_st;
-
-namespace caf::io::network {
-class default_multiplexer;
-} // namespace caf::io::network
 
 namespace actorps {
 
@@ -43,40 +35,12 @@ using tls_context = std::shared_ptr<ssl_ctx_st>;
 /// file that does not load.
 caf::expected<tls_context> make_tls_context(const tls_files& files);
 
-class tls_stream;
+class link_session;
 
-/// A connection whose bytes travel through TLS. It shakes hands as soon as
-/// it exists (as the client or the accepting side); what the broker writes
-/// meanwhile waits until the peer proved its certificate. A failed handshake
-/// closes the connection as a failed read would.
-class tls_scribe : public caf::io::scribe {
-public:
-  tls_scribe(caf::io::network::default_multiplexer& mx,
-             caf::io::network::native_socket fd, const tls_context& ctx,
-             bool client);
-
-  ~tls_scribe() override;
-
-  void configure_read(caf::io::receive_policy::config config) override;
-  void ack_writes(bool enable) override;
-  std::vector<char>& wr_buf() override;
-  std::vector<char>& rd_buf() override;
-  void graceful_shutdown() override;
-  void flush() override;
-  std::string addr() const override;
-  uint16_t port() const override;
-  void add_to_loop() override;
-  void remove_from_loop() override;
-
-private:
-  friend class tls_stream;
-
-  // Called by the stream once the handshake succeeded.
-  void established();
-
-  bool launched_ = false;
-  bool flush_pending_ = false;
-  std::unique_ptr<tls_stream> stream_;
-};
+/// The TLS side of one connection under `ctx`, as the connecting side
+/// (`client`) or the accepting one, for a `link_scribe` (runtime/link.hpp):
+/// its handshake requires the peer's certificate, signed by the CA.
+std::unique_ptr<link_session> make_tls_session(const tls_context& ctx,
+                                               bool client);
 
 } // namespace actorps

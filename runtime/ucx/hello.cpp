@@ -8,6 +8,7 @@
 #include <openssl/hmac.h>
 #include <unistd.h>
 
+#include "core/link_proof.hpp"
 #include "runtime/ucx/plane.hpp"
 
 namespace actorps::ucx {
@@ -80,13 +81,7 @@ bool split_address(const std::vector<char>& addr, std::string& host,
 }
 
 std::string data_secret(const std::string& token) {
-  static constexpr char label[] = "actorps ucx data secret v1";
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-       reinterpret_cast<const unsigned char*>(label), sizeof(label) - 1, mac,
-       &len);
-  return std::string(reinterpret_cast<const char*>(mac), len);
+  return core::derive_secret(token, "actorps ucx data secret v1");
 }
 
 } // namespace actorps::ucx

@@ -38,6 +38,7 @@
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/connect.hpp"
 #include "runtime/kvstore.hpp"
@@ -704,8 +705,29 @@ TEST_CASE("network: a job's ports publish only gates", "[integration]") {
   }};
   REQUIRE(joined.get_future().wait_for(10s) == std::future_status::ready);
   {
-    // A peer without the token finds a gate on each port, and nothing else.
-    system_config cfg{net_options()};
+    // A peer without the token, or with another, gets no connection at
+    // all: the handshake before BASP refuses it.
+    system_config plain_cfg{net_options()};
+    caf::actor_system plain{plain_cfg};
+    CHECK_FALSE(connect_actor<gate_actor>(plain, "127.0.0.1", port));
+    CHECK_FALSE(connect_actor<gate_actor>(plain, "127.0.0.1", so.port));
+    auto wrong_opts = net_options();
+    wrong_opts.token = "guess";
+    system_config wrong_cfg{wrong_opts};
+    caf::actor_system wrong{wrong_cfg};
+    for (auto at : {port, so.port}) {
+      auto refused = connect_actor<gate_actor>(wrong, "127.0.0.1", at);
+      REQUIRE_FALSE(refused);
+      INFO(render(refused.error()));
+      CHECK(code_of(refused.error()) == errc::unauthorized);
+    }
+  }
+  {
+    // A holder of the token that has not joined finds a gate on each port,
+    // and nothing else.
+    auto opts = net_options();
+    opts.token = "tok";
+    system_config cfg{opts};
     caf::actor_system evil{cfg};
     caf::scoped_actor self{evil};
     CHECK_FALSE(connect_actor<coordinator_actor>(evil, "127.0.0.1", port));
@@ -713,15 +735,17 @@ TEST_CASE("network: a job's ports publish only gates", "[integration]") {
     CHECK_FALSE(connect_actor<shard_actor>(evil, "127.0.0.1", so.port));
     auto gate = connect_actor<gate_actor>(evil, "127.0.0.1", port);
     REQUIRE(gate);
-    self->send(*gate, join_atom::value, role::server, std::string{"guess"},
+    // The gate wants the token's join proof, not the token.
+    self->send(*gate, join_atom::value, role::server, std::string{"tok"},
                caf::actor{}, join_mode::any, wire_version);
     auto refused = reply<job_info>(self);
     REQUIRE_FALSE(refused);
     CHECK(code_of(refused.error()) == errc::unauthorized);
     auto server_gate = connect_actor<gate_actor>(evil, "127.0.0.1", so.port);
     REQUIRE(server_gate);
-    self->send(*server_gate, join_atom::value, role::worker, std::string{"tok"},
-               caf::actor{}, join_mode::any, wire_version);
+    self->send(*server_gate, join_atom::value, role::worker,
+               core::join_proof("tok"), caf::actor{}, join_mode::any,
+               wire_version);
     auto at_server = reply<job_info>(self);
     REQUIRE_FALSE(at_server);
     CHECK(code_of(at_server.error()) == errc::bad_config);
@@ -800,6 +824,53 @@ TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
     CHECK((answered || code_of(answered.error()) != errc::timeout));
     self->send(coord, dead_atom::value, int32_t{6}, int32_t{60});
     CHECK(require_reply<uint32_t>(self) == 0);
+  }
+  SECTION("with a token, a peer that cannot prove it gets only a hello") {
+    // A system with a token: every connection opens with the proof, so a
+    // raw peer never reaches BASP (no node id to claim, no exit to send,
+    // no header to announce).
+    auto opts = net_options();
+    opts.token = "tok";
+    system_config cfg_t{opts};
+    caf::actor_system sys_t{cfg_t};
+    exit_guard guard_t;
+    caf::scoped_actor done_t{sys_t};
+    auto job_t = small_job(done_t);
+    job_t.token = core::join_proof("tok");
+    auto coord_t = guard_t(spawn_coordinator(sys_t, job_t));
+    auto gate_t = guard_t(spawn_gate(sys_t, coord_t));
+    auto port = publish_actor(sys_t, gate_t, 0, "127.0.0.1");
+    REQUIRE(port);
+    auto before = resident_kb();
+    int fd = send_huge_header(*port, announced);
+    // What comes back is the 36-byte hello, then the end of the stream.
+    std::vector<char> got;
+    char buf[256];
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      REQUIRE(::poll(&p, 1, 10000) == 1);
+      auto n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0)
+        break;
+      got.insert(got.end(), buf, buf + n);
+    }
+    ::close(fd);
+    REQUIRE(got.size() == core::link_proof::hello_size);
+    CHECK(std::string(got.data(), 4) == "APL1");
+    CHECK(resident_kb() - before < margin_kb);
+    // A holder of the token joins and is answered.
+    auto opts_b = net_options();
+    opts_b.token = "tok";
+    system_config cfg_b{opts_b};
+    caf::actor_system sys_b{cfg_b};
+    exit_guard guard_b;
+    auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", *port);
+    REQUIRE(gate);
+    auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
+    caf::scoped_actor self{sys_b};
+    self->send(agent, join_atom::value, role::worker, core::join_proof("tok"),
+               join_mode::async);
+    CHECK(require_reply<job_info>(self).rank == 0);
   }
 }
 

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/link.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <utility>
+
+#include <sys/socket.h>
+
+#include "caf/io/network/default_multiplexer.hpp"
+#include "caf/io/network/operation.hpp"
+#include "caf/io/network/stream.hpp"
+
+namespace actorps {
+
+namespace net = caf::io::network;
+
+link_session::~link_session() = default;
+
+bool link_session::buffered() const {
+  return false;
+}
+
+namespace {
+
+// One line per second at most: a port scanned or flooded by strangers must
+// not flood the log.
+void log_refusal(const std::string& addr, const std::string& why) {
+  static std::atomic<int64_t> last{0};
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+               .count();
+  auto before = last.load();
+  if (now - before < 1000 || !last.compare_exchange_strong(before, now))
+    return;
+  std::cerr << "actorps: refused a connection from " << addr
+            << " during its handshake: " << why << std::endl;
+}
+
+} // namespace
+
+class link_stream : public net::stream {
+public:
+  link_stream(net::default_multiplexer& mx, net::native_socket fd,
+              std::unique_ptr<link_session> session, bool client,
+              link_scribe* owner)
+    : net::stream(mx, fd),
+      policy_{std::move(session)},
+      owner_(owner),
+      client_(client) {
+    // CAF makes its sockets non-blocking only once they join the loop; the
+    // handshake must never wait for the peer.
+    static_cast<void>(net::nonblocking(fd, true));
+  }
+
+  void handle_event(net::operation op) override {
+    if (established_ || policy_.failed || op == net::operation::propagate_error)
+      handle_event_impl(op, policy_);
+    else
+      shake_hands();
+  }
+
+  bool established() const {
+    return established_;
+  }
+
+  // Starts reading for `mgr`; a handshake that failed before fails now.
+  void start_reading(net::stream_manager* mgr, bool first) {
+    if (first)
+      start(mgr);
+    else
+      activate(mgr);
+    started_ = true;
+    // A handshake that failed already shut the socket down: its read event
+    // comes and reports the failure (not from in here: the broker may not
+    // know the connection before this call returns).
+    if (!policy_.failed && !established_ && !client_) {
+      // The accepting side opens its handshake once the broker reads.
+      starting_ = true;
+      shake_hands();
+      starting_ = false;
+    }
+  }
+
+  // Advances the handshake.
+  void shake_hands() {
+    switch (policy_.session->shake(fd())) {
+      case link_session::step::done:
+        established_ = true;
+        stop_handshake_writes();
+        owner_->established();
+        // What the peer sent right after its handshake may wait in the
+        // socket or the session already.
+        if (started_)
+          handle_event_impl(net::operation::read, policy_);
+        return;
+      case link_session::step::want_read:
+        // Waiting for the peer: no write events until it answered.
+        stop_handshake_writes();
+        return;
+      case link_session::step::want_write:
+        if (!handshake_writes_) {
+          handshake_writes_ = true;
+          backend().add(net::operation::write, fd(), this);
+        }
+        return;
+      case link_session::step::failed: {
+        stop_handshake_writes();
+        policy_.failed = true;
+        // The peer sees the end at once, and our read event fires.
+        ::shutdown(fd(), SHUT_RDWR);
+        // A connecting side hears of it as its connect's error.
+        if (!client_) {
+          auto addr = net::remote_addr_of_fd(fd());
+          log_refusal(addr ? *addr : std::string{"a peer"},
+                      policy_.session->failure());
+        }
+        // Reported as a failed read: the broker closes the connection.
+        if (started_ && !starting_)
+          handle_event_impl(net::operation::read, policy_);
+      }
+    }
+  }
+
+private:
+  // The read and write calls CAF's stream makes.
+  struct policy {
+    std::unique_ptr<link_session> session;
+    bool failed = false;
+
+    net::rw_state read_some(size_t& result, net::native_socket fd, void* buf,
+                            size_t len) {
+      result = 0;
+      if (failed)
+        return net::rw_state::failure;
+      return session->read_some(result, fd, buf, len);
+    }
+
+    net::rw_state write_some(size_t& result, net::native_socket fd,
+                             const void* buf, size_t len) {
+      result = 0;
+      if (failed)
+        return net::rw_state::failure;
+      return session->write_some(result, fd, buf, len);
+    }
+
+    bool must_read_more(net::native_socket, size_t) {
+      return !failed && session->buffered();
+    }
+  };
+
+  void stop_handshake_writes() {
+    if (handshake_writes_) {
+      handshake_writes_ = false;
+      // The stream itself never wrote before the handshake ended (the
+      // scribe holds its flushes back), so this removes only ours.
+      if (!state_.writing)
+        backend().del(net::operation::write, fd(), this);
+    }
+  }
+
+  policy policy_;
+  link_scribe* owner_;
+  bool client_;
+  bool established_ = false;
+  bool started_ = false;
+  bool starting_ = false;
+  bool handshake_writes_ = false;
+};
+
+link_scribe::link_scribe(net::default_multiplexer& mx, net::native_socket fd,
+                         std::unique_ptr<link_session> session, bool client)
+  : caf::io::scribe(net::conn_hdl_from_socket(fd)) {
+  stream_ = std::make_unique<link_stream>(mx, fd, std::move(session), client,
+                                          this);
+  if (client)
+    stream_->shake_hands();
+}
+
+link_scribe::~link_scribe() = default;
+
+void link_scribe::configure_read(caf::io::receive_policy::config config) {
+  stream_->configure_read(config);
+  if (!launched_) {
+    launched_ = true;
+    stream_->start_reading(this, true);
+  }
+}
+
+void link_scribe::ack_writes(bool enable) {
+  stream_->ack_writes(enable);
+}
+
+std::vector<char>& link_scribe::wr_buf() {
+  return stream_->wr_buf();
+}
+
+std::vector<char>& link_scribe::rd_buf() {
+  return stream_->rd_buf();
+}
+
+void link_scribe::graceful_shutdown() {
+  stream_->graceful_shutdown();
+  detach(&stream_->backend(), false);
+}
+
+void link_scribe::flush() {
+  if (!stream_->established()) {
+    flush_pending_ = true;
+    return;
+  }
+  stream_->flush(this);
+}
+
+void link_scribe::established() {
+  if (flush_pending_) {
+    flush_pending_ = false;
+    stream_->flush(this);
+  }
+}
+
+std::string link_scribe::addr() const {
+  auto x = net::remote_addr_of_fd(stream_->fd());
+  return x ? *x : std::string{};
+}
+
+uint16_t link_scribe::port() const {
+  auto x = net::remote_port_of_fd(stream_->fd());
+  return x ? *x : uint16_t{0};
+}
+
+void link_scribe::add_to_loop() {
+  stream_->start_reading(this, false);
+}
+
+void link_scribe::remove_from_loop() {
+  stream_->passivate();
+}
+
+} // namespace actorps
