@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/guard.hpp"
 
+#include <chrono>
 #include <utility>
+#include <vector>
 
 #include "caf/actor_system.hpp"
 #include "caf/function_view.hpp"
@@ -79,6 +81,7 @@ private:
 struct link_config {
   tls_context tls;
   std::string secret;
+  std::chrono::milliseconds handshake_timeout{10000};
 
   // The session of a new connection; null for plain TCP.
   std::unique_ptr<link_session> session(bool client) const {
@@ -104,19 +107,47 @@ public:
       return false;
     auto& mx = acceptor_.backend();
     auto fd = acceptor_.accepted_socket();
+    auto now = std::chrono::steady_clock::now();
+    expire_handshakes(now);
     caf::io::scribe_ptr scribe;
-    if (auto session = links_.session(false))
-      scribe = caf::make_counted<guarded<link_scribe>>(
+    if (auto session = links_.session(false)) {
+      auto linked = caf::make_counted<guarded<link_scribe>>(
         mx, fd, std::move(session), false);
-    else
+      shaking_.emplace_back(now, linked);
+      scribe = std::move(linked);
+    } else {
       scribe = caf::make_counted<guarded<net::scribe_impl>>(mx, fd);
+    }
     auto hdl = scribe->hdl();
     parent()->add_scribe(std::move(scribe));
     return doorman::new_connection(&mx, hdl);
   }
 
 private:
+  // Connections still in their handshake after the deadline are closed
+  // when the next one arrives: strangers that connect and say nothing hold
+  // no socket for long while connections keep coming. Holding a reference
+  // keeps each connection's socket open (not reused) until it is let go
+  // here.
+  void expire_handshakes(std::chrono::steady_clock::time_point now) {
+    auto i = shaking_.begin();
+    while (i != shaking_.end()) {
+      auto& [since, scribe] = *i;
+      if (!scribe->shaking()) {
+        i = shaking_.erase(i);
+      } else if (now - since >= links_.handshake_timeout) {
+        scribe->expire();
+        i = shaking_.erase(i);
+      } else {
+        ++i;
+      }
+    }
+  }
+
   link_config links_;
+  std::vector<std::pair<std::chrono::steady_clock::time_point,
+                        caf::intrusive_ptr<link_scribe>>>
+    shaking_;
 };
 
 // CAF's middleman actor, opening guarded doormen and connections that shake
@@ -176,6 +207,7 @@ caf::expected<link_config> links_of(caf::actor_system& sys) {
   if (cfg == nullptr)
     return links;
   links.secret = cfg->link_secret();
+  links.handshake_timeout = cfg->handshake_timeout();
   if (!tls_enabled(sys))
     return links;
   auto tls = make_tls_context(cfg->tls());

@@ -65,6 +65,17 @@ public:
     return established_;
   }
 
+  bool shaking() const {
+    return !established_ && !policy_.failed;
+  }
+
+  // The handshake took too long: it fails now.
+  void expire() {
+    // Its read event reports it, outside whatever runs now.
+    if (shaking())
+      fail("the handshake did not finish in time", false);
+  }
+
   // Starts reading for `mgr`; a handshake that failed before fails now.
   void start_reading(net::stream_manager* mgr, bool first) {
     if (first)
@@ -105,25 +116,27 @@ public:
           backend().add(net::operation::write, fd(), this);
         }
         return;
-      case link_session::step::failed: {
-        stop_handshake_writes();
-        policy_.failed = true;
-        // The peer sees the end at once, and our read event fires.
-        ::shutdown(fd(), SHUT_RDWR);
-        // A connecting side hears of it as its connect's error.
-        if (!client_) {
-          auto addr = net::remote_addr_of_fd(fd());
-          log_refusal(addr ? *addr : std::string{"a peer"},
-                      policy_.session->failure());
-        }
-        // Reported as a failed read: the broker closes the connection.
-        if (started_ && !starting_)
-          handle_event_impl(net::operation::read, policy_);
-      }
+      case link_session::step::failed:
+        fail(policy_.session->failure(), true);
     }
   }
 
 private:
+  void fail(const std::string& why, bool report_now) {
+    stop_handshake_writes();
+    policy_.failed = true;
+    // A connecting side hears of it as its connect's error.
+    if (!client_) {
+      auto addr = net::remote_addr_of_fd(fd());
+      log_refusal(addr ? *addr : std::string{"a peer"}, why);
+    }
+    // The peer sees the end at once, and our read event fires.
+    ::shutdown(fd(), SHUT_RDWR);
+    // Reported as a failed read: the broker closes the connection.
+    if (report_now && started_ && !starting_)
+      handle_event_impl(net::operation::read, policy_);
+  }
+
   // The read and write calls CAF's stream makes.
   struct policy {
     std::unique_ptr<link_session> session;
@@ -228,6 +241,14 @@ std::string link_scribe::addr() const {
 uint16_t link_scribe::port() const {
   auto x = net::remote_port_of_fd(stream_->fd());
   return x ? *x : uint16_t{0};
+}
+
+bool link_scribe::shaking() const {
+  return stream_->shaking();
+}
+
+void link_scribe::expire() {
+  stream_->expire();
 }
 
 void link_scribe::add_to_loop() {

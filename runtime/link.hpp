@@ -80,6 +80,13 @@ public:
   void add_to_loop() override;
   void remove_from_loop() override;
 
+  /// True while the handshake neither succeeded nor failed.
+  bool shaking() const;
+
+  /// Gives up on a handshake still going on: the connection closes as if
+  /// it had failed.
+  void expire();
+
 private:
   friend class link_stream;
 

@@ -72,6 +72,7 @@ system_config::system_config(const system_options& opts) {
     // (runtime/proof.hpp).
     if (!tls_.enabled())
       link_secret_ = core::link_secret(opts.token);
+    handshake_timeout_ = opts.handshake_timeout;
   }
 }
 

@@ -4,6 +4,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/error.hpp"
 
+#include <chrono>
 #include <string>
 
 #include <actorps/runtime/system_options.hpp>
@@ -32,9 +33,15 @@ public:
     return link_secret_;
   }
 
+  /// How long an accepted connection may take to shake hands.
+  std::chrono::milliseconds handshake_timeout() const noexcept {
+    return handshake_timeout_;
+  }
+
 private:
   tls_files tls_;
   std::string link_secret_;
+  std::chrono::milliseconds handshake_timeout_{10000};
 };
 
 /// `tls_problem(tls)` as an error: `none`, or `bad_config` with its text.

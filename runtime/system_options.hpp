@@ -59,6 +59,10 @@ struct system_options {
   /// proving it (an HMAC over fresh nonces; the token never travels), and a
   /// peer that cannot is cut off before CAF reads a message of it.
   std::string token;
+  /// Network: an accepted connection whose peer has not finished the
+  /// handshake (TLS, or the proof of the token) after this long is closed
+  /// when the next connection arrives.
+  std::chrono::milliseconds handshake_timeout{10000};
 };
 
 /// Sets glibc malloc's thresholds for the data plane (process-wide): blocks

@@ -178,6 +178,23 @@ bool closed_by_peer(int fd, std::chrono::milliseconds wait) {
 
 } // namespace
 
+// A node of a system with `token` connects to the gate at `port` on
+// 127.0.0.1 and joins as the first worker (with the token's join proof).
+void check_joins_with_token(uint16_t port, const std::string& token) {
+  auto opts = net_options();
+  opts.token = token;
+  system_config cfg{opts};
+  caf::actor_system sys{cfg};
+  exit_guard guard;
+  auto gate = connect_actor<gate_actor>(sys, "127.0.0.1", port);
+  REQUIRE(gate);
+  auto agent = guard(spawn_node_agent(sys, *gate, caf::actor{}));
+  caf::scoped_actor self{sys};
+  self->send(agent, join_atom::value, role::worker, core::join_proof(token),
+             join_mode::async);
+  CHECK(require_reply<job_info>(self).rank == 0);
+}
+
 TEST_CASE("network: every message type crosses a real connection",
           "[integration]") {
   system_config cfg_a{net_options()};
@@ -859,19 +876,51 @@ TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
     CHECK(std::string(got.data(), 4) == "APL1");
     CHECK(resident_kb() - before < margin_kb);
     // A holder of the token joins and is answered.
-    auto opts_b = net_options();
-    opts_b.token = "tok";
-    system_config cfg_b{opts_b};
-    caf::actor_system sys_b{cfg_b};
-    exit_guard guard_b;
-    auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", *port);
-    REQUIRE(gate);
-    auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
-    caf::scoped_actor self{sys_b};
-    self->send(agent, join_atom::value, role::worker, core::join_proof("tok"),
-               join_mode::async);
-    CHECK(require_reply<job_info>(self).rank == 0);
+    check_joins_with_token(*port, "tok");
   }
+}
+
+TEST_CASE("network: a stranger that never finishes the handshake is cut off",
+          "[integration]") {
+  auto opts = net_options();
+  opts.token = "tok";
+  opts.handshake_timeout = std::chrono::milliseconds{200};
+  system_config cfg{opts};
+  caf::actor_system sys{cfg};
+  exit_guard guard;
+  caf::scoped_actor done{sys};
+  auto job = small_job(done);
+  job.token = core::join_proof("tok");
+  auto coord = guard(spawn_coordinator(sys, job));
+  auto gate = guard(spawn_gate(sys, coord));
+  auto port = publish_actor(sys, gate, 0, "127.0.0.1");
+  REQUIRE(port);
+  auto raw = [&] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(*port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr)
+            == 0);
+    return fd;
+  };
+  // Connects and says nothing: it gets the hello and is left waiting.
+  int idle = raw();
+  char hello[64];
+  pollfd p{idle, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 10000) == 1);
+  CHECK(::recv(idle, hello, sizeof hello, 0)
+        == static_cast<ssize_t>(core::link_proof::hello_size));
+  CHECK_FALSE(closed_by_peer(idle, std::chrono::milliseconds{300}));
+  // Past its deadline, the next connection to arrive closes it.
+  int next = raw();
+  CHECK(closed_by_peer(idle, 10s));
+  ::close(idle);
+  ::close(next);
+  // Holders of the token still join.
+  check_joins_with_token(*port, "tok");
 }
 
 TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
