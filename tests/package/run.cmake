@@ -60,6 +60,34 @@ execute_process(COMMAND "${WORK_DIR}/pc_example" RESULT_VARIABLE rc
 if(NOT rc EQUAL 0 OR NOT out MATCHES "w = 0.8 0.8 0.8 0.8")
   message(FATAL_ERROR "the pkg-config example failed (${rc}): ${out}")
 endif()
+
+# The installed Python package, when the build has one: imported from the
+# prefix's site directory alone, it runs a round trip.
+file(GLOB_RECURSE py_init "${WORK_DIR}/prefix/*/__init__.py")
+list(FILTER py_init INCLUDE REGEX "/actorps/__init__\\.py$")
+if(PYTHON AND py_init)
+  get_filename_component(pkg_dir "${py_init}" DIRECTORY)
+  get_filename_component(site_dir "${pkg_dir}" DIRECTORY)
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${site_dir}" "${PYTHON}" -c
+      "import numpy as np, actorps
+kv = actorps.KVStore.create('local')
+kv.init('w', np.zeros(4, np.float32))
+kv.push('w', np.full(4, 0.8, np.float32))
+out = np.zeros(4, np.float32)
+kv.wait(kv.pull('w', out))
+kv.close()
+assert actorps.__file__.startswith('${site_dir}'), actorps.__file__
+print('w =', *out)"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "w = 0.8 0.8 0.8 0.8")
+    message(FATAL_ERROR "the installed Python package failed: ${out}${err}")
+  endif()
+  message(STATUS "the installed Python package printed: ${out}")
+elseif(PYTHON)
+  message(FATAL_ERROR "no Python package installed under ${WORK_DIR}/prefix")
+endif()
+
 file(REMOVE_RECURSE "${WORK_DIR}")
 
 # The README shows this very example: keep them identical.
@@ -70,3 +98,4 @@ if(pos EQUAL -1)
   message(FATAL_ERROR "README.md's embedding example differs from "
                       "tests/package/main.cpp")
 endif()
+

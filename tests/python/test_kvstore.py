@@ -1,0 +1,272 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The Python module: MXNet's KVStore semantics on numpy arrays and torch
+tensors, in place, with one exception class per error."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import actorps
+
+torch = pytest.importorskip("torch")
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+def test_round_trips_numpy_and_torch_exactly():
+    with actorps.KVStore.create("local", num_shards=3) as kv:
+        assert kv.type == "local" and kv.rank == 0 and kv.num_workers == 1
+        w = np.arange(12, dtype=np.float32).reshape(3, 4)
+        kv.init("w", w)
+        assert kv.shape("w") == [3, 4]
+        out = np.zeros((3, 4), np.float32)
+        kv.wait(kv.pull("w", out))
+        assert np.array_equal(out, w)
+        # No optimizer: the stored value becomes the push (MXNet).
+        kv.push("w", np.full((3, 4), 7, np.float32))
+        t = torch.zeros(3, 4)
+        kv.wait(kv.pull("w", t))
+        assert torch.equal(t, torch.full((3, 4), 7.0))
+        # Several devices' values are summed; several outputs each filled.
+        kv.push("w", [np.ones((3, 4), np.float32), torch.ones(3, 4) * 2])
+        outs = [np.zeros((3, 4), np.float32), torch.zeros(3, 4)]
+        kv.wait(kv.pull("w", outs))
+        assert np.array_equal(outs[0], np.full((3, 4), 3, np.float32))
+        assert torch.equal(outs[1], torch.full((3, 4), 3.0))
+        # Integer keys, as MXNet accepts.
+        kv.init(3, f32(1, 2))
+        got = np.zeros(2, np.float32)
+        kv.wait(kv.pull(3, got))
+        assert np.array_equal(got, f32(1, 2))
+
+
+def test_many_key_calls_and_push_pull():
+    with actorps.KVStore.create("local") as kv:
+        keys = [f"k{i}" for i in range(50)]
+        for i, k in enumerate(keys):
+            kv.init(k, np.full(i + 1, i, np.float32))
+        kv.set_optimizer("accumulate")
+        kv.push_many(keys, [np.ones(i + 1, np.float32) for i in range(50)])
+        outs = [np.zeros(i + 1, np.float32) for i in range(50)]
+        kv.wait(kv.pull_many(keys, outs))
+        for i, o in enumerate(outs):
+            assert np.array_equal(o, np.full(i + 1, i + 1, np.float32))
+        outs2 = [torch.zeros(i + 1) for i in range(50)]
+        kv.wait(kv.push_pull_many(keys, outs, outs2))
+        for i, o in enumerate(outs2):
+            assert torch.equal(o, torch.full((i + 1,), 2.0 * (i + 1)))
+        out = np.zeros(1, np.float32)
+        kv.wait(kv.push_pull("k0", f32(5), out))
+        assert out[0] == 2 + 5
+
+
+def test_optimizer_and_priority_keep_the_order():
+    with actorps.KVStore.create("local") as kv:
+        kv.init("w", f32(1, 1))
+        kv.set_optimizer("sgd", learning_rate=0.5)
+        out = np.zeros(2, np.float32)
+        kv.push("w", f32(1, 2), priority=5)
+        t = kv.pull("w", out, priority=-3)
+        kv.wait_only(t)
+        # The pull sees the push issued before it, whatever the priorities.
+        assert np.array_equal(out, f32(0.5, 0.0))
+        kv.wait_all()
+
+
+def test_refuses_wrong_arrays_before_sending():
+    with actorps.KVStore.create("local") as kv:
+        kv.init("w", np.zeros(6, np.float32))
+        with pytest.raises(TypeError, match="float32"):
+            kv.push("w", np.zeros(6))
+        with pytest.raises(TypeError, match="C-contiguous"):
+            kv.push("w", np.zeros((3, 2), np.float32).T)
+        with pytest.raises(TypeError, match="torch.float32"):
+            kv.push("w", torch.zeros(6, dtype=torch.float64))
+        with pytest.raises(TypeError, match="contiguous"):
+            kv.push("w", torch.zeros(3, 2).t())
+        # A tensor off the CPU (no GPU here: the meta device stands in).
+        with pytest.raises(TypeError, match="CPU"):
+            kv.push("w", torch.zeros(6, device="meta"))
+        with pytest.raises(TypeError, match="numpy array"):
+            kv.push("w", [1.0] * 6)
+        with pytest.raises(TypeError, match="writable"):
+            ro = np.zeros(6, np.float32)
+            ro.setflags(write=False)
+            kv.pull("w", ro)
+        with pytest.raises(TypeError, match="key"):
+            kv.push(1.5, np.zeros(6, np.float32))
+        # A size mismatch names what arrived and what is needed.
+        with pytest.raises(actorps.ShapeMismatch, match="6 floats") as e:
+            kv.push("w", np.zeros(5, np.float32))
+        assert isinstance(e.value, ValueError)
+        with pytest.raises(ValueError, match="2 keys but 1"):
+            kv.push_many(["w", "w"], [np.zeros(6, np.float32)])
+        # Nothing was sent: the value is untouched.
+        out = np.ones(6, np.float32)
+        kv.wait(kv.pull("w", out))
+        assert not out.any()
+
+
+def test_every_error_class_comes_from_a_real_call(tmp_path):
+    with pytest.raises(actorps.BadConfig):
+        actorps.KVStore.create("nonsense")
+    with pytest.raises(TypeError, match="unknown option"):
+        actorps.KVStore.create("local", num_shardz=2)
+    with pytest.raises(ValueError, match="timeout"):
+        actorps.KVStore.create("local", timeout=-1)
+    kv = actorps.KVStore.create("local", num_workers=2, barrier_timeout=0.2)
+    kv.init("w", np.zeros(2, np.float32))
+    with pytest.raises(actorps.UnknownKey, match="nokey"):
+        kv.pull("nokey", np.zeros(2, np.float32))
+    with pytest.raises(actorps.AlreadyInitialized):
+        kv.init("w", np.zeros(2, np.float32))
+    with pytest.raises(actorps.BadOptimizer, match="learning_rate"):
+        kv.set_optimizer("sgd", learning_rate=-1)
+    with pytest.raises(actorps.BadOptimizer):
+        kv.set_optimizer("no-such-optimizer")
+    with pytest.raises(actorps.CheckpointIO):
+        kv.load_optimizer_states(str(tmp_path / "missing.ckpt"))
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(b"not a checkpoint at all" * 10)
+    with pytest.raises(actorps.CheckpointCorrupt):
+        kv.load_optimizer_states(str(garbage))
+    saved = str(tmp_path / "saved.ckpt")
+    kv.save_optimizer_states(saved)
+    with actorps.KVStore.create("local") as other:
+        other.init("w", np.zeros(3, np.float32))
+        with pytest.raises(actorps.CheckpointMismatch):
+            other.load_optimizer_states(saved)
+    # Worker 1 never arrives: the barrier times out.
+    with pytest.raises(actorps.Timeout):
+        kv.barrier()
+    assert issubclass(actorps.Timeout, TimeoutError)
+    kv.set_barrier_before_exit(False)
+    kv.close()
+    assert kv.closed
+    with pytest.raises(actorps.Closed):
+        kv.push("w", np.zeros(2, np.float32))
+    # Nobody listens there: the coordinator is unreachable.
+    with pytest.raises(actorps.DeadNode):
+        actorps.KVStore.create("dist_async", coordinator="127.0.0.1:1",
+                               token="t", connect_timeout=0.2)
+    for cls in (actorps.UnknownKey, actorps.DeadNode, actorps.Closed):
+        assert issubclass(cls, actorps.Error)
+
+
+def test_context_manager_closes():
+    with actorps.KVStore.create("local") as kv:
+        kv.init("w", np.zeros(2, np.float32))
+        assert not kv.closed
+    assert kv.closed
+    # Leaving on an exception closes too, and the exception is the one seen.
+    with pytest.raises(KeyError):
+        with actorps.KVStore.create("local") as kv2:
+            raise KeyError("from the block")
+    assert kv2.closed
+
+
+def test_threads_with_their_own_handles_push_concurrently():
+    rounds = 200
+    with actorps.KVStore.create("local_sync", num_workers=2) as kv0:
+        kv1 = kv0.worker(1)
+        handles = [kv0, kv1]
+        kv0.init("w", np.zeros(1000, np.float32))
+        kv0.set_optimizer("accumulate")
+        errors = []
+
+        def train(kv):
+            try:
+                grad = np.full(1000, kv.rank + 1, np.float32)
+                out = np.zeros(1000, np.float32)
+                for r in range(rounds):
+                    kv.push("w", grad)
+                    kv.wait(kv.pull("w", out))
+                    # Sync: every round sums both workers' pushes.
+                    assert out[0] == 3 * (r + 1)
+            except Exception as e:  # reported to the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=train, args=(h,)) for h in handles]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, errors
+        kv1.close()
+
+
+def test_a_pull_keeps_its_output_alive_until_waited():
+    with actorps.KVStore.create("local") as kv:
+        kv.init("w", np.arange(100000, dtype=np.float32))
+        t = kv.pull("w", np.zeros(100000, np.float32))
+        # The only reference to the output is the store's: no crash, and
+        # the wait succeeds.
+        kv.wait(t)
+        out = np.zeros(100000, np.float32)
+        kv.wait(kv.pull("w", out))
+        assert out[-1] == 99999
+
+
+def test_dist_sync_workers_compute_exact_sums(job_factory):
+    workers, rounds = 3, 20
+    job = job_factory("dist_sync", workers)
+    errors = []
+    results = {}
+
+    def worker():
+        try:
+            with actorps.KVStore.create("dist_sync",
+                                        coordinator=job.address,
+                                        token=job.token) as kv:
+                kv.init("w", np.zeros(300, np.float32))
+                if kv.rank == 0:
+                    kv.set_optimizer("accumulate")
+                kv.barrier()
+                grad = np.full(300, kv.rank + 1, np.float32)
+                out = np.zeros(300, np.float32)
+                for _ in range(rounds):
+                    kv.push("w", grad)
+                    kv.wait(kv.pull("w", out))
+                results[kv.rank] = out.copy()
+                assert kv.num_dead_node(actorps.WORKERS) == 0
+        except Exception as e:  # reported to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    expected = rounds * workers * (workers + 1) / 2
+    assert sorted(results) == list(range(workers))
+    for out in results.values():
+        assert np.all(out == expected)
+    assert job.coordinator.stop() == 0
+    assert job.server.stop() == 0
+
+
+def test_a_wrong_token_is_unauthorized(job_factory):
+    job = job_factory("dist_async", 1)
+    with pytest.raises(actorps.Unauthorized, match="token"):
+        actorps.KVStore.create("dist_async", coordinator=job.address,
+                               token="not-the-token")
+    assert issubclass(actorps.Unauthorized, PermissionError)
+
+
+def test_the_environment_names_the_job(job_factory, monkeypatch):
+    job = job_factory("dist_async", 1)
+    monkeypatch.setenv("ACTORPS_COORDINATOR", job.address)
+    monkeypatch.setenv("ACTORPS_TOKEN", job.token)
+    with actorps.KVStore.create("dist") as kv:
+        assert kv.type == "dist_async" and kv.num_workers == 1
+        kv.init("w", f32(4, 5))
+        out = np.zeros(2, np.float32)
+        kv.wait(kv.pull("w", out))
+        assert np.array_equal(out, f32(4, 5))
+    assert job.coordinator.stop() == 0
