@@ -84,6 +84,17 @@ print('w =', *out)"
     message(FATAL_ERROR "the installed Python package failed: ${out}${err}")
   endif()
   message(STATUS "the installed Python package printed: ${out}")
+  # The installed launcher finds the package and the apps beside it.
+  execute_process(
+    COMMAND "${WORK_DIR}/prefix/bin/actorps-launch" --workers 1 --
+            "${PYTHON}" -c "import actorps, sys
+kv = actorps.KVStore.create('dist')
+print('launched worker of', kv.num_workers)
+kv.close()"
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "launched worker of 1")
+    message(FATAL_ERROR "the installed actorps-launch failed: ${out}${err}")
+  endif()
 elseif(PYTHON)
   message(FATAL_ERROR "no Python package installed under ${WORK_DIR}/prefix")
 endif()

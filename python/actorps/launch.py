@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""actorps-launch: a whole job on this machine for one worker command.
+
+    python3 -m actorps.launch --workers 4 --servers 1 --mode dist_sync -- \\
+        python3 train.py --epochs 3
+
+starts a coordinator, the servers and WORKERS copies of the command (as
+torchrun, MXNet's tools/launch.py and BytePS's bpslaunch do). Each worker
+finds its job in the environment, which `actorps.KVStore.create("dist")`
+reads when the call does not name it:
+
+    ACTORPS_COORDINATOR   host:port of the coordinator
+    ACTORPS_TOKEN         the job token (a fresh random one unless set)
+    ACTORPS_MODE          dist_sync or dist_async
+    ACTORPS_NUM_WORKERS   the number of workers
+    ACTORPS_LOCAL_RANK    0..WORKERS-1, the launch order (the coordinator
+                          gives ranks in join order: KVStore.rank is the one
+                          that counts)
+
+Every line a process prints comes out prefixed with its role. The launcher
+stops every process it started when a worker fails, when a server or the
+coordinator dies, or on Ctrl-C, and exits with the first failure's code (0
+when every worker and the coordinator finished cleanly).
+
+The apps (actorps-coordinator, actorps-server) are taken from --bin-dir,
+else $ACTORPS_BIN_DIR, else the build tree next to this package, else PATH.
+"""
+
+import argparse
+import os
+import queue
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+
+def _find_app(name, bin_dir):
+    candidates = []
+    if bin_dir:
+        candidates.append(os.path.join(bin_dir, name))
+    if os.environ.get("ACTORPS_BIN_DIR"):
+        candidates.append(os.path.join(os.environ["ACTORPS_BIN_DIR"], name))
+    # The build tree: build/python/actorps/launch.py and build/apps/NAME.
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates.append(os.path.join(here, "..", "..", "apps", name))
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise SystemExit(f"actorps-launch: cannot find {name} (give --bin-dir, "
+                     "set ACTORPS_BIN_DIR, or put it on PATH)")
+
+
+class _Process:
+    """A started process whose output lines go to `lines` with a prefix."""
+
+    def __init__(self, role, args, env, lines):
+        self.role = role
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, text=True,
+                                     start_new_session=True)
+        self._lines = lines
+        self.reader = threading.Thread(target=self._forward, daemon=True)
+        self.reader.start()
+
+    def _forward(self):
+        for line in self.proc.stdout:
+            self._lines.put((self, line))
+        self._lines.put((self, None))
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(
+        prog="actorps-launch",
+        description="Runs a distributed actorps job on this machine: a "
+        "coordinator, SERVERS servers and WORKERS copies of COMMAND.",
+        epilog="Example: actorps-launch -n 4 -- python3 train.py")
+    p.add_argument("-n", "--workers", type=int, default=1,
+                   help="worker processes (copies of COMMAND), >= 1")
+    p.add_argument("-s", "--servers", type=int, default=1,
+                   help="server processes, >= 1")
+    p.add_argument("--shards", type=int, default=0,
+                   help="shard actors per server (0: the server's default)")
+    p.add_argument("--mode", default="dist_sync",
+                   choices=["dist_sync", "dist_async"])
+    p.add_argument("--transport", default="caf", choices=["caf", "ucx"])
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address the coordinator and servers listen on")
+    p.add_argument("--bin-dir", default="",
+                   help="folder of actorps-coordinator and actorps-server")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the worker command, after --")
+    args = p.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        p.error("no worker command (give it after --)")
+    if args.workers < 1 or args.servers < 1 or args.shards < 0:
+        p.error("--workers and --servers must be >= 1, --shards >= 0")
+    return args
+
+
+def main(argv=None):
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    coordinator_bin = _find_app("actorps-coordinator", args.bin_dir)
+    server_bin = _find_app("actorps-server", args.bin_dir)
+    token = os.environ.get("ACTORPS_TOKEN") or secrets.token_hex(16)
+    # The token travels in the environment, never on a command line.
+    env = dict(os.environ, ACTORPS_TOKEN=token)
+    lines = queue.Queue()
+    procs = []
+    out = sys.stdout
+
+    def say(role, text):
+        out.write(f"[{role}] {text}")
+        if not text.endswith("\n"):
+            out.write("\n")
+        out.flush()
+
+    def stop_all():
+        for p in procs:
+            p.stop()
+        for p in procs:
+            try:
+                p.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                p.stop(signal.SIGKILL)
+                p.proc.wait()
+
+    coordinator = _Process(
+        "coordinator",
+        [coordinator_bin, "--host", args.host, "--port", "0", "--mode",
+         args.mode, "--workers", str(args.workers), "--servers",
+         str(args.servers), "--transport", args.transport], env, lines)
+    procs.append(coordinator)
+    interrupted = False
+    try:
+        address = None
+        while address is None:
+            p, line = lines.get(timeout=60)
+            if line is None:
+                stop_all()
+                return p.proc.wait() or 1
+            say(p.role, line)
+            m = re.search(r"listening on (\S+:\d+)", line)
+            if m:
+                address = m.group(1)
+        for i in range(args.servers):
+            server_args = [server_bin, "--coordinator", address, "--host",
+                           args.host]
+            if args.shards:
+                server_args += ["--shards", str(args.shards)]
+            procs.append(_Process(f"server {i}", server_args, env, lines))
+        for i in range(args.workers):
+            worker_env = dict(env, ACTORPS_COORDINATOR=address,
+                              ACTORPS_MODE=args.mode,
+                              ACTORPS_NUM_WORKERS=str(args.workers),
+                              ACTORPS_LOCAL_RANK=str(i))
+            procs.append(_Process(f"worker {i}", args.command, worker_env,
+                                  lines))
+        # Until every process ended: the first failure stops the others (a
+        # worker that failed, a server or coordinator that died: the
+        # workers would fail with dead_node anyway).
+        open_streams = len(procs)
+        failure = 0
+        while open_streams > 0:
+            p, line = lines.get()
+            if line is not None:
+                say(p.role, line)
+                continue
+            open_streams -= 1
+            code = p.proc.wait()
+            if code != 0 and failure == 0:
+                failure = code
+                say("launch", f"{p.role} exited with code {code}: stopping "
+                    "the job")
+                for other in procs:
+                    other.stop()
+        return failure
+    except KeyboardInterrupt:
+        interrupted = True
+        say("launch", "interrupted: stopping the job")
+        stop_all()
+        return 130
+    finally:
+        if not interrupted:
+            stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

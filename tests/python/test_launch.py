@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""actorps-launch (python3 -m actorps.launch) and dead workers seen from
+Python."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import actorps
+
+BIN_DIR = os.path.dirname(os.environ["ACTORPS_COORDINATOR_BIN"])
+
+WORKER = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import actorps
+    rounds = int(sys.argv[1])
+    with actorps.KVStore.create("dist") as kv:
+        assert kv.type == os.environ["ACTORPS_MODE"]
+        assert kv.num_workers == int(os.environ["ACTORPS_NUM_WORKERS"])
+        kv.init("w", np.zeros(1000, np.float32))
+        if kv.rank == 0:
+            kv.set_optimizer("accumulate")
+        kv.barrier()
+        grad = np.full(1000, kv.rank + 1, np.float32)
+        out = np.zeros(1000, np.float32)
+        for _ in range(rounds):
+            kv.push("w", grad)
+            kv.wait(kv.pull("w", out))
+        assert (out == out[0]).all()
+        print("rank", kv.rank, "holds", int(out[0]), flush=True)
+""")
+
+
+def launch(tmp_path, *args, timeout=180):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = dict(os.environ)
+    env.pop("ACTORPS_TOKEN", None)
+    return subprocess.run(
+        [sys.executable, "-m", "actorps.launch", "--bin-dir", BIN_DIR, *args,
+         "--", sys.executable, str(script), "10"],
+        env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_launch_runs_a_sync_job_with_exact_sums(tmp_path):
+    run = launch(tmp_path, "--workers", "3", "--servers", "1",
+                 "--mode", "dist_sync")
+    assert run.returncode == 0, run.stdout + run.stderr
+    held = re.findall(r"^\[worker (\d)\] rank (\d) holds (\d+)$", run.stdout,
+                      re.M)
+    assert sorted(r for _, r, _ in held) == ["0", "1", "2"], run.stdout
+    # 10 sync rounds of 1 + 2 + 3.
+    assert all(int(v) == 60 for _, _, v in held), run.stdout
+    assert "[coordinator]" in run.stdout and "[server 0]" in run.stdout
+
+
+def test_launch_stops_the_job_when_a_worker_fails(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import sys; print('giving up'); sys.exit(7)\n")
+    env = dict(os.environ)
+    run = subprocess.run(
+        [sys.executable, "-m", "actorps.launch", "--bin-dir", BIN_DIR,
+         "--workers", "2", "--", sys.executable, str(script)],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 7, run.stdout + run.stderr
+    assert "exited with code 7: stopping the job" in run.stdout
+
+
+def test_launch_refuses_bad_flags():
+    run = subprocess.run([sys.executable, "-m", "actorps.launch",
+                          "--workers", "0", "--", "true"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--workers" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "actorps.launch"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "no worker command" in run.stderr
+
+
+def test_a_killed_worker_is_counted_by_num_dead_node(job_factory):
+    job = job_factory("dist_async", 2)
+    victim = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import os, signal, numpy as np, actorps
+            kv = actorps.KVStore.create("dist_async",
+                                        coordinator="{job.address}",
+                                        token="{job.token}")
+            kv.init("w", np.zeros(4, np.float32))
+            print("joined", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)], stdout=subprocess.PIPE, text=True)
+    with actorps.KVStore.create("dist_async", coordinator=job.address,
+                                token=job.token) as kv:
+        kv.init("w", np.zeros(4, np.float32))
+        assert victim.stdout.readline().strip() == "joined"
+        assert victim.wait(60) == -9
+        # The coordinator sees the node go down; num_dead_node answers from
+        # its record (bounded wait: the down message crosses processes).
+        seen = 0
+        for _ in range(500):
+            seen = kv.num_dead_node(actorps.WORKERS)
+            if seen == 1:
+                break
+        assert seen == 1
+        assert kv.num_dead_node(actorps.SERVERS) == 0
+        kv.set_barrier_before_exit(False)
