@@ -108,3 +108,24 @@ def test_a_killed_worker_is_counted_by_num_dead_node(job_factory):
         assert seen == 1
         assert kv.num_dead_node(actorps.SERVERS) == 0
         kv.set_barrier_before_exit(False)
+
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                       "pytorch_fashion_mnist.py")
+
+
+def test_the_pytorch_example_learns_under_the_launcher():
+    if not os.path.exists("/usr/share/datasets/fashion-mnist"):
+        import pytest
+        pytest.skip("Debian's dataset-fashion-mnist is not installed")
+    run = subprocess.run(
+        [sys.executable, "-m", "actorps.launch", "--bin-dir", BIN_DIR,
+         "--workers", "2", "--mode", "dist_sync", "--", sys.executable,
+         EXAMPLE, "--epochs", "1", "--limit-train", "3000", "--limit-test",
+         "1000"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    m = re.search(r"\[worker \d\] dist_sync rank 0 of 2: epoch 1/1: .*"
+                  r"test accuracy ([0-9.]+)", run.stdout)
+    assert m, run.stdout
+    # Ten classes: chance is 0.1; one epoch on 3000 images reaches ~0.65.
+    assert float(m.group(1)) > 0.4, run.stdout
