@@ -13,7 +13,8 @@ The same model in one PyTorch process (no parameter server), to compare:
 Under actorps-launch (ACTORPS_COORDINATOR set) each worker trains on its
 share of the training set with a batch of --batch / workers, so the global
 batch is --batch whatever the number of workers; the shards run SGD with
-momentum on the summed gradients (sync) or on each gradient (async). Rank 0
+momentum on the summed gradients (sync) or on each gradient (async, with
+the momentum lowered to max(0, 1 - workers x (1 - momentum))). Rank 0
 prints the test accuracy and samples/s of each epoch. Data: Debian's
 dataset-fashion-mnist.
 """
@@ -96,12 +97,19 @@ def main():
         import actorps.torch
         kv = actorps.KVStore.create("dist")
         rank, workers = kv.rank, kv.num_workers
-        # Async shards see each worker's gradient on its own: the same
-        # learning rate per sample as the sync sum.
+        # Sync: the shards sum the workers' batch means, 1/workers makes it
+        # the global batch's mean. Async: each worker's gradient is applied
+        # on its own, so 1/workers keeps the step per sample of one process;
+        # asynchrony adds momentum of its own (Mitliagkas et al.,
+        # "Asynchrony begets momentum"), so the shards run less of it, as
+        # actorps-train does.
+        momentum = args.momentum
+        if not kv.synchronous:
+            momentum = max(0.0, 1.0 - workers * (1.0 - momentum))
         trainer = actorps.torch.DistributedTrainer(
             model, kv, server_optimizer=("sgd", {
-                "learning_rate": args.lr, "momentum": args.momentum,
-                "rescale_grad": 1.0 / workers if kv.synchronous else 1.0}))
+                "learning_rate": args.lr, "momentum": momentum,
+                "rescale_grad": 1.0 / workers}))
         label = f"{kv.type} rank {rank} of {workers}"
     else:
         kv, rank, workers = None, 0, 1
