@@ -151,7 +151,12 @@ def main(argv=None):
     try:
         address = None
         while address is None:
-            p, line = lines.get(timeout=60)
+            try:
+                p, line = lines.get(timeout=60)
+            except queue.Empty:
+                say("launch", "the coordinator said nothing for 60 s: "
+                    "stopping")
+                return 1
             if line is None:
                 stop_all()
                 return p.proc.wait() or 1
