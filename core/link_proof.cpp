@@ -95,6 +95,7 @@ void link_proof::received(const unsigned char* data, std::size_t n) {
     if (CRYPTO_memcmp(theirs.data(), in_.data() + hello_size, proof_size)
         != 0) {
       fail("the peer does not hold this job's token");
+      wrong_proof_ = true;
       return;
     }
     peer_proved_ = true;

@@ -76,6 +76,17 @@ public:
   /// good on a foreign hello or a wrong proof.
   state status() const noexcept;
 
+  /// True once the peer's hello arrived and our proof left: a peer that
+  /// closes the connection now refused the proof.
+  bool answered() const noexcept {
+    return failure_.empty() && in_.size() >= hello_size && out_.empty();
+  }
+
+  /// True if it failed on the peer's proof (a wrong one: another token).
+  bool wrong_proof() const noexcept {
+    return wrong_proof_;
+  }
+
   /// Why it failed ("" unless failed).
   const std::string& failure() const noexcept {
     return failure_;
@@ -94,6 +105,7 @@ private:
   std::vector<unsigned char> out_;
   std::vector<unsigned char> in_;
   bool peer_proved_ = false;
+  bool wrong_proof_ = false;
   std::string failure_;
 };
 

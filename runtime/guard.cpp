@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/guard.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -82,6 +85,8 @@ struct link_config {
   tls_context tls;
   std::string secret;
   std::chrono::milliseconds handshake_timeout{10000};
+  // Connecting: set when the peer refused this node's proof.
+  std::shared_ptr<std::atomic<bool>> refused;
 
   // The session of a new connection; null for plain TCP.
   std::unique_ptr<link_session> session(bool client) const {
@@ -92,6 +97,9 @@ struct link_config {
     return nullptr;
   }
 };
+
+// Handshakes an accepting port lets go on at once.
+constexpr std::size_t max_handshakes = 64;
 
 // Accepts connections as guarded scribes.
 class guarded_doorman : public net::doorman_impl {
@@ -107,13 +115,23 @@ public:
       return false;
     auto& mx = acceptor_.backend();
     auto fd = acceptor_.accepted_socket();
-    auto now = std::chrono::steady_clock::now();
-    expire_handshakes(now);
     caf::io::scribe_ptr scribe;
     if (auto session = links_.session(false)) {
+      auto now = std::chrono::steady_clock::now();
+      expire_handshakes(now);
       auto linked = caf::make_counted<guarded<link_scribe>>(
         mx, fd, std::move(session), false);
-      shaking_.emplace_back(now, linked);
+      // Let go of it as soon as its handshake ends.
+      auto list = shaking_;
+      auto* raw = linked.get();
+      linked->when_handshake_ends([list, raw] {
+        auto i = std::find_if(list->begin(), list->end(), [raw](const auto& x) {
+          return x.second.get() == raw;
+        });
+        if (i != list->end())
+          list->erase(i);
+      });
+      shaking_->emplace_back(now, linked);
       scribe = std::move(linked);
     } else {
       scribe = caf::make_counted<guarded<net::scribe_impl>>(mx, fd);
@@ -124,30 +142,32 @@ public:
   }
 
 private:
-  // Connections still in their handshake after the deadline are closed
-  // when the next one arrives: strangers that connect and say nothing hold
-  // no socket for long while connections keep coming. Holding a reference
-  // keeps each connection's socket open (not reused) until it is let go
-  // here.
+  // Each new connection closes those still in their handshake after the
+  // deadline and, beyond `max_handshakes`, the oldest: strangers that
+  // connect and say nothing hold a few sockets at most (never all the
+  // process may open, which would stop it accepting anyone). Holding a
+  // reference keeps each socket from being reused until it is let go.
   void expire_handshakes(std::chrono::steady_clock::time_point now) {
-    auto i = shaking_.begin();
-    while (i != shaking_.end()) {
-      auto& [since, scribe] = *i;
-      if (!scribe->shaking()) {
-        i = shaking_.erase(i);
-      } else if (now - since >= links_.handshake_timeout) {
-        scribe->expire();
-        i = shaking_.erase(i);
-      } else {
-        ++i;
+    std::vector<caf::intrusive_ptr<link_scribe>> victims;
+    auto& list = *shaking_;
+    auto over = list.size() >= max_handshakes ? list.size() + 1 - max_handshakes
+                                              : 0;
+    for (auto& [since, scribe] : list)
+      if (over > 0 || now - since >= links_.handshake_timeout) {
+        victims.push_back(scribe);
+        if (over > 0)
+          --over;
       }
-    }
+    // Expiring ends the handshake, which takes it off the list.
+    for (auto& x : victims)
+      x->expire();
   }
 
   link_config links_;
-  std::vector<std::pair<std::chrono::steady_clock::time_point,
-                        caf::intrusive_ptr<link_scribe>>>
-    shaking_;
+  using entry = std::pair<std::chrono::steady_clock::time_point,
+                          caf::intrusive_ptr<link_scribe>>;
+  std::shared_ptr<std::vector<entry>> shaking_
+    = std::make_shared<std::vector<entry>>();
 };
 
 // CAF's middleman actor, opening guarded doormen and connections that shake
@@ -184,8 +204,10 @@ protected:
     auto fd = net::new_tcp_connection(host, port);
     if (!fd)
       return std::move(fd.error());
-    return caf::make_counted<link_scribe>(multiplexer(), *fd,
-                                          links_.session(true), true);
+    auto scribe = caf::make_counted<link_scribe>(multiplexer(), *fd,
+                                                 links_.session(true), true);
+    scribe->report_refusal_to(links_.refused);
+    return scribe;
   }
 
 private:
@@ -256,18 +278,21 @@ connect_linked(caf::actor_system& sys, const std::string& host, uint16_t port,
     return make_error(errc::bad_config,
                       "connect: this node has neither TLS files nor a token");
   auto proof = !links->tls;
+  auto refused = std::make_shared<std::atomic<bool>>(false);
+  links->refused = refused;
   auto connect
     = caf::make_function_view(spawn_middleman_actor(sys, std::move(*links)),
                               caf::duration{connect_timeout});
   auto res = connect(caf::connect_atom::value, host, port);
   if (!res) {
-    if (proof && res.error() == caf::sec::disconnect_during_handshake)
+    // Only a refused proof is a wrong token: a peer that went away during
+    // the handshake (restarting, ...) may be tried again.
+    if (proof && refused->load())
       return make_error(errc::unauthorized,
                         "connect to " + host + ":" + std::to_string(port)
-                          + ": the peer closed the connection during the "
-                            "handshake: it does not hold this job's token "
-                            "(wrong token?), or is no actorps node of a job "
-                            "with a token and without TLS");
+                          + ": the peer refused this node's proof of the "
+                            "job token, or gave a wrong one: the two hold "
+                            "different tokens");
     return std::move(res.error());
   }
   auto& ptr = std::get<1>(*res);

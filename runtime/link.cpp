@@ -22,6 +22,10 @@ bool link_session::buffered() const {
   return false;
 }
 
+bool link_session::refused() const {
+  return false;
+}
+
 namespace {
 
 // One line per second at most: a port scanned or flooded by strangers must
@@ -55,10 +59,15 @@ public:
   }
 
   void handle_event(net::operation op) override {
-    if (established_ || policy_.failed || op == net::operation::propagate_error)
+    if (established_ || policy_.failed) {
       handle_event_impl(op, policy_);
-    else
-      shake_hands();
+      return;
+    }
+    // During the handshake even an error (a reset, ...) goes through the
+    // session first: it tells a refused proof from a peer that went away.
+    shake_hands();
+    if (op == net::operation::propagate_error && shaking())
+      fail("the connection failed during the handshake", true);
   }
 
   bool established() const {
@@ -82,16 +91,22 @@ public:
       start(mgr);
     else
       activate(mgr);
-    started_ = true;
+    reading_ = true;
     // A handshake that failed already shut the socket down: its read event
     // comes and reports the failure (not from in here: the broker may not
-    // know the connection before this call returns).
-    if (!policy_.failed && !established_ && !client_) {
-      // The accepting side opens its handshake once the broker reads.
+    // know the connection before this call returns). One going on goes on
+    // here, in the network thread (the accepting side opens it now).
+    if (!policy_.failed && !established_) {
       starting_ = true;
       shake_hands();
       starting_ = false;
     }
+  }
+
+  // The broker stopped reading (it closes or passivates the connection):
+  // nothing may be reported to it any more.
+  void stop_reading() {
+    reading_ = false;
   }
 
   // Advances the handshake.
@@ -101,10 +116,19 @@ public:
         established_ = true;
         stop_handshake_writes();
         owner_->established();
+        owner_->handshake_ended();
         // What the peer sent right after its handshake may wait in the
-        // socket or the session already.
-        if (started_)
+        // socket or the session already (where epoll cannot see it): read
+        // it now, or, inside the broker's own call, once that returned.
+        if (reading_ && !starting_) {
           handle_event_impl(net::operation::read, policy_);
+        } else if (reading_) {
+          caf::intrusive_ptr<link_scribe> keep{owner_};
+          backend().post([this, keep] {
+            if (reading_)
+              handle_event_impl(net::operation::read, policy_);
+          });
+        }
         return;
       case link_session::step::want_read:
         // Waiting for the peer: no write events until it answered.
@@ -129,11 +153,15 @@ private:
     if (!client_) {
       auto addr = net::remote_addr_of_fd(fd());
       log_refusal(addr ? *addr : std::string{"a peer"}, why);
+    } else if (policy_.session->refused()) {
+      owner_->refused();
     }
+
     // The peer sees the end at once, and our read event fires.
     ::shutdown(fd(), SHUT_RDWR);
+    owner_->handshake_ended();
     // Reported as a failed read: the broker closes the connection.
-    if (report_now && started_ && !starting_)
+    if (report_now && reading_ && !starting_)
       handle_event_impl(net::operation::read, policy_);
   }
 
@@ -177,7 +205,7 @@ private:
   link_scribe* owner_;
   bool client_;
   bool established_ = false;
-  bool started_ = false;
+  bool reading_ = false;
   bool starting_ = false;
   bool handshake_writes_ = false;
 };
@@ -185,10 +213,11 @@ private:
 link_scribe::link_scribe(net::default_multiplexer& mx, net::native_socket fd,
                          std::unique_ptr<link_session> session, bool client)
   : caf::io::scribe(net::conn_hdl_from_socket(fd)) {
+  // Both sides shake hands from the network thread, once the broker
+  // reads (start_reading): nothing can fail before the owner installed
+  // its callbacks.
   stream_ = std::make_unique<link_stream>(mx, fd, std::move(session), client,
                                           this);
-  if (client)
-    stream_->shake_hands();
 }
 
 link_scribe::~link_scribe() = default;
@@ -214,6 +243,7 @@ std::vector<char>& link_scribe::rd_buf() {
 }
 
 void link_scribe::graceful_shutdown() {
+  stream_->stop_reading();
   stream_->graceful_shutdown();
   detach(&stream_->backend(), false);
 }
@@ -256,7 +286,26 @@ void link_scribe::add_to_loop() {
 }
 
 void link_scribe::remove_from_loop() {
+  stream_->stop_reading();
   stream_->passivate();
+}
+
+void link_scribe::when_handshake_ends(std::function<void()> f) {
+  on_end_ = std::move(f);
+}
+
+void link_scribe::report_refusal_to(std::shared_ptr<std::atomic<bool>> flag) {
+  refusal_ = std::move(flag);
+}
+
+void link_scribe::handshake_ended() {
+  if (auto f = std::exchange(on_end_, nullptr))
+    f();
+}
+
+void link_scribe::refused() {
+  if (refusal_)
+    refusal_->store(true);
 }
 
 } // namespace actorps

@@ -9,7 +9,9 @@
 // once a second).
 // Internal: used by runtime/guard.cpp.
 
+#include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +55,10 @@ public:
 
   /// True if the session holds read bytes that epoll cannot see.
   virtual bool buffered() const;
+
+  /// After a failed handshake: true if the peer refused this side's proof
+  /// or gave a wrong one (a job with another token), not merely went away.
+  virtual bool refused() const;
 };
 
 class link_stream;
@@ -87,14 +93,30 @@ public:
   /// it had failed.
   void expire();
 
+  /// Runs `f` once, in the network thread, when the handshake succeeded or
+  /// failed.
+  void when_handshake_ends(std::function<void()> f);
+
+  /// Sets `*flag` when a connecting side's handshake fails because the
+  /// peer refused its proof or gave a wrong one (link_session::refused).
+  void report_refusal_to(std::shared_ptr<std::atomic<bool>> flag);
+
 private:
   friend class link_stream;
 
   // Called by the stream once the handshake succeeded.
   void established();
 
+  // Called by the stream once the handshake succeeded or failed.
+  void handshake_ended();
+
+  // Called by a connecting side's stream when the peer refused it.
+  void refused();
+
   bool launched_ = false;
   bool flush_pending_ = false;
+  std::function<void()> on_end_;
+  std::shared_ptr<std::atomic<bool>> refusal_;
   std::unique_ptr<link_stream> stream_;
 };
 

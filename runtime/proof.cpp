@@ -63,14 +63,21 @@ public:
       }
       if (n < 0 && would_block())
         return step::want_read;
-      return lost("the peer closed the connection during the handshake (a "
-                  "peer of a job with another token, or without one, closes "
-                  "it)");
+      // Closed right after our proof: the peer refused it.
+      refused_ = proof_.answered();
+      return lost(refused_ ? "the peer refused this node's proof of the "
+                             "token (a job with another token)"
+                           : "the peer closed the connection during the "
+                             "handshake");
     }
   }
 
   std::string failure() const override {
     return lost_.empty() ? proof_.failure() : lost_;
+  }
+
+  bool refused() const override {
+    return refused_ || proof_.wrong_proof();
   }
 
   net::rw_state read_some(size_t& result, net::native_socket fd, void* buf,
@@ -91,6 +98,7 @@ private:
 
   core::link_proof proof_;
   std::string lost_;
+  bool refused_ = false;
 };
 
 } // namespace

@@ -923,6 +923,73 @@ TEST_CASE("network: a stranger that never finishes the handshake is cut off",
   check_joins_with_token(*port, "tok");
 }
 
+TEST_CASE("network: strangers hold a bounded number of handshakes open",
+          "[integration]") {
+  auto opts = net_options();
+  opts.token = "tok";
+  system_config cfg{opts};
+  caf::actor_system sys{cfg};
+  exit_guard guard;
+  caf::scoped_actor done{sys};
+  auto job = small_job(done);
+  job.token = core::join_proof("tok");
+  auto coord = guard(spawn_coordinator(sys, job));
+  auto gate = guard(spawn_gate(sys, coord));
+  auto port = publish_actor(sys, gate, 0, "127.0.0.1");
+  REQUIRE(port);
+  // Far more idle strangers than a port keeps in their handshake: the
+  // oldest are closed as new ones come, long before their deadline.
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(*port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr)
+            == 0);
+    idle.push_back(fd);
+  }
+  CHECK(closed_by_peer(idle.front(), 10s));
+  CHECK(closed_by_peer(idle[20], 10s));
+  for (int fd : idle)
+    ::close(fd);
+  // Holders of the token still join.
+  check_joins_with_token(*port, "tok");
+}
+
+TEST_CASE("network: only a refused proof is a wrong token", "[integration]") {
+  // A peer that accepts and closes at once (a node restarting, another
+  // program) is no reason to give up for good: not `unauthorized`.
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr)
+          == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len)
+          == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  std::thread closer{[listener] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    if (fd >= 0)
+      ::close(fd);
+  }};
+  auto opts = net_options();
+  opts.token = "tok";
+  system_config cfg{opts};
+  caf::actor_system sys{cfg};
+  auto got = connect_actor<gate_actor>(sys, "127.0.0.1", ntohs(addr.sin_port));
+  closer.join();
+  ::close(listener);
+  REQUIRE_FALSE(got);
+  INFO(render(got.error()));
+  CHECK(code_of(got.error()) != errc::unauthorized);
+}
+
 TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
           "[integration]") {
   // System A has one scheduler thread, which the test blocks while the
