@@ -33,6 +33,8 @@ std::string to_string(errc x) {
       return "checkpoint_corrupt";
     case errc::checkpoint_mismatch:
       return "checkpoint_mismatch";
+    case errc::interrupted:
+      return "interrupted";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

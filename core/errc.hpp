@@ -41,14 +41,16 @@ enum class errc : uint8_t {
   checkpoint_corrupt,
   /// A checkpoint does not match the store it is loaded into.
   checkpoint_mismatch,
+  /// The caller gave up waiting (store_options::interrupted, e.g. Ctrl-C
+  /// in Python); the operation itself may still complete.
+  interrupted,
 };
 
 /// Returns the name of `x`, e.g. "unknown_key".
 std::string to_string(errc x);
 
 /// Number of values in `errc`, including `none`.
-constexpr uint8_t errc_count = static_cast<uint8_t>(errc::checkpoint_mismatch)
-                               + 1;
+constexpr uint8_t errc_count = static_cast<uint8_t>(errc::interrupted) + 1;
 
 /// Result of a pure (CAF-free) operation: a code plus a human message.
 struct status {

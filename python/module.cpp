@@ -9,10 +9,12 @@
 
 #include <pybind11/numpy.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -99,6 +101,13 @@ void make_errors(py::module_& m) {
       if (p)
         std::rethrow_exception(p);
     } catch (const failure& e) {
+      if (e.code == errc::interrupted) {
+        // Ctrl-C during a wait: the signal handler's KeyboardInterrupt is
+        // pending already.
+        if (PyErr_Occurred() == nullptr)
+          PyErr_SetNone(PyExc_KeyboardInterrupt);
+        return;
+      }
       auto i = error_classes.find(e.code);
       auto cls = i != error_classes.end() ? i->second : error_base;
       PyErr_SetString(cls.ptr(), e.message.c_str());
@@ -330,11 +339,25 @@ struct ticket {
 
 class store {
 public:
-  explicit store(kvstore kv) : kv_(std::move(kv)) {
+  store(kvstore kv, std::shared_ptr<std::atomic<bool>> interruptible)
+    : kv_(std::move(kv)), interruptible_(std::move(interruptible)) {
     // nop
   }
 
+  // Lets Ctrl-C end a wait: asked every 100 ms by the waiting thread.
+  static std::function<bool()>
+  signal_check(std::shared_ptr<std::atomic<bool>> interruptible) {
+    return [interruptible] {
+      if (!interruptible->load())
+        return false;
+      py::gil_scoped_acquire locked;
+      return PyErr_CheckSignals() != 0;
+    };
+  }
+
   ~store() {
+    // No Python code from here on (the interpreter may be finalizing).
+    interruptible_->store(false);
     // The outputs of pulls never waited for stay alive until the handle is
     // closed (closing writes none of them).
     if (!kv_.closed()) {
@@ -356,13 +379,15 @@ public:
         if (auto* x = std::getenv("ACTORPS_TOKEN"))
           opts.token = x;
     }
+    auto interruptible = std::make_shared<std::atomic<bool>>(true);
+    opts.interrupted = signal_check(interruptible);
     auto kv = unlocked([&] { return kvstore::create(type, opts); });
-    return std::make_unique<store>(check(std::move(kv)));
+    return std::make_unique<store>(check(std::move(kv)), interruptible);
   }
 
   std::unique_ptr<store> worker(uint32_t rank) {
     auto kv = unlocked([&] { return kv_.worker(rank); });
-    return std::make_unique<store>(check(std::move(kv)));
+    return std::make_unique<store>(check(std::move(kv)), interruptible_);
   }
 
   std::string type() const {
@@ -591,6 +616,7 @@ private:
   }
 
   kvstore kv_;
+  std::shared_ptr<std::atomic<bool>> interruptible_;
   std::map<uint64_t, held> pending_;
 };
 

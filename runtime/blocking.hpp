@@ -3,7 +3,9 @@
 
 // Internal to runtime/: the blocking edge's way to wait for one reply.
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -16,7 +18,10 @@
 
 namespace actorps::detail {
 
-/// Receives the reply with id `mid` within `dur`; `on_value` gets it.
+/// Receives the reply with id `mid` within `dur`; `on_value` gets it. With
+/// `interrupted`, asks it every 100 ms and gives up with
+/// `errc::interrupted` when it says so (the reply, if it comes, stays
+/// unread: `on_value` never runs).
 ///
 /// Requests are meant to be sent with `caf::infinite`: in CAF 0.17 a blocking
 /// actor still receives the timeout message of an answered request later,
@@ -24,13 +29,35 @@ namespace actorps::detail {
 /// instead leaves nothing behind.
 template <class OnValue>
 caf::error await_reply(caf::blocking_actor* self, caf::message_id mid,
-                       std::chrono::milliseconds dur, OnValue& on_value) {
+                       std::chrono::milliseconds dur, OnValue& on_value,
+                       const std::function<bool()>& interrupted = {}) {
   caf::error result;
   bool timed_out = false;
-  caf::blocking_actor::accept_one_cond rc;
-  self->varargs_receive(
-    rc, mid, on_value, [&](caf::error& err) { result = std::move(err); },
-    caf::after(dur) >> [&] { timed_out = true; });
+  auto deadline = std::chrono::steady_clock::now() + dur;
+  // With a way to be interrupted, the wait goes in slices of 100 ms.
+  constexpr auto slice = std::chrono::milliseconds{100};
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    auto wait = left;
+    if (interrupted)
+      wait = std::max(std::chrono::milliseconds{0}, std::min(left, slice));
+    bool sliced = false;
+    caf::blocking_actor::accept_one_cond rc;
+    self->varargs_receive(
+      rc, mid, on_value, [&](caf::error& err) { result = std::move(err); },
+      caf::after(wait) >> [&] { sliced = true; });
+    if (!sliced)
+      break;
+    if (wait >= left) {
+      timed_out = true;
+      break;
+    }
+    if (interrupted())
+      return make_error(errc::interrupted,
+                        "the wait was interrupted (the operation may still "
+                        "complete; its result is dropped)");
+  }
   if (timed_out)
     return make_error(errc::timeout,
                       "no reply within " + std::to_string(dur.count())

@@ -89,7 +89,8 @@ struct kvstore::impl {
   template <class OnValue>
   caf::error
   await(caf::message_id mid, std::chrono::milliseconds dur, OnValue& on_value) {
-    return translate(detail::await_reply(self->ptr(), mid, dur, on_value),
+    return translate(detail::await_reply(self->ptr(), mid, dur, on_value,
+                                         rt->opts.interrupted),
                      rt->opts.timeout);
   }
 

@@ -78,6 +78,11 @@ struct store_options {
   /// Distributed stores: mutual TLS with the job's other nodes (the
   /// certificate, key and CA files; all three or none).
   tls_files tls;
+  /// Asked about every 100 ms while a call waits (from the waiting
+  /// thread): true ends the wait with `errc::interrupted`. The operation
+  /// itself goes on and its result is dropped (a pull's output is not
+  /// written); the handle stays usable. The Python module checks Ctrl-C.
+  std::function<bool()> interrupted;
 };
 
 /// A pending pull, to pass to `kvstore::wait`.

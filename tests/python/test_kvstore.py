@@ -270,3 +270,34 @@ def test_the_environment_names_the_job(job_factory, monkeypatch):
         kv.wait(kv.pull("w", out))
         assert np.array_equal(out, f32(4, 5))
     assert job.coordinator.stop() == 0
+
+
+def test_ctrl_c_interrupts_a_long_wait(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import sys, actorps\n"
+        "kv = actorps.KVStore.create('local', num_workers=2,"
+        " barrier_timeout=120)\n"
+        "try:\n"
+        "    print('waiting', flush=True)\n"
+        "    kv.barrier()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    kv.set_barrier_before_exit(False)\n"
+        "    kv.close()\n"
+        "    sys.exit(3)\n")
+    p = subprocess.Popen([sys.executable, str(script)],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "waiting"
+    start = time.monotonic()
+    # The barrier waits for a worker that never comes: only Ctrl-C ends it
+    # before its 120 s (the signal may land before the wait began: then it
+    # interrupts the first check).
+    p.send_signal(signal.SIGINT)
+    assert p.wait(30) == 3
+    assert p.stdout.read().strip() == "interrupted"
+    assert time.monotonic() - start < 30

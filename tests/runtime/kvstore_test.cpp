@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/kvstore.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -92,6 +94,42 @@ std::string temp_path(const std::string& name) {
 }
 
 } // namespace
+
+TEST_CASE("kvstore: an interrupted wait ends early and leaves the handle "
+          "usable",
+          "[integration]") {
+  std::atomic<bool> stop{false};
+  store_options o;
+  o.num_workers = 2;
+  o.barrier_timeout = std::chrono::seconds{120};
+  o.interrupted = [&] { return stop.load(); };
+  auto kv = kvstore::create("local", o);
+  REQUIRE(kv);
+  Eigen::VectorXf w = Eigen::VectorXf::Constant(3, 1.0f);
+  REQUIRE_FALSE(kv->init("w", w));
+  // Worker 1 never arrives: only the interruption ends the barrier.
+  std::promise<caf::error> result;
+  auto started = std::chrono::steady_clock::now();
+  std::thread waiter{[&] { result.set_value(kv->barrier()); }};
+  stop = true;
+  auto fut = result.get_future();
+  REQUIRE(fut.wait_for(std::chrono::seconds{30}) == std::future_status::ready);
+  waiter.join();
+  auto err = fut.get();
+  INFO(render(err));
+  CHECK(code_of(err) == errc::interrupted);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds{30});
+  // The handle goes on: a push and a pull work.
+  stop = false;
+  REQUIRE_FALSE(kv->push("w", Eigen::VectorXf::Constant(3, 5.0f)));
+  Eigen::VectorXf out(3);
+  auto t = kv->pull("w", out);
+  REQUIRE(t);
+  REQUIRE_FALSE(kv->wait(*t));
+  CHECK(out.isApprox(Eigen::VectorXf::Constant(3, 5.0f)));
+  kv->set_barrier_before_exit(false);
+  CHECK_FALSE(kv->close());
+}
 
 TEST_CASE("kvstore: a pull sees every earlier push of the same worker",
           "[integration]") {
