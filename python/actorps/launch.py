@@ -24,6 +24,19 @@ when every worker and the coordinator finished cleanly).
 
 The apps (actorps-coordinator, actorps-server) are taken from --bin-dir,
 else $ACTORPS_BIN_DIR, else the build tree next to this package, else PATH.
+
+Several machines under Slurm: run one launcher per node with --slurm,
+
+    export ACTORPS_TOKEN=$(openssl rand -hex 16)     # the same for all
+    srun --ntasks-per-node=1 actorps-launch --slurm --port 29500 \
+        --workers 8 --servers 2 -- python3 train.py
+
+Task 0 (SLURM_PROCID) runs the coordinator on the first host of
+SLURM_JOB_NODELIST at --port; every task runs its share of the servers and
+workers (server or worker i on task i mod SLURM_NTASKS), which reach the
+coordinator there and tell each other this node's name (SLURMD_NODENAME;
+--advertise sets another). The token must come from the environment
+(ACTORPS_TOKEN), the same for every task.
 """
 
 import argparse
@@ -83,6 +96,54 @@ class _Process:
                 pass
 
 
+def _expand_nodelist(text):
+    """Slurm's compressed host list ("n[01-03,07],gpu5") as names."""
+    if shutil.which("scontrol"):
+        out = subprocess.run(["scontrol", "show", "hostnames", text],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.split()
+    hosts = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", text):
+        prefix, ranges = m.group(1), m.group(2)
+        if not ranges:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            for i in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{i:0{len(lo)}d}")
+    return hosts
+
+
+class _Slurm:
+    """This task's place in a Slurm job."""
+
+    def __init__(self, args):
+        env = os.environ
+        try:
+            self.task = int(env["SLURM_PROCID"])
+            self.tasks = int(env["SLURM_NTASKS"])
+            hosts = _expand_nodelist(env["SLURM_JOB_NODELIST"])
+        except (KeyError, ValueError) as e:
+            raise SystemExit("actorps-launch: --slurm needs SLURM_PROCID, "
+                             "SLURM_NTASKS and SLURM_JOB_NODELIST (run it "
+                             f"under srun): {e}")
+        if not hosts or not 0 <= self.task < self.tasks:
+            raise SystemExit("actorps-launch: --slurm: no host list or a "
+                             "task number out of range")
+        if not env.get("ACTORPS_TOKEN"):
+            raise SystemExit("actorps-launch: --slurm needs ACTORPS_TOKEN "
+                             "set, the same for every task")
+        self.coordinator = f"{hosts[0]}:{args.port}"
+        self.advertise = (args.advertise or env.get("SLURMD_NODENAME")
+                          or hosts[min(self.task, len(hosts) - 1)])
+
+    def mine(self, count):
+        """The indices of the servers or workers this task runs."""
+        return [i for i in range(count) if i % self.tasks == self.task]
+
+
 def _parse(argv):
     p = argparse.ArgumentParser(
         prog="actorps-launch",
@@ -98,10 +159,20 @@ def _parse(argv):
     p.add_argument("--mode", default="dist_sync",
                    choices=["dist_sync", "dist_async"])
     p.add_argument("--transport", default="caf", choices=["caf", "ucx"])
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address the coordinator and servers listen on")
+    p.add_argument("--host", default=None,
+                   help="address the coordinator and servers listen on "
+                   "(default 127.0.0.1; with --slurm every interface)")
     p.add_argument("--bin-dir", default="",
                    help="folder of actorps-coordinator and actorps-server")
+    p.add_argument("--slurm", action="store_true",
+                   help="one launcher per Slurm task: task 0 runs the "
+                   "coordinator on the first host of SLURM_JOB_NODELIST, "
+                   "each task its share of servers and workers")
+    p.add_argument("--port", type=int, default=29500,
+                   help="--slurm: the coordinator's port")
+    p.add_argument("--advertise", default="",
+                   help="--slurm: the address other nodes reach this one at "
+                   "(default: SLURMD_NODENAME)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the worker command, after --")
     args = p.parse_args(argv)
@@ -111,6 +182,10 @@ def _parse(argv):
         p.error("no worker command (give it after --)")
     if args.workers < 1 or args.servers < 1 or args.shards < 0:
         p.error("--workers and --servers must be >= 1, --shards >= 0")
+    if not 0 < args.port < 65536:
+        p.error("--port must be 1..65535")
+    if args.host is None:
+        args.host = "" if args.slurm else "127.0.0.1"
     return args
 
 
@@ -141,15 +216,21 @@ def main(argv=None):
                 p.stop(signal.SIGKILL)
                 p.proc.wait()
 
-    coordinator = _Process(
-        "coordinator",
-        [coordinator_bin, "--host", args.host, "--port", "0", "--mode",
-         args.mode, "--workers", str(args.workers), "--servers",
-         str(args.servers), "--transport", args.transport], env, lines)
-    procs.append(coordinator)
+    slurm = _Slurm(args) if args.slurm else None
     interrupted = False
+    coordinator = None
     try:
-        address = None
+        if slurm is None or slurm.task == 0:
+            port = str(args.port) if slurm is not None else "0"
+            coordinator = _Process(
+                "coordinator",
+                [coordinator_bin, "--host", args.host, "--port", port,
+                 "--mode",
+                 args.mode, "--workers", str(args.workers), "--servers",
+                 str(args.servers), "--transport", args.transport], env,
+                lines)
+            procs.append(coordinator)
+        address = slurm.coordinator if slurm is not None else None
         while address is None:
             try:
                 p, line = lines.get(timeout=60)
@@ -164,13 +245,19 @@ def main(argv=None):
             m = re.search(r"listening on (\S+:\d+)", line)
             if m:
                 address = m.group(1)
-        for i in range(args.servers):
+        servers = slurm.mine(args.servers) if slurm else range(args.servers)
+        workers = slurm.mine(args.workers) if slurm else range(args.workers)
+        advertise = slurm.advertise if slurm is not None else args.host
+        for i in servers:
             server_args = [server_bin, "--coordinator", address, "--host",
-                           args.host]
+                           advertise, "--connect-timeout-ms", "60000"]
+            if advertise != args.host:
+                # Listens where asked, tells workers the node's name.
+                server_args += ["--bind", args.host]
             if args.shards:
                 server_args += ["--shards", str(args.shards)]
             procs.append(_Process(f"server {i}", server_args, env, lines))
-        for i in range(args.workers):
+        for i in workers:
             worker_env = dict(env, ACTORPS_COORDINATOR=address,
                               ACTORPS_MODE=args.mode,
                               ACTORPS_NUM_WORKERS=str(args.workers),
