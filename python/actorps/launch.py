@@ -37,6 +37,12 @@ workers (server or worker i on task i mod SLURM_NTASKS), which reach the
 coordinator there and tell each other this node's name (SLURMD_NODENAME;
 --advertise sets another). The token must come from the environment
 (ACTORPS_TOKEN), the same for every task.
+
+Several machines through ssh: --hosts a,b,c runs the coordinator here (on
+--host, an address the others reach) and server or worker i on host
+i mod 3 with `ssh HOST` (--ssh sets the command), in this folder, the apps
+and the command at the same paths as here (a shared file system); the
+token goes over ssh's input, never on a command line.
 """
 
 import argparse
@@ -73,12 +79,16 @@ def _find_app(name, bin_dir):
 class _Process:
     """A started process whose output lines go to `lines` with a prefix."""
 
-    def __init__(self, role, args, env, lines):
+    def __init__(self, role, args, env, lines, stdin_text=None):
         self.role = role
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL if stdin_text is None else subprocess.PIPE,
+            text=True, start_new_session=True)
+        if stdin_text is not None:
+            # A secret for the remote side: never on a command line.
+            self.proc.stdin.write(stdin_text)
+            self.proc.stdin.close()
         self._lines = lines
         self.reader = threading.Thread(target=self._forward, daemon=True)
         self.reader.start()
@@ -144,6 +154,32 @@ class _Slurm:
         return [i for i in range(count) if i % self.tasks == self.task]
 
 
+class _Ssh:
+    """Starts servers and workers on other hosts through ssh."""
+
+    def __init__(self, args):
+        import shlex
+        self.hosts = [h for h in args.hosts.split(",") if h]
+        if not self.hosts:
+            raise SystemExit("actorps-launch: --hosts names no host")
+        self.ssh = shlex.split(args.ssh)
+        self.cwd = os.getcwd()
+        self._quote = shlex.quote
+
+    def host(self, i):
+        return self.hosts[i % len(self.hosts)]
+
+    def command(self, host, argv, env):
+        """ssh's argv running `argv` on `host` in this folder with `env`;
+        the token comes on stdin (read into ACTORPS_TOKEN there)."""
+        q = self._quote
+        exports = " ".join(f"{k}={q(v)}" for k, v in env.items())
+        remote = ("read -r ACTORPS_TOKEN && export ACTORPS_TOKEN && "
+                  f"cd {q(self.cwd)} && exec env {exports} "
+                  + " ".join(q(a) for a in argv))
+        return self.ssh + [host, remote]
+
+
 def _parse(argv):
     p = argparse.ArgumentParser(
         prog="actorps-launch",
@@ -168,6 +204,13 @@ def _parse(argv):
                    help="one launcher per Slurm task: task 0 runs the "
                    "coordinator on the first host of SLURM_JOB_NODELIST, "
                    "each task its share of servers and workers")
+    p.add_argument("--hosts", default="",
+                   help="servers and workers on these hosts (comma-"
+                   "separated; number i on host i mod count) through ssh; "
+                   "the coordinator runs here, on --host, which they must "
+                   "reach")
+    p.add_argument("--ssh", default="ssh -o BatchMode=yes",
+                   help="--hosts: the command that runs a command on a host")
     p.add_argument("--port", type=int, default=29500,
                    help="--slurm: the coordinator's port")
     p.add_argument("--advertise", default="",
@@ -184,6 +227,8 @@ def _parse(argv):
         p.error("--workers and --servers must be >= 1, --shards >= 0")
     if not 0 < args.port < 65536:
         p.error("--port must be 1..65535")
+    if args.slurm and args.hosts:
+        p.error("--slurm and --hosts do not go together")
     if args.host is None:
         args.host = "" if args.slurm else "127.0.0.1"
     return args
@@ -248,22 +293,35 @@ def main(argv=None):
         servers = slurm.mine(args.servers) if slurm else range(args.servers)
         workers = slurm.mine(args.workers) if slurm else range(args.workers)
         advertise = slurm.advertise if slurm is not None else args.host
+        ssh = _Ssh(args) if args.hosts else None
         for i in servers:
+            host = ssh.host(i) if ssh else advertise
             server_args = [server_bin, "--coordinator", address, "--host",
-                           advertise, "--connect-timeout-ms", "60000"]
-            if advertise != args.host:
+                           host, "--connect-timeout-ms", "60000"]
+            if ssh is None and advertise != args.host:
                 # Listens where asked, tells workers the node's name.
                 server_args += ["--bind", args.host]
             if args.shards:
                 server_args += ["--shards", str(args.shards)]
-            procs.append(_Process(f"server {i}", server_args, env, lines))
+            if ssh is None:
+                procs.append(_Process(f"server {i}", server_args, env, lines))
+            else:
+                procs.append(_Process(
+                    f"server {i}@{host}", ssh.command(host, server_args, {}),
+                    os.environ, lines, stdin_text=token + "\n"))
         for i in workers:
-            worker_env = dict(env, ACTORPS_COORDINATOR=address,
-                              ACTORPS_MODE=args.mode,
-                              ACTORPS_NUM_WORKERS=str(args.workers),
-                              ACTORPS_LOCAL_RANK=str(i))
-            procs.append(_Process(f"worker {i}", args.command, worker_env,
-                                  lines))
+            job_env = dict(ACTORPS_COORDINATOR=address, ACTORPS_MODE=args.mode,
+                           ACTORPS_NUM_WORKERS=str(args.workers),
+                           ACTORPS_LOCAL_RANK=str(i))
+            if ssh is None:
+                procs.append(_Process(f"worker {i}", args.command,
+                                      dict(env, **job_env), lines))
+            else:
+                host = ssh.host(i)
+                procs.append(_Process(
+                    f"worker {i}@{host}",
+                    ssh.command(host, args.command, job_env), os.environ,
+                    lines, stdin_text=token + "\n"))
         # Until every process ended: the first failure stops the others (a
         # worker that failed, a server or coordinator that died: the
         # workers would fail with dead_node anyway).

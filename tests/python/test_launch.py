@@ -186,3 +186,30 @@ def test_slurm_node_lists_expand():
     assert _expand_nodelist("n[01-03,07],gpu5") == ["n01", "n02", "n03",
                                                     "n07", "gpu5"]
     assert _expand_nodelist("a,b") == ["a", "b"]
+
+
+def test_hosts_over_ssh_share_one_job(tmp_path):
+    # A stand-in for ssh that runs the command here and notes each call.
+    calls = tmp_path / "calls"
+    fake = tmp_path / "fake-ssh"
+    fake.write_text("#!/bin/sh\n"
+                    f"printf '%s %s\\n' \"$1\" \"$2\" >> {calls}\n"
+                    "exec sh -c \"$2\"\n")
+    fake.chmod(0o755)
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = dict(os.environ, ACTORPS_TOKEN="ssh-test-token")
+    run = subprocess.run(
+        [sys.executable, "-m", "actorps.launch", "--bin-dir", BIN_DIR,
+         "--hosts", "127.0.0.1,127.0.0.1", "--ssh", str(fake),
+         "--workers", "2", "--servers", "2", "--mode", "dist_sync", "--",
+         sys.executable, str(script), "10"],
+        env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    held = re.findall(r"^\[worker \d@127\.0\.0\.1\] rank \d holds (\d+)$",
+                      run.stdout, re.M)
+    assert held == ["30", "30"], run.stdout
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 4  # 2 servers and 2 workers went through ssh
+    # The token went over ssh's input, never on a command line.
+    assert all("ssh-test-token" not in line for line in lines)
