@@ -40,6 +40,23 @@ void trusted_nodes::add(const std::vector<caf::node_id>& nodes) {
     add(x);
 }
 
+void trusted_nodes::add_admitters(const std::vector<caf::node_id>& nodes) {
+  add(nodes);
+  admitters_.insert(nodes.begin(), nodes.end());
+}
+
+caf::error trusted_nodes::check_admitter(caf::local_actor* self,
+                                         const char* op) const {
+  if (auto err = check(self, op))
+    return err;
+  auto from = self->current_sender()->node();
+  if (from == self->node() || admitters_.count(from) > 0)
+    return caf::none;
+  return make_error(errc::unauthorized,
+                    std::string{op} + ": refused, node " + to_string(from)
+                      + " is admitted to the job but may not admit others");
+}
+
 bool trusted_nodes::contains(const caf::node_id& node) const {
   return nodes_.count(node) > 0;
 }

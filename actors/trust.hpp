@@ -34,6 +34,15 @@ public:
   /// Trusts each of `nodes`.
   void add(const std::vector<caf::node_id>& nodes);
 
+  /// Trusts each of `nodes` and lets them admit other nodes: the nodes a
+  /// shard or relay starts with (the coordinator's).
+  void add_admitters(const std::vector<caf::node_id>& nodes);
+
+  /// Like `check`, for messages that change whom the actor trusts: only
+  /// its own process and the admitters may send them, not every admitted
+  /// node.
+  caf::error check_admitter(caf::local_actor* self, const char* op) const;
+
   /// True if `node` was added.
   bool contains(const caf::node_id& node) const;
 
@@ -51,6 +60,7 @@ public:
 
 private:
   std::set<caf::node_id> nodes_;
+  std::set<caf::node_id> admitters_;
   // Nodes already reported (an empty id stands for anonymous senders).
   mutable std::set<caf::node_id> reported_;
   mutable bool reported_all_ = false;

@@ -34,6 +34,26 @@ std::string quoted(const std::string& key) {
   return "'" + key + "'";
 }
 
+// `none` if the sender may act as node `id` (worker_node_id(rank) or
+// server_node_id(rank)): it is this process, or the node that joined as
+// `id`. An admitted node cannot leave, wait at a barrier or declare keys
+// in another node's name.
+caf::error speaks_for(self_ptr self, const char* op, uint32_t id) {
+  auto& sender = self->current_sender();
+  if (sender && sender->node() == self->node())
+    return caf::none;
+  auto& st = self->state;
+  auto i = st.nodes.find(id);
+  if (sender && i != st.nodes.end() && i->second.node == sender->node())
+    return caf::none;
+  return make_error(errc::unauthorized, std::string{op}
+                                          + ": refused, the sender is not node "
+                                          + std::to_string(id) + " of the job");
+}
+
+// The largest number of slices one key may be cut into.
+constexpr uint64_t max_key_slices = uint64_t{1} << 20;
+
 // Sends `msg...` to every shard and delivers `finish()` once all answered.
 // With `live_only`, dead shards are skipped; otherwise a dead shard fails the
 // whole operation at once.
@@ -78,6 +98,8 @@ caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
   if (rank >= st.cfg.num_workers)
     return make_error(errc::bad_config,
                       "leave: rank " + std::to_string(rank) + " out of range");
+  if (auto err = speaks_for(self, "leave", worker_node_id(rank)))
+    return err;
   auto i = st.nodes.find(worker_node_id(rank));
   bool first = i != st.nodes.end() && !i->second.left;
   if (i != st.nodes.end())
@@ -110,11 +132,27 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                           "init: rank " + std::to_string(rank)
                             + " out of range (job has "
                             + std::to_string(st.cfg.num_workers) + " workers)");
+      if (auto err = speaks_for(self, "init", worker_node_id(rank)))
+        return err;
       auto size = core::shape_size(shape);
       if (shape.empty() || size == 0)
         return make_error(errc::shape_mismatch, "init: key " + quoted(key)
                                                   + " has empty shape "
                                                   + core::shape_string(shape));
+      if (size > max_key_floats)
+        return make_error(errc::shape_mismatch,
+                          "init: key " + quoted(key) + " of shape "
+                            + core::shape_string(shape)
+                            + " is larger than the largest key ("
+                            + std::to_string(max_key_floats) + " floats)");
+      if (size >= st.cfg.bigarray_bound && st.cfg.slice_floats > 0
+          && size / st.cfg.slice_floats >= max_key_slices)
+        return make_error(
+          errc::shape_mismatch,
+          "init: key " + quoted(key) + " of shape " + core::shape_string(shape)
+            + " would be cut into " + std::to_string(size / st.cfg.slice_floats)
+            + " slices, more than " + std::to_string(max_key_slices)
+            + " (a larger slice_floats cuts it into fewer)");
       auto i = st.keys.find(key);
       if (i == st.keys.end()) {
         key_entry e;
@@ -194,6 +232,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return make_error(errc::bad_config, "barrier: rank "
                                               + std::to_string(rank)
                                               + " out of range");
+      if (auto err = speaks_for(self, "barrier", worker_node_id(rank)))
+        return err;
       if (!st.live[rank])
         return make_error(errc::dead_node, "barrier: rank "
                                              + std::to_string(rank)
@@ -487,7 +527,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       finish(self);
     },
     [self](heartbeat_atom, uint32_t node_id) {
-      if (self->state.trusted.check(self, "heartbeat"))
+      if (self->state.trusted.check(self, "heartbeat")
+          || speaks_for(self, "heartbeat", node_id))
         return;
       auto i = self->state.nodes.find(node_id);
       if (i != self->state.nodes.end())

@@ -86,7 +86,7 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
                                       caf::actor observer,
                                       std::vector<caf::node_id> trusted) {
   self->link_to(shard);
-  self->state.trusted.add(trusted);
+  self->state.trusted.add_admitters(trusted);
   ignore_strays(self, self->state.trusted);
   // Delegated messages keep their sender: the shard checks it again.
   using ok_result = caf::result<caf::ok_atom>;
@@ -134,7 +134,8 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       return self->delegate(shard, a, head, body);
     },
     [=](admit_atom a, const std::vector<caf::node_id>& nodes) -> ok_result {
-      ACTORPS_RELAY_CHECK("admit")
+      if (auto err = self->state.trusted.check_admitter(self, "admit"))
+        return err;
       self->state.trusted.add(nodes);
       return self->delegate(shard, a, nodes);
     },

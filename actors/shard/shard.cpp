@@ -39,7 +39,7 @@ push_one(shard_ptr self, const char* op, op_kind kind, slice_push& msg) {
 shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   auto& st = self->state;
   st.cfg = cfg;
-  st.trusted.add(cfg.trusted);
+  st.trusted.add_admitters(cfg.trusted);
   ignore_strays(self, st.trusted);
   st.live.assign(cfg.num_workers, true);
   return {
@@ -145,7 +145,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](admit_atom, const std::vector<caf::node_id>& nodes)
       -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "admit"))
+      if (auto err = self->state.trusted.check_admitter(self, "admit"))
         return err;
       self->state.trusted.add(nodes);
       return caf::ok_atom::value;

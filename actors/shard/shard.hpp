@@ -70,7 +70,9 @@
 ///   Errors: `bad_optimizer`, `bad_config` (no handler for the head).
 /// - `(admit_atom, std::vector<caf::node_id>)` -> `ok_atom`: trusts these
 ///   nodes from now on (the coordinator sends every node that proved the
-///   job's token).
+///   job's token). Only the shard's process and the nodes of
+///   `shard_config::trusted` may send it: an admitted worker cannot admit
+///   others.
 ///
 /// Trust: every message is refused with `unauthorized` unless its sender is
 /// in the shard's process, on a node of `shard_config::trusted` or on an

@@ -272,8 +272,9 @@ std::string exposure_warning(const std::string& host, bool has_token,
              "join the job and read or change the model (set --token-file, "
              "or --tls-cert, --tls-key and --tls-ca)";
   return where
-         + " without TLS: the job's traffic, its token included, travels in "
-           "clear text (set --tls-cert, --tls-key and --tls-ca)";
+         + " without TLS: the job's parameters and gradients travel in clear "
+           "text (the token itself never does: peers prove it); set "
+           "--tls-cert, --tls-key and --tls-ca to encrypt them";
 }
 
 int guarded_main(const std::string& app, const std::function<int()>& body) {
@@ -302,11 +303,12 @@ void add_network_options(po::options_description& desc, network_flags& flags) {
     "tls-cert", po::value(&flags.tls.cert),
     "mutual TLS: this node's certificate (PEM), signed by the job's CA; "
     "with --tls-key and --tls-ca, every connection is TLS and only peers "
-    "holding a certificate from that CA connect (scripts/make-tls.sh makes "
-    "them)")("tls-key", po::value(&flags.tls.key),
-             "mutual TLS: this node's private key (PEM, owner-only "
-             "permissions)")("tls-ca", po::value(&flags.tls.ca),
-                             "mutual TLS: the job's CA certificate (PEM)");
+    "holding a certificate from that CA connect (actorps-make-tls, or "
+    "apps/tls/make-tls.sh in the source tree, makes them)")(
+    "tls-key", po::value(&flags.tls.key),
+    "mutual TLS: this node's private key (PEM, owner-only "
+    "permissions)")("tls-ca", po::value(&flags.tls.ca),
+                    "mutual TLS: the job's CA certificate (PEM)");
 }
 
 std::optional<int> check(const std::string& app, network_flags& flags) {

@@ -47,12 +47,19 @@ int run(int argc, char** argv) {
   if (mode != "async" && mode != "sync")
     return actorps::apps::fail(
       app, "--mode must be async or sync, got '" + mode + "'", 2);
-  if (store.num_workers == 0 || store.num_shards == 0 || job.keys == 0
-      || job.size == 0 || job.rounds == 0)
-    return actorps::apps::fail(app,
-                               "--workers, --shards, --keys, --size and "
-                               "--rounds must be > 0",
-                               2);
+  // Each worker is a thread and every key is held whole in each worker.
+  namespace cli = actorps::apps;
+  if (auto rc = cli::check_range(app, "workers", store.num_workers, 1, 256))
+    return *rc;
+  if (auto rc = cli::check_range(app, "shards", store.num_shards, 1,
+                                 cli::max_shards))
+    return *rc;
+  if (auto rc = cli::check_range(app, "keys", job.keys, 1, 1 << 20))
+    return *rc;
+  if (auto rc = cli::check_range(app, "size", job.size, 1, uint64_t{1} << 30))
+    return *rc;
+  if (auto rc = cli::check_range(app, "rounds", job.rounds, 1, 1u << 30))
+    return *rc;
   auto type = mode == "sync" ? "local_sync" : "local_async";
   auto kv = actorps::kvstore::create(type, store);
   if (!kv)

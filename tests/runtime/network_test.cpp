@@ -112,6 +112,39 @@ coordinator_config small_job(caf::scoped_actor& done) {
   return cc;
 }
 
+// A job's side at A: the coordinator of `cc`, its gate, and one server
+// (a shard and its relay) that joined and registered, all in `sys`.
+struct server_side {
+  coordinator_actor coord;
+  gate_actor gate;
+  shard_actor shard;
+  shard_actor relay;
+  node_actor agent;
+  job_info job;
+};
+
+server_side start_server_side(caf::actor_system& sys, exit_guard& guard,
+                              const coordinator_config& cc) {
+  server_side a;
+  a.coord = guard(spawn_coordinator(sys, cc));
+  a.gate = guard(spawn_gate(sys, a.coord));
+  shard_config sc;
+  sc.num_workers = cc.num_workers;
+  a.shard = guard(spawn_shard(sys, sc));
+  a.relay = guard(spawn_priority_relay(sys, a.shard));
+  caf::scoped_actor self{sys};
+  a.agent = guard(spawn_node_agent(sys, a.gate, caf::actor{}));
+  self->send(a.agent, join_atom::value, role::server, std::string{"tok"},
+             join_mode::any);
+  a.job = require_reply<job_info>(self);
+  self->send(a.coord, shards_atom::value, a.job.node_id,
+             std::vector<caf::actor>{caf::actor_cast<caf::actor>(a.shard)},
+             std::vector<caf::actor>{caf::actor_cast<caf::actor>(a.relay)},
+             std::string{"127.0.0.1:1"}, std::string{});
+  require_reply<caf::ok_atom>(self);
+  return a;
+}
+
 // Sends `xs...` from `evil` to `dest`: the reply must be `unauthorized`.
 template <class Handle, class... Ts>
 void require_refused(caf::scoped_actor& evil, const Handle& dest, Ts&&... xs) {
@@ -399,24 +432,10 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   exit_guard guard_a;
   exit_guard guard_b;
   caf::scoped_actor done{sys_a};
-  auto cc = small_job(done);
-  auto coord_a = guard_a(spawn_coordinator(sys_a, cc));
-  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
-  shard_config sc;
-  sc.num_workers = 1;
-  auto shard_a = guard_a(spawn_shard(sys_a, sc));
-  auto relay_a = guard_a(spawn_priority_relay(sys_a, shard_a));
+  auto side = start_server_side(sys_a, guard_a, small_job(done));
+  auto [coord_a, gate_a, shard_a, relay_a, server_agent, server_job] = side;
   auto server_gate_a = guard_a(spawn_server_gate(sys_a));
   caf::scoped_actor self_a{sys_a};
-  auto server_agent = guard_a(spawn_node_agent(sys_a, gate_a, caf::actor{}));
-  self_a->send(server_agent, join_atom::value, role::server, std::string{"tok"},
-               join_mode::any);
-  auto server_job = require_reply<job_info>(self_a);
-  self_a->send(coord_a, shards_atom::value, server_job.node_id,
-               std::vector<caf::actor>{caf::actor_cast<caf::actor>(shard_a)},
-               std::vector<caf::actor>{caf::actor_cast<caf::actor>(relay_a)},
-               std::string{"127.0.0.1:1"}, std::string{});
-  require_reply<caf::ok_atom>(self_a);
 
   // B joins through the published gate and trains.
   auto gate_port = publish(sys_a, gate_a);
@@ -580,6 +599,67 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   // The job ends as B decides.
   self->send(worker_b, leave_atom::value);
   require_reply<caf::ok_atom>(self);
+  done->send(coord_a, shutdown_atom::value);
+  bool done_seen = false;
+  done->receive([&](shutdown_atom) { done_seen = true; },
+                caf::after(10s) >> [] {});
+  CHECK(done_seen);
+}
+
+TEST_CASE("network: an admitted worker acts only as itself", "[integration]") {
+  // A holds the coordinator of a 2-worker job and its server; B joins as
+  // worker 0 and then tries what only worker 1, or the coordinator, may do.
+  system_config cfg_a{net_options()};
+  caf::actor_system sys_a{cfg_a};
+  system_config cfg_b{net_options()};
+  caf::actor_system sys_b{cfg_b};
+  exit_guard guard_a;
+  exit_guard guard_b;
+  caf::scoped_actor done{sys_a};
+  auto cc = small_job(done);
+  cc.num_workers = 2;
+  auto a = start_server_side(sys_a, guard_a, cc);
+  auto& coord_a = a.coord;
+  auto& shard_a = a.shard;
+  auto& relay_a = a.relay;
+
+  auto gate_port = publish(sys_a, a.gate);
+  caf::scoped_actor owner_b{sys_b};
+  auto agent_b
+    = guard_b(spawn_node_agent(sys_b, connect<gate_actor>(sys_b, gate_port),
+                               caf::actor_cast<caf::actor>(owner_b)));
+  caf::scoped_actor self{sys_b};
+  self->send(agent_b, join_atom::value, role::worker, std::string{"tok"},
+             join_mode::async);
+  auto job = require_reply<job_info>(self);
+  REQUIRE(job.rank == 0);
+  auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
+  REQUIRE(coord);
+  // Worker 1 has not joined: B cannot declare, wait or leave in its name.
+  require_refused(self, coord, declare_atom::value, std::string{"w"},
+                  std::vector<uint64_t>{4}, uint32_t{1});
+  require_refused(self, coord, barrier_atom::value, uint32_t{1});
+  require_refused(self, coord, leave_atom::value, uint32_t{1});
+  require_refused(self, coord, leave_atom::value, uint32_t{1},
+                  std::string{"spoofed"});
+  // Nor can it admit another node to the server's shard or relay.
+  auto shard = connect<shard_actor>(sys_b, publish(sys_a, shard_a));
+  auto relay = connect<shard_actor>(sys_b, publish(sys_a, relay_a));
+  system_config cfg_c{net_options()};
+  caf::actor_system sys_c{cfg_c};
+  for (auto& dest : {shard, relay})
+    require_refused(self, dest, admit_atom::value,
+                    std::vector<caf::node_id>{sys_c.node()});
+  // A key too large to hold is refused before any layout is made for it.
+  self->send(coord, declare_atom::value, std::string{"huge"},
+             std::vector<uint64_t>{uint64_t{1} << 40, 1 << 20}, uint32_t{0});
+  auto huge = reply<key_info>(self);
+  REQUIRE_FALSE(huge);
+  CHECK(code_of(huge.error()) == errc::shape_mismatch);
+  // As itself, B still declares keys.
+  self->send(coord, declare_atom::value, std::string{"w"},
+             std::vector<uint64_t>{4}, uint32_t{0});
+  CHECK(require_reply<key_info>(self).size == 4);
   done->send(coord_a, shutdown_atom::value);
   bool done_seen = false;
   done->receive([&](shutdown_atom) { done_seen = true; },
