@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -237,11 +238,12 @@ std::vector<std::string> keys_of(const py::handle& ks) {
   return out;
 }
 
-std::chrono::milliseconds seconds_of(const py::handle& x, const char* name) {
+std::chrono::milliseconds seconds_of(const py::handle& x, const char* name,
+                                     bool zero_ok = false) {
   auto s = x.cast<double>();
-  if (!std::isfinite(s) || s <= 0 || s > 1e9)
-    throw py::value_error(std::string{name}
-                          + ": seconds must be a number > 0, got "
+  if (!std::isfinite(s) || s < 0 || (s == 0 && !zero_ok) || s > 1e9)
+    throw py::value_error(std::string{name} + ": seconds must be a number "
+                          + (zero_ok ? ">= 0" : "> 0") + ", got "
                           + py::str(x).cast<std::string>());
   return std::chrono::milliseconds{static_cast<int64_t>(s * 1000.0 + 0.5)};
 }
@@ -253,6 +255,37 @@ T count_of(const py::handle& x, const char* name, long long max) {
     throw py::value_error(std::string{name} + ": must be 0.."
                           + std::to_string(max) + ", got " + std::to_string(n));
   return static_cast<T>(n);
+}
+
+// A Python callable as the shards' command handler (local stores): called
+// as f(head, body) on a shard's thread with the GIL taken; an exception it
+// raises fails the command with its text.
+command_handler command_of(const py::handle& x) {
+  if (x.is_none())
+    return {};
+  if (!PyCallable_Check(x.ptr()))
+    throw py::type_error("on_command: expected a callable f(head, body), got "
+                         + describe(x));
+  // Dropped with the GIL held, wherever the last copy of the handler goes.
+  std::shared_ptr<py::object> fn{
+    new py::object(py::reinterpret_borrow<py::object>(x)), [](py::object* p) {
+      if (!Py_IsInitialized())
+        return; // the interpreter is gone
+      py::gil_scoped_acquire locked;
+      delete p;
+    }};
+  return [fn](int32_t head, const std::string& body) -> caf::error {
+    if (!Py_IsInitialized())
+      return make_error(errc::closed, "on_command: Python has exited");
+    py::gil_scoped_acquire locked;
+    try {
+      (*fn)(head, body);
+      return caf::none;
+    } catch (py::error_already_set& e) {
+      return make_error(errc::bad_config,
+                        "on_command raised " + std::string{e.what()});
+    }
+  };
 }
 
 store_options options_of(const py::dict& kwargs) {
@@ -301,7 +334,7 @@ store_options options_of(const py::dict& kwargs) {
     else if (name == "connect_timeout")
       o.connect_timeout = seconds_of(v, "connect_timeout");
     else if (name == "heartbeat")
-      o.heartbeat = seconds_of(v, "heartbeat");
+      o.heartbeat = seconds_of(v, "heartbeat", true); // 0: none
     else if (name == "connection_timeout")
       o.connection_timeout = seconds_of(v, "connection_timeout");
     else if (name == "tls_cert")
@@ -310,6 +343,8 @@ store_options options_of(const py::dict& kwargs) {
       o.tls.key = v.cast<std::string>();
     else if (name == "tls_ca")
       o.tls.ca = v.cast<std::string>();
+    else if (name == "on_command")
+      o.on_command = command_of(v);
     else
       throw py::type_error(
         "create: unknown option '" + name
@@ -317,7 +352,7 @@ store_options options_of(const py::dict& kwargs) {
           "slice_floats, timeout, barrier_timeout, max_bytes_in_flight, "
           "compression, max_pending, threads, scheduler, keep_freed_memory, "
           "coordinator, token, connect_timeout, heartbeat, "
-          "connection_timeout, tls_cert, tls_key, tls_ca)");
+          "connection_timeout, tls_cert, tls_key, tls_ca, on_command)");
   }
   return o;
 }
@@ -360,10 +395,28 @@ public:
     interruptible_->store(false);
     // The outputs of pulls never waited for stay alive until the handle is
     // closed (closing writes none of them).
-    if (!kv_.closed()) {
-      py::gil_scoped_release unlocked;
+    // The store's actors go down here too, without the GIL: a Python
+    // command handler (on_command) is dropped on one of their threads and
+    // takes the GIL to do so.
+    py::gil_scoped_release unlocked;
+    if (!kv_.closed())
       static_cast<void>(kv_.close());
+    auto last = std::move(kv_);
+  }
+
+  // Runs `f` on this handle without the GIL. One call at a time: a handle
+  // used from several Python threads serves them in turn (a thread waiting
+  // for its turn still sees Ctrl-C).
+  template <class F>
+  auto run(F f) {
+    py::gil_scoped_release released;
+    std::unique_lock<std::timed_mutex> turn{use_, std::defer_lock};
+    while (!turn.try_lock_for(std::chrono::milliseconds{100})) {
+      py::gil_scoped_acquire locked;
+      if (PyErr_CheckSignals() != 0)
+        throw py::error_already_set();
     }
+    return f();
   }
 
   static std::unique_ptr<store> create(const std::string& type,
@@ -386,7 +439,7 @@ public:
   }
 
   std::unique_ptr<store> worker(uint32_t rank) {
-    auto kv = unlocked([&] { return kv_.worker(rank); });
+    auto kv = run([&] { return kv_.worker(rank); });
     return std::make_unique<store>(check(std::move(kv)), interruptible_);
   }
 
@@ -419,7 +472,7 @@ public:
         shape.push_back(d.cast<uint64_t>());
     if (shape.empty())
       shape.push_back(v.size);
-    auto err = unlocked([&] { return kv_.init(k, in_of(v), shape); });
+    auto err = run([&] { return kv_.init(k, in_of(v), shape); });
     check(err);
   }
 
@@ -427,7 +480,7 @@ public:
     auto k = key_of(key);
     auto vs = views_of(value, "push", false);
     auto refs = ins_of(vs);
-    auto err = unlocked([&] { return kv_.push(k, refs, priority); });
+    auto err = run([&] { return kv_.push(k, refs, priority); });
     check(err);
   }
 
@@ -435,7 +488,7 @@ public:
     auto k = key_of(key);
     auto vs = views_of(out, "pull", true);
     auto refs = outs_of(vs);
-    auto t = unlocked([&] { return kv_.pull(k, std::move(refs), priority); });
+    auto t = run([&] { return kv_.pull(k, std::move(refs), priority); });
     return hold(check(std::move(t)), vs);
   }
 
@@ -444,8 +497,8 @@ public:
     auto k = key_of(key);
     auto v = view_of(value, "push_pull", false);
     auto o = view_of(out, "push_pull", true);
-    auto t = unlocked(
-      [&] { return kv_.push_pull(k, in_of(v), out_of(o), priority); });
+    auto t
+      = run([&] { return kv_.push_pull(k, in_of(v), out_of(o), priority); });
     return hold(check(std::move(t)), {o});
   }
 
@@ -454,7 +507,7 @@ public:
     auto ks = keys_of(keys);
     auto vs = list_views(values, ks.size(), "push_many", false);
     auto refs = ins_of(vs);
-    auto err = unlocked([&] { return kv_.push_many(ks, refs, priority); });
+    auto err = run([&] { return kv_.push_many(ks, refs, priority); });
     check(err);
   }
 
@@ -463,8 +516,7 @@ public:
     auto ks = keys_of(keys);
     auto vs = list_views(outs, ks.size(), "pull_many", true);
     auto refs = outs_of(vs);
-    auto t
-      = unlocked([&] { return kv_.pull_many(ks, std::move(refs), priority); });
+    auto t = run([&] { return kv_.pull_many(ks, std::move(refs), priority); });
     return hold(check(std::move(t)), vs);
   }
 
@@ -475,7 +527,7 @@ public:
     auto os = list_views(outs, ks.size(), "push_pull_many", true);
     auto ins = ins_of(vs);
     auto refs = outs_of(os);
-    auto t = unlocked(
+    auto t = run(
       [&] { return kv_.push_pull_many(ks, ins, std::move(refs), priority); });
     return hold(check(std::move(t)), os);
   }
@@ -488,9 +540,13 @@ public:
       return;
     }
     auto pt = i->second.ticket;
-    auto err = unlocked([&] { return kv_.wait(pt); });
-    // This pull and every earlier one are done with their outputs.
-    pending_.erase(pending_.begin(), std::next(i));
+    auto err = run([&] { return kv_.wait(pt); });
+    // This pull and every earlier one are done with their outputs (unless
+    // Ctrl-C ended the wait: they are all still pending then).
+    if (code_of(err) != errc::interrupted) {
+      auto j = pending_.find(t.id);
+      pending_.erase(pending_.begin(), j == pending_.end() ? j : std::next(j));
+    }
     check(err);
   }
 
@@ -499,20 +555,23 @@ public:
     if (i == pending_.end())
       return;
     auto pt = i->second.ticket;
-    auto err = unlocked([&] { return kv_.wait_only(pt); });
-    pending_.erase(i);
+    auto err = run([&] { return kv_.wait_only(pt); });
+    if (code_of(err) != errc::interrupted)
+      pending_.erase(t.id);
     check(err);
   }
 
   void wait_all() {
-    auto err = unlocked([&] { return kv_.wait_all(); });
-    pending_.clear();
+    auto err = run([&] { return kv_.wait_all(); });
+    if (code_of(err) != errc::interrupted)
+      pending_.clear();
     check(err);
   }
 
   void barrier() {
-    auto err = unlocked([&] { return kv_.barrier(); });
-    pending_.clear();
+    auto err = run([&] { return kv_.barrier(); });
+    if (code_of(err) != errc::interrupted)
+      pending_.clear();
     check(err);
   }
 
@@ -529,7 +588,7 @@ public:
     auto st = core::parse_optimizer(text.str(), cfg);
     if (!st.ok())
       check(to_error(st));
-    auto err = unlocked([&] { return kv_.set_optimizer(cfg); });
+    auto err = run([&] { return kv_.set_optimizer(cfg); });
     check(err);
   }
 
@@ -540,21 +599,21 @@ public:
       throw py::value_error("set_gradient_compression: expected none, fp16, "
                             "2bit or 2bit:THRESHOLD, got '"
                             + spec + "'");
-    caf::error err;
-    if (key.is_none())
-      err = kv_.set_gradient_compression(*c);
-    else
-      err = kv_.set_gradient_compression(key_of(key), *c);
+    std::string k = key.is_none() ? std::string{} : key_of(key);
+    auto err = run([&] {
+      return key.is_none() ? kv_.set_gradient_compression(*c)
+                           : kv_.set_gradient_compression(k, *c);
+    });
     check(err);
   }
 
   void save_optimizer_states(const std::string& path) {
-    auto err = unlocked([&] { return kv_.save_optimizer_states(path); });
+    auto err = run([&] { return kv_.save_optimizer_states(path); });
     check(err);
   }
 
   void load_optimizer_states(const std::string& path) {
-    auto err = unlocked([&] { return kv_.load_optimizer_states(path); });
+    auto err = run([&] { return kv_.load_optimizer_states(path); });
     check(err);
   }
 
@@ -562,19 +621,18 @@ public:
     if (!std::isfinite(timeout) || timeout < 0 || timeout > 1e9)
       throw py::value_error("num_dead_node: timeout must be seconds >= 0");
     auto t = std::chrono::seconds{static_cast<int64_t>(std::ceil(timeout))};
-    auto n = unlocked([&] { return kv_.num_dead_node(node_id, t); });
+    auto n = run([&] { return kv_.num_dead_node(node_id, t); });
     return check(std::move(n));
   }
 
   void send_command_to_servers(int head, const std::string& body) {
-    auto err
-      = unlocked([&] { return kv_.send_command_to_servers(head, body); });
+    auto err = run([&] { return kv_.send_command_to_servers(head, body); });
     check(err);
   }
 
   std::vector<uint64_t> shape(const py::handle& key) {
     auto k = key_of(key);
-    auto s = unlocked([&] { return kv_.shape(k); });
+    auto s = run([&] { return kv_.shape(k); });
     return check(std::move(s));
   }
 
@@ -583,7 +641,7 @@ public:
   }
 
   void close() {
-    auto err = unlocked([&] { return kv_.close(); });
+    auto err = run([&] { return kv_.close(); });
     pending_.clear();
     check(err);
   }
@@ -616,6 +674,7 @@ private:
   }
 
   kvstore kv_;
+  std::timed_mutex use_;
   std::shared_ptr<std::atomic<bool>> interruptible_;
   std::map<uint64_t, held> pending_;
 };

@@ -115,28 +115,41 @@ struct kvstore::impl {
     return id;
   }
 
-  // Finishes every pending operation up to and including `last`.
+  // Finishes every pending operation up to and including `last`. An
+  // interrupted wait (store_options::interrupted) stops at once and leaves
+  // that operation and the later ones pending: a later wait finishes them.
   caf::error finish_until(uint64_t last) {
     caf::error first = std::move(deferred);
     deferred = caf::none;
     while (!pending.empty() && pending.begin()->first <= last) {
-      auto f = std::move(pending.begin()->second);
-      pending.erase(pending.begin());
-      if (auto err = f(); err && !first)
+      auto i = pending.begin();
+      auto err = i->second();
+      if (code_of(err) == errc::interrupted) {
+        deferred = std::move(first);
+        return err;
+      }
+      pending.erase(i);
+      if (err && !first)
         first = std::move(err);
     }
     return first;
   }
 
-  // Bounds the operations in flight: finishes the oldest ones.
-  void throttle() {
+  // Bounds the operations in flight: finishes the oldest ones. Only an
+  // interrupted wait is returned (the caller then sends nothing); other
+  // errors are kept for the next wait.
+  caf::error throttle() {
     auto cap = std::max<std::size_t>(rt->opts.max_pending, 1);
     while (pending.size() >= cap) {
-      auto f = std::move(pending.begin()->second);
-      pending.erase(pending.begin());
-      if (auto err = f(); err && !deferred)
+      auto i = pending.begin();
+      auto err = i->second();
+      if (code_of(err) == errc::interrupted)
+        return err;
+      pending.erase(i);
+      if (err && !deferred)
         deferred = std::move(err);
     }
+    return caf::none;
   }
 
   caf::expected<key_info> meta(const std::string& key) {
@@ -199,8 +212,10 @@ struct kvstore::impl {
 
   // Starts a request whose reply holds the pulled floats of `dst`.
   template <class... Ts>
-  pull_ticket start_pull(payload::target_list dst, uint64_t n, Ts&&... xs) {
-    throttle();
+  caf::expected<pull_ticket>
+  start_pull(payload::target_list dst, uint64_t n, Ts&&... xs) {
+    if (auto err = throttle())
+      return err;
     auto id = start(
       [this, dst = std::move(dst), n](const float_parts& x) {
         // The worker checked the sizes; outputs nobody waits for any more

@@ -167,7 +167,8 @@ kvstore::push(const std::string& key,
         acc += values[i].segment(static_cast<Eigen::Index>(from),
                                  static_cast<Eigen::Index>(n));
     });
-  d.throttle();
+  if (auto err = d.throttle())
+    return err;
   d.start([](caf::ok_atom) {}, push_atom::value, key,
           static_cast<int32_t>(priority), std::move(sum));
   return caf::none;
@@ -219,7 +220,8 @@ kvstore::push_many(const std::vector<std::string>& keys,
     return std::move(infos.error());
   if (auto err = impl::check_buffers("push", *infos, values, "value"))
     return err;
-  d.throttle();
+  if (auto err = d.throttle())
+    return err;
   d.start([](caf::ok_atom) {}, push_atom::value, keys,
           static_cast<int32_t>(priority),
           payload::pack(*infos, d.rt->batching, values));

@@ -79,9 +79,10 @@ struct store_options {
   /// certificate, key and CA files; all three or none).
   tls_files tls;
   /// Asked about every 100 ms while a call waits (from the waiting
-  /// thread): true ends the wait with `errc::interrupted`. The operation
-  /// itself goes on and its result is dropped (a pull's output is not
-  /// written); the handle stays usable. The Python module checks Ctrl-C.
+  /// thread): true ends the wait with `errc::interrupted`. Pushes and
+  /// pulls waited for stay pending (a later wait finishes them and writes
+  /// their outputs); the reply of any other call (a barrier, say) is
+  /// dropped. The handle stays usable. The Python module checks Ctrl-C.
   std::function<bool()> interrupted;
 };
 

@@ -272,13 +272,34 @@ def test_the_environment_names_the_job(job_factory, monkeypatch):
     assert job.coordinator.stop() == 0
 
 
-def test_ctrl_c_interrupts_a_long_wait(tmp_path):
+def interrupted_run(tmp_path, code):
+    """Runs `code` in a new interpreter; once it printed 'waiting', sends it
+    SIGINT. Its exit code, the rest of its output and the seconds since."""
     import signal
     import subprocess
     import sys
     import time
     script = tmp_path / "wait.py"
-    script.write_text(
+    script.write_text(code)
+    p = subprocess.Popen([sys.executable, str(script)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "waiting"
+        start = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(30)
+        return rc, p.stdout.read().strip(), time.monotonic() - start
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_ctrl_c_interrupts_a_long_wait(tmp_path):
+    # The barrier waits for a worker that never comes: only Ctrl-C ends it
+    # before its 120 s (the signal may land before the wait began: then it
+    # interrupts the first check).
+    rc, rest, seconds = interrupted_run(
+        tmp_path,
         "import sys, actorps\n"
         "kv = actorps.KVStore.create('local', num_workers=2,"
         " barrier_timeout=120)\n"
@@ -290,14 +311,111 @@ def test_ctrl_c_interrupts_a_long_wait(tmp_path):
         "    kv.set_barrier_before_exit(False)\n"
         "    kv.close()\n"
         "    sys.exit(3)\n")
-    p = subprocess.Popen([sys.executable, str(script)],
-                         stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "waiting"
-    start = time.monotonic()
-    # The barrier waits for a worker that never comes: only Ctrl-C ends it
-    # before its 120 s (the signal may land before the wait began: then it
-    # interrupts the first check).
-    p.send_signal(signal.SIGINT)
-    assert p.wait(30) == 3
-    assert p.stdout.read().strip() == "interrupted"
-    assert time.monotonic() - start < 30
+    assert (rc, rest) == (3, "interrupted")
+    assert seconds < 30
+
+
+def test_ctrl_c_ends_a_wait_on_several_pending_operations(tmp_path):
+    # Sync pulls of worker 0 wait for worker 1's pushes, which never come:
+    # wait_all holds three of them, each with a 120 s timeout.
+    rc, rest, seconds = interrupted_run(
+        tmp_path,
+        "import os, numpy as np, actorps\n"
+        "kv = actorps.KVStore.create('local_sync', num_workers=2,"
+        " timeout=120)\n"
+        "outs = []\n"
+        "for k in ('a', 'b', 'c'):\n"
+        "    kv.init(k, np.zeros(4, np.float32))\n"
+        "    kv.push(k, np.ones(4, np.float32))\n"
+        "    outs.append(np.zeros(4, np.float32))\n"
+        "    kv.pull(k, outs[-1])\n"
+        "try:\n"
+        "    print('waiting', flush=True)\n"
+        "    kv.wait_all()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    os._exit(3)\n")
+    assert (rc, rest) == (3, "interrupted")
+    assert seconds < 30
+
+
+def test_one_handle_serves_two_threads_in_turn():
+    rounds = 300
+    with actorps.KVStore.create("local", num_shards=2) as kv:
+        kv.init("a", np.zeros(100, np.float32))
+        kv.init("b", np.zeros(100, np.float32))
+        kv.set_optimizer("accumulate")
+        errors = []
+
+        def train(key):
+            try:
+                out = np.zeros(100, np.float32)
+                for r in range(rounds):
+                    kv.push(key, np.ones(100, np.float32))
+                    kv.wait(kv.pull(key, out))
+                    # Only this thread pushes `key`: every push is in.
+                    assert out[0] == r + 1
+            except Exception as e:  # reported to the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=train, args=(k,))
+                   for k in ("a", "b")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads)
+        assert not errors, errors
+
+
+def test_commands_compression_and_heartbeat_options():
+    seen = []
+
+    def on_command(head, body):
+        seen.append((head, body))
+        if body == "fail":
+            raise RuntimeError("this shard says no")
+
+    with actorps.KVStore.create("local", num_shards=2, heartbeat=0,
+                                on_command=on_command) as kv:
+        kv.send_command_to_servers(7, "hello")
+        # Every shard ran it once.
+        assert seen == [(7, "hello"), (7, "hello")]
+        with pytest.raises(actorps.BadConfig, match="this shard says no"):
+            kv.send_command_to_servers(7, "fail")
+        kv.init("w", np.zeros(3, np.float32))
+        kv.set_optimizer("accumulate")
+        # 2-bit: each gradient becomes +-threshold or 0 on the way.
+        kv.set_gradient_compression("2bit:0.5")
+        kv.push("w", f32(1.0, 0.2, -0.7))
+        out = np.zeros(3, np.float32)
+        kv.wait(kv.pull("w", out))
+        assert np.array_equal(out, f32(0.5, 0, -0.5))
+        with pytest.raises(ValueError, match="2bit"):
+            kv.set_gradient_compression("3bit")
+    with pytest.raises(TypeError, match="on_command"):
+        actorps.KVStore.create("local", on_command=3)
+    with pytest.raises(ValueError, match="heartbeat"):
+        actorps.KVStore.create("local", heartbeat=-1)
+
+
+def test_a_killed_server_fails_data_calls_with_dead_node(job_factory):
+    job = job_factory("dist_async", 1)
+    kv = actorps.KVStore.create("dist_async", coordinator=job.address,
+                                token=job.token, timeout=20)
+    kv.init("w", f32(1, 2))
+    out = np.zeros(2, np.float32)
+    kv.wait(kv.pull("w", out))
+    assert np.array_equal(out, f32(1, 2))
+    job.server.proc.kill()
+    job.server.proc.wait()
+    with pytest.raises(actorps.DeadNode):
+        kv.push("w", f32(1, 1))
+        kv.wait(kv.pull("w", out))
+    assert kv.num_dead_node(actorps.SERVERS, 5) == 1
+    kv.set_barrier_before_exit(False)
+    try:
+        kv.close()
+    except actorps.Error:
+        pass  # the server's leave may fail: it is gone
+    assert kv.closed
