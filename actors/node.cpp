@@ -42,6 +42,7 @@ node_actor::behavior_type node_impl(self_ptr self, gate_actor gate,
   self->state.gate = gate;
   self->state.owner = std::move(owner);
   self->state.trusted.add(gate.node());
+  trust_routes_of(gate.node());
   ignore_strays(self, self->state.trusted);
   // The gate goes down with the coordinator's process.
   self->monitor(gate);

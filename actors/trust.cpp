@@ -19,12 +19,25 @@ namespace {
 
 std::mutex admitted_mtx;
 std::set<caf::node_id> admitted; // guarded by admitted_mtx
+std::set<caf::node_id> routers;  // guarded by admitted_mtx
 
 } // namespace
 
 bool admitted_in_process(const caf::node_id& node) {
   std::lock_guard<std::mutex> guard{admitted_mtx};
   return admitted.count(node) > 0;
+}
+
+void trust_routes_of(const caf::node_id& node) {
+  if (!node)
+    return;
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  routers.insert(node);
+}
+
+bool routes_trusted(const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  return routers.count(node) > 0;
 }
 
 void trusted_nodes::add(const caf::node_id& node) {
@@ -43,6 +56,8 @@ void trusted_nodes::add(const std::vector<caf::node_id>& nodes) {
 void trusted_nodes::add_admitters(const std::vector<caf::node_id>& nodes) {
   add(nodes);
   admitters_.insert(nodes.begin(), nodes.end());
+  for (auto& x : nodes)
+    trust_routes_of(x);
 }
 
 caf::error trusted_nodes::check_admitter(caf::local_actor* self,

@@ -25,6 +25,16 @@ namespace actorps {
 /// connection (runtime/guard.cpp). Thread-safe.
 bool admitted_in_process(const caf::node_id& node);
 
+/// Lets `node` (the coordinator's) pass on other nodes' messages to this
+/// process: CAF routes a message through the coordinator while its sender
+/// has no connection of its own to this process yet. The network layer
+/// refuses routed messages from any other node (runtime/guard.cpp).
+/// Thread-safe.
+void trust_routes_of(const caf::node_id& node);
+
+/// True if `trust_routes_of(node)` was called in this process.
+bool routes_trusted(const caf::node_id& node);
+
 /// The set of remote nodes an actor accepts messages from.
 class trusted_nodes {
 public:

@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "caf/actor_system.hpp"
+#include "caf/binary_deserializer.hpp"
 #include "caf/function_view.hpp"
+#include "caf/io/basp/header.hpp"
 #include "caf/io/basp_broker.hpp"
 #include "caf/io/middleman.hpp"
 #include "caf/io/middleman_actor_impl.hpp"
@@ -32,20 +35,33 @@ namespace {
 namespace net = caf::io::network;
 
 // A connection that refuses to read an oversized message from a node that
-// was not admitted. CAF's BASP broker reads a header, then asks for exactly
-// the payload length it declares (configure_read); CAF would resize its read
-// buffer to that length at once. `Base` is CAF's TCP scribe or ours
-// (runtime/link.hpp) for TLS or the proof of the token.
+// was not admitted (accepted connections only: `capped`). CAF's BASP broker
+// reads a header, then asks for exactly the payload length it declares
+// (configure_read); CAF would resize its read buffer to that length at once.
+//
+// Every guarded connection also checks routed messages. BASP's routed
+// message names its source node in its payload and CAF 0.17 believes it: a
+// source naming the receiving node makes the sender a local actor (looked
+// up by id), one naming a third node a proxy of that node's actor, which
+// would pass any trust check (actors/trust.hpp). So a routed message is
+// refused (and its connection closed) if it claims to come from this
+// process, or from another node than the peer unless the peer is the
+// coordinator (routes_trusted), through which CAF routes a worker's first
+// messages to a server.
+//
+// `Base` is CAF's TCP scribe or ours (runtime/link.hpp) for TLS or the
+// proof of the token.
 template <class Base>
 class guarded : public Base {
 public:
   template <class... Ts>
-  explicit guarded(Ts&&... xs) : Base(std::forward<Ts>(xs)...) {
+  explicit guarded(bool capped, Ts&&... xs)
+    : Base(std::forward<Ts>(xs)...), capped_(capped) {
     // nop
   }
 
   void configure_read(caf::io::receive_policy::config config) override {
-    if (config.second > unadmitted_message_cap && !peer_admitted()) {
+    if (capped_ && config.second > unadmitted_message_cap && !peer_admitted()) {
       refused_ = true;
       Base::configure_read(caf::io::receive_policy::at_most(1));
       return;
@@ -55,6 +71,8 @@ public:
 
   bool consume(caf::execution_unit* ctx, const void* buf,
                size_t size) override {
+    if (!refused_ && !honest(ctx, buf, size))
+      refused_ = true;
     if (!refused_ && Base::consume(ctx, buf, size) && !refused_)
       return true;
     // Refused (now or by the header just consumed): close the connection
@@ -67,14 +85,56 @@ public:
   }
 
 private:
-  bool peer_admitted() {
+  // The node at the other end, once its BASP handshake named it.
+  caf::node_id peer_node() {
     auto* broker = dynamic_cast<caf::io::basp_broker*>(this->parent());
     if (broker == nullptr)
-      return false;
-    auto node = broker->instance.tbl().lookup_direct(this->hdl());
+      return {};
+    return broker->instance.tbl().lookup_direct(this->hdl());
+  }
+
+  bool peer_admitted() {
+    auto node = peer_node();
     return node && admitted_in_process(node);
   }
 
+  // Follows BASP's framing (a header, then the payload it announces) and
+  // says false for the payload of a routed message whose source node is
+  // not the peer's.
+  bool honest(caf::execution_unit* ctx, const void* buf, size_t size) {
+    namespace basp = caf::io::basp;
+    auto bytes = static_cast<const char*>(buf);
+    if (expect_header_) {
+      caf::io::basp::header hdr;
+      caf::binary_deserializer source{ctx, bytes, size};
+      if (size != basp::header_size || source(hdr))
+        return true; // not a header: BASP itself refuses it
+      routed_ = hdr.operation == basp::message_type::routed_message;
+      expect_header_ = hdr.payload_len == 0;
+      return true;
+    }
+    expect_header_ = true;
+    if (!routed_)
+      return true;
+    caf::node_id claimed;
+    caf::binary_deserializer source{ctx, bytes, size};
+    if (source(claimed))
+      return false;
+    auto peer = peer_node();
+    if (peer && claimed != this->parent()->system().node()
+        && (claimed == peer || routes_trusted(peer)))
+      return true;
+    std::fprintf(stderr,
+                 "actorps: closed a connection from %s: it sent a message in "
+                 "the name of node %s\n",
+                 peer ? to_string(peer).c_str() : "an unknown node",
+                 to_string(claimed).c_str());
+    return false;
+  }
+
+  const bool capped_;
+  bool expect_header_ = true;
+  bool routed_ = false;
   bool refused_ = false;
   bool closed_ = false;
 };
@@ -120,7 +180,7 @@ public:
       auto now = std::chrono::steady_clock::now();
       expire_handshakes(now);
       auto linked = caf::make_counted<guarded<link_scribe>>(
-        mx, fd, std::move(session), false);
+        true, mx, fd, std::move(session), false);
       // Let go of it as soon as its handshake ends.
       auto list = shaking_;
       auto* raw = linked.get();
@@ -134,7 +194,7 @@ public:
       shaking_->emplace_back(now, linked);
       scribe = std::move(linked);
     } else {
-      scribe = caf::make_counted<guarded<net::scribe_impl>>(mx, fd);
+      scribe = caf::make_counted<guarded<net::scribe_impl>>(true, mx, fd);
     }
     auto hdl = scribe->hdl();
     parent()->add_scribe(std::move(scribe));
@@ -199,13 +259,16 @@ protected:
 
   caf::expected<caf::io::scribe_ptr> connect(const std::string& host,
                                              uint16_t port) override {
-    if (!links_.tls && links_.secret.empty())
-      return caf::io::middleman_actor_impl::connect(host, port);
     auto fd = net::new_tcp_connection(host, port);
     if (!fd)
       return std::move(fd.error());
-    auto scribe = caf::make_counted<link_scribe>(multiplexer(), *fd,
-                                                 links_.session(true), true);
+    // The node this one connects to was chosen by it (no size cap), but its
+    // routed messages are checked as on accepted connections.
+    if (!links_.tls && links_.secret.empty())
+      return caf::make_counted<guarded<net::scribe_impl>>(false, multiplexer(),
+                                                          *fd);
+    auto scribe = caf::make_counted<guarded<link_scribe>>(
+      false, multiplexer(), *fd, links_.session(true), true);
     scribe->report_refusal_to(links_.refused);
     return scribe;
   }

@@ -9,10 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -41,6 +43,7 @@
 #include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/connect.hpp"
+#include "runtime/guard.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/network.hpp"
 #include "runtime/system.hpp"
@@ -665,6 +668,162 @@ TEST_CASE("network: an admitted worker acts only as itself", "[integration]") {
   done->receive([&](shutdown_atom) { done_seen = true; },
                 caf::after(10s) >> [] {});
   CHECK(done_seen);
+}
+
+// A TCP relay from a client to 127.0.0.1:`target`, into whose client-to-
+// server direction a test slips bytes of its own.
+class tap {
+public:
+  explicit tap(uint16_t target) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    REQUIRE(::listen(listener_, 1) == 0);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len)
+            == 0);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this, target] { run(target); });
+  }
+
+  ~tap() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : {listener_, client_, upstream_})
+      if (fd >= 0)
+        ::close(fd);
+  }
+
+  uint16_t port() const {
+    return port_;
+  }
+
+  // Writes `bytes` towards the server, between two of the client's reads.
+  void inject(const std::vector<char>& bytes) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    write_all(upstream_, bytes.data(), bytes.size());
+  }
+
+private:
+  static void write_all(int fd, const char* data, size_t n) {
+    while (n > 0) {
+      auto k = ::send(fd, data, n, MSG_NOSIGNAL);
+      if (k <= 0)
+        return;
+      data += k;
+      n -= static_cast<size_t>(k);
+    }
+  }
+
+  void run(uint16_t target) {
+    pollfd accept_fd{listener_, POLLIN, 0};
+    while (!stop_ && ::poll(&accept_fd, 1, 100) <= 0) {
+      // wait for the client
+    }
+    if (stop_)
+      return;
+    int client = ::accept(listener_, nullptr, nullptr);
+    int upstream = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(target);
+    if (::connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
+        != 0)
+      return;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      client_ = client;
+      upstream_ = upstream;
+    }
+    char buf[65536];
+    while (!stop_) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {upstream, POLLIN, 0}};
+      if (::poll(fds, 2, 100) <= 0)
+        continue;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].revents == 0)
+          continue;
+        auto n = ::recv(fds[i].fd, buf, sizeof(buf), 0);
+        if (n <= 0) {
+          // One side closed: so does the other.
+          ::shutdown(client, SHUT_RDWR);
+          ::shutdown(upstream, SHUT_RDWR);
+          return;
+        }
+        std::lock_guard<std::mutex> guard{mtx_};
+        write_all(i == 0 ? upstream : client, buf, static_cast<size_t>(n));
+      }
+    }
+  }
+
+  int listener_ = -1;
+  int client_ = -1;
+  int upstream_ = -1;
+  uint16_t port_ = 0;
+  std::mutex mtx_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST_CASE("network: a routed message in another node's name closes its "
+          "connection",
+          "[integration]") {
+  // CAF 0.17 takes a routed message's source node from its payload: one
+  // naming the receiver's own node would make the sender a local actor of
+  // the receiver, past every trust check. S publishes a probe as a job's
+  // port does; C reaches it through a tap and slips such a message in.
+  system_config cfg_s{net_options()};
+  caf::actor_system sys_s{cfg_s};
+  system_config cfg_c{net_options()};
+  caf::actor_system sys_c{cfg_c};
+  exit_guard guard_s;
+  auto forged = std::make_shared<std::atomic<int>>(0);
+  auto probe
+    = guard_s(sys_s.spawn([forged](caf::event_based_actor*) -> caf::behavior {
+        return {[forged](int32_t x) {
+          if (x == 666)
+            ++*forged;
+          return x;
+        }};
+      }));
+  auto port = publish_guarded(
+    sys_s, caf::actor_cast<caf::strong_actor_ptr>(probe), {}, 0, "127.0.0.1");
+  REQUIRE(port);
+  tap relay{*port};
+  auto remote = connect<caf::actor>(sys_c, relay.port());
+  caf::scoped_actor self{sys_c};
+  self->send(remote, int32_t{1});
+  CHECK(require_reply<int32_t>(self) == 1);
+  self->monitor(remote);
+  std::vector<char> payload;
+  {
+    caf::binary_serializer sink{sys_c, payload};
+    std::vector<caf::strong_actor_ptr> stages;
+    auto msg = caf::make_message(int32_t{666});
+    auto node = sys_s.node();
+    REQUIRE_FALSE(sink(node, node, stages, msg));
+  }
+  caf::io::basp::header hdr{caf::io::basp::message_type::routed_message,
+                            0,
+                            static_cast<uint32_t>(payload.size()),
+                            0,
+                            probe.id(),
+                            probe.id()};
+  std::vector<char> frame;
+  {
+    caf::binary_serializer sink{sys_c, frame};
+    REQUIRE_FALSE(sink(hdr));
+  }
+  frame.insert(frame.end(), payload.begin(), payload.end());
+  relay.inject(frame);
+  // S closes the connection instead of delivering it: C sees the probe go.
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(10s) >> [] {});
+  CHECK(down);
+  CHECK(forged->load() == 0);
 }
 
 TEST_CASE("network: over mutual TLS only holders of a job certificate connect",
