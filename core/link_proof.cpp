@@ -31,6 +31,15 @@ std::string derive_secret(std::string_view token, std::string_view label) {
   return std::string(reinterpret_cast<const char*>(mac), len);
 }
 
+std::string random_bytes(std::size_t n) {
+  std::string out(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()),
+                 static_cast<int>(n))
+      != 1)
+    return {};
+  return out;
+}
+
 std::string link_secret(std::string_view token) {
   return derive_secret(token, "actorps link secret v1");
 }

@@ -30,6 +30,9 @@ namespace actorps::core {
 /// empty token (a job without a token has no secrets).
 std::string derive_secret(std::string_view token, std::string_view label);
 
+/// `n` bytes from OpenSSL's random generator (empty if it fails).
+std::string random_bytes(std::size_t n);
+
 /// The link secret of a job whose token is `token` ("" for none).
 std::string link_secret(std::string_view token);
 

@@ -22,7 +22,7 @@ namespace actorps {
 /// only a coordinator of its own version: peers of different versions would
 /// misread each other's messages. 4: the job's data transport, and the
 /// servers' UCX addresses in the routing table.
-constexpr uint32_t wire_version = 4;
+constexpr uint32_t wire_version = 5;
 
 /// What carries tensor bytes between worker and server processes.
 namespace transport {
@@ -51,6 +51,10 @@ struct job_info {
   uint32_t heartbeat_ms = 0;
   /// The job's data transport (`transport::caf` or `transport::ucx`).
   uint8_t transport = 0;
+  /// UCX transport: random bytes of this job, mixed with the token into
+  /// the data plane's secret (see ucx::data_secret). Only admitted nodes
+  /// get them: a job over TLS without a token still has a secret plane.
+  std::string data_salt;
   /// The coordinator itself (untyped; cast back). A node reaches only the
   /// job's gate before it joins and gets this handle in the join's reply.
   caf::actor coordinator;
@@ -60,7 +64,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms, x.transport,
-           x.coordinator);
+           x.data_salt, x.coordinator);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

@@ -20,6 +20,7 @@
 #include "actors/fan_in.hpp"
 #include "core/checkpoint.hpp"
 #include "core/layout.hpp"
+#include "core/link_proof.hpp"
 #include "core/optimizer.hpp"
 #include "core/secret.hpp"
 #include "messages/errors.hpp"
@@ -116,6 +117,8 @@ caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
 coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                                   coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
+  if (self->state.cfg.data_salt.empty())
+    self->state.cfg.data_salt = core::random_bytes(32);
   self->state.at_barrier.assign(self->state.cfg.num_workers, false);
   self->state.live.assign(self->state.cfg.num_workers, true);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
@@ -411,6 +414,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.bigarray_bound = st.cfg.bigarray_bound;
       info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
       info.transport = st.cfg.transport;
+      info.data_salt = st.cfg.data_salt;
       if (role_id == role::worker) {
         if (st.workers_joined == st.cfg.num_workers)
           return make_error(errc::bad_config,

@@ -127,6 +127,9 @@ struct coordinator_config {
   /// The job's data transport (`transport::caf` or `transport::ucx`), told
   /// every node in its `job_info`.
   uint8_t transport = transport::caf;
+  /// UCX transport: the job's data salt (job_info::data_salt); empty: the
+  /// coordinator draws 32 random bytes.
+  std::string data_salt;
   /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
   /// `(node_down_atom, node_id, role, lost)` for every node that goes down
   /// (`lost`: a worker that had not left, a server before every worker left

@@ -80,8 +80,13 @@ bool split_address(const std::vector<char>& addr, std::string& host,
   return true;
 }
 
-std::string data_secret(const std::string& token) {
-  return core::derive_secret(token, "actorps ucx data secret v1");
+std::string data_secret(const std::string& token, const std::string& salt) {
+  if (token.empty() && salt.empty())
+    return {};
+  auto key = token;
+  key.push_back('\0');
+  key += salt;
+  return core::derive_secret(key, "actorps ucx data secret v2");
 }
 
 } // namespace actorps::ucx

@@ -51,16 +51,16 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
-std::shared_ptr<plane> start_plane(const std::string& token,
-                                   std::shared_ptr<frame_queue> queue,
-                                   std::string& error) {
+std::shared_ptr<plane>
+start_plane(const std::string& token, const std::string& salt,
+            std::shared_ptr<frame_queue> queue, std::string& error) {
   plane_handlers handlers;
   handlers.on_message = [queue](peer_id from, std::vector<char> header,
                                 buffer body) {
     queue->push(frame{from, std::move(header), std::move(body)});
   };
   plane_options opts;
-  opts.secret = data_secret(token);
+  opts.secret = data_secret(token, salt);
   return plane::start(std::move(opts), std::move(handlers), error);
 }
 

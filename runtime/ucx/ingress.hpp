@@ -67,12 +67,13 @@ private:
   std::vector<frame> items_;
 };
 
-/// Starts the plane of a job whose token is `token` (its secret is
-/// `data_secret(token)`), every message of which goes into `queue`; null,
-/// with UCX's reason in `error`, if UCX cannot start.
-std::shared_ptr<plane> start_plane(const std::string& token,
-                                   std::shared_ptr<frame_queue> queue,
-                                   std::string& error);
+/// Starts the plane of a job whose token is `token` and whose data salt is
+/// `salt` (its secret is `data_secret(token, salt)`), every message of which
+/// goes into `queue`; null, with UCX's reason in `error`, if UCX cannot
+/// start.
+std::shared_ptr<plane>
+start_plane(const std::string& token, const std::string& salt,
+            std::shared_ptr<frame_queue> queue, std::string& error);
 
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the

@@ -102,9 +102,12 @@ struct plane_handlers {
   std::function<void(peer_id, const std::string& why)> on_peer_down;
 };
 
-/// The data secret of a job whose token is `token` (HMAC-SHA256 of a fixed
-/// label under the token): only nodes that hold the token can compute it.
-std::string data_secret(const std::string& token);
+/// The data secret of a job whose token is `token` and whose coordinator
+/// drew `salt` (job_info::data_salt): HMAC-SHA256 of a fixed label under
+/// both. Only nodes that hold the token, or that were admitted over TLS,
+/// can compute it; an eavesdropper on a plain connection sees the salt but
+/// not the token. Empty only when both are.
+std::string data_secret(const std::string& token, const std::string& salt);
 
 /// Settings of a plane.
 struct plane_options {

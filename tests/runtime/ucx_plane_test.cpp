@@ -180,9 +180,26 @@ TEST_CASE("ucx: planes holding the secret exchange small and large "
   CHECK(a->connect(b->address()) == to_b);
 }
 
+TEST_CASE("ucx: a job's data secret needs its token or its salt", "[ucx]") {
+  // A job over TLS without a token: its coordinator's random salt, which
+  // only admitted nodes get, makes the secret.
+  CHECK(data_secret("", "").empty());
+  auto salted = data_secret("", "salt-a");
+  CHECK_FALSE(salted.empty());
+  CHECK(salted != data_secret("", "salt-b"));
+  CHECK(data_secret("tok", "salt-a") != data_secret("tok", "salt-b"));
+  CHECK(data_secret("tok", "salt-a") != data_secret("tok2", "salt-a"));
+  CHECK(data_secret("tok", "") != data_secret("", "tok"));
+}
+
 TEST_CASE("ucx: a peer without the secret gets nothing in and nothing out",
           "[ucx]") {
-  connected job{"guessed", "job-secret"};
+  // A guessed secret; and a peer that, knowing a TLS job has no token,
+  // tries the secret of a job without one.
+  auto [guess, secret] = GENERATE(
+    std::make_pair(std::string{"guessed"}, std::string{"job-secret"}),
+    std::make_pair(data_secret("", ""), data_secret("", "job-salt")));
+  connected job{guess, secret};
   auto& [intruder_box, server_box, intruder, server, to_server] = job;
   std::string data = "overwrite the model";
   outcome sent;
@@ -197,7 +214,7 @@ TEST_CASE("ucx: a peer without the secret gets nothing in and nothing out",
   // The server saw no peer and no message; a legitimate peer connecting
   // afterwards is served, so the server did look at what arrived.
   inbox friend_box;
-  auto friend_plane = start("job-secret", friend_box);
+  auto friend_plane = start(secret, friend_box);
   auto friend_to_server = friend_plane->connect(server->address());
   outcome friend_sent;
   friend_plane->send(friend_to_server, bytes("ok"), payload{},
