@@ -9,6 +9,7 @@
 
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -640,6 +641,39 @@ public:
     kv_.set_barrier_before_exit(value);
   }
 
+  // The median split round (push, wait, pull, wait) of `key` driven from
+  // C++ on this handle, in microseconds: what bench/python_overhead.py
+  // sets the same round from Python against, on the same store.
+  double cpp_round_us(const py::handle& key, std::size_t warmup,
+                      std::size_t rounds) {
+    auto k = key_of(key);
+    auto n = run([&] { return kv_.shape(k); });
+    auto shape = check(std::move(n));
+    uint64_t size = 1;
+    for (auto d : shape)
+      size *= d;
+    return run([&] {
+      Eigen::VectorXf grad
+        = Eigen::VectorXf::Ones(static_cast<Eigen::Index>(size));
+      Eigen::VectorXf out{static_cast<Eigen::Index>(size)};
+      std::vector<double> times;
+      for (std::size_t r = 0; r < warmup + rounds; ++r) {
+        auto start = std::chrono::steady_clock::now();
+        if (kv_.push(k, grad) || kv_.wait_all())
+          return -1.0;
+        auto t = kv_.pull(k, out);
+        if (!t || kv_.wait(*t))
+          return -1.0;
+        if (r >= warmup)
+          times.push_back(std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - start)
+                            .count());
+      }
+      std::sort(times.begin(), times.end());
+      return times.empty() ? 0.0 : times[times.size() / 2];
+    });
+  }
+
   void close() {
     auto err = run([&] { return kv_.close(); });
     pending_.clear();
@@ -737,6 +771,9 @@ PYBIND11_MODULE(_actorps, m) {
     .def("set_barrier_before_exit", &store::set_barrier_before_exit,
          py::arg("value"))
     .def("close", &store::close)
+    .def("_cpp_round_us", &store::cpp_round_us, py::arg("key"),
+         py::arg("warmup"), py::arg("rounds"),
+         "The median split round of `key` driven from C++ (benchmarks).")
     .def("__enter__", [](py::object self) { return self; })
     .def("__exit__", [](store& s, const py::handle& type, const py::handle&,
                         const py::handle&) {
