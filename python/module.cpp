@@ -152,12 +152,21 @@ floats_view view_of(const py::handle& x, const char* what, bool writable) {
   py::object arr;
   py::object keep = py::reinterpret_borrow<py::object>(x);
   if (is_torch_tensor(x)) {
+    auto device = py::str(x.attr("device")).cast<std::string>();
     if (py::str(x.attr("device").attr("type")).cast<std::string>() != "cpu")
-      return refuse("a tensor must be on the CPU (call .cpu() first)");
+      return refuse("a tensor must be on the CPU (call .cpu() first), not on "
+                    + device);
     if (py::str(x.attr("dtype")).cast<std::string>() != "torch.float32")
       return refuse("a tensor must be torch.float32");
+    if (py::hasattr(x, "is_sparse") && x.attr("is_sparse").cast<bool>())
+      return refuse("a tensor must be dense (call .to_dense())");
     if (!x.attr("is_contiguous")().cast<bool>())
       return refuse("a tensor must be contiguous (call .contiguous())");
+    // A conjugate or negative view has no plain memory to share.
+    for (const char* lazy : {"is_neg", "is_conj"})
+      if (py::hasattr(x, lazy) && x.attr(lazy)().cast<bool>())
+        return refuse("a tensor must not be a lazy negative or conjugate "
+                      "view (call .resolve_neg())");
     // Shares the tensor's memory.
     arr = x.attr("detach")().attr("numpy")();
   } else if (py::isinstance<py::array>(x)) {
@@ -225,8 +234,10 @@ std::vector<floats_view> views_of(const py::handle& x, const char* what,
 std::string key_of(const py::handle& k) {
   if (py::isinstance<py::str>(k))
     return k.cast<std::string>();
-  if (py::isinstance<py::int_>(k) && !py::isinstance<py::bool_>(k))
-    return std::to_string(k.cast<long long>());
+  if (py::isinstance<py::int_>(k) && !py::isinstance<py::bool_>(k)) {
+    // Any size of int, as Python writes it.
+    return py::str(k).cast<std::string>();
+  }
   throw py::type_error("a key must be a str or an int, got " + describe(k));
 }
 

@@ -234,8 +234,21 @@ def _parse(argv):
     return args
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the launcher: stop the job as Ctrl-C does."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated()
+
+
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
+    # Its processes run in their own sessions: a kill of the launcher alone
+    # must not leave them running.
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _terminate)
     coordinator_bin = _find_app("actorps-coordinator", args.bin_dir)
     server_bin = _find_app("actorps-server", args.bin_dir)
     token = os.environ.get("ACTORPS_TOKEN") or secrets.token_hex(16)
@@ -341,11 +354,13 @@ def main(argv=None):
                 for other in procs:
                     other.stop()
         return failure
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         interrupted = True
-        say("launch", "interrupted: stopping the job")
+        terminated = isinstance(e, _Terminated)
+        say("launch", ("terminated" if terminated else "interrupted")
+            + ": stopping the job")
         stop_all()
-        return 130
+        return 143 if terminated else 130
     finally:
         if not interrupted:
             stop_all()

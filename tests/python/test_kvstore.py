@@ -4,6 +4,7 @@ tensors, in place, with one exception class per error."""
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -89,8 +90,12 @@ def test_refuses_wrong_arrays_before_sending():
         with pytest.raises(TypeError, match="contiguous"):
             kv.push("w", torch.zeros(3, 2).t())
         # A tensor off the CPU (no GPU here: the meta device stands in).
-        with pytest.raises(TypeError, match="CPU"):
+        with pytest.raises(TypeError, match="CPU.*meta"):
             kv.push("w", torch.zeros(6, device="meta"))
+        with pytest.raises(TypeError, match="dense"):
+            kv.push("w", torch.zeros(6).to_sparse())
+        with pytest.raises(TypeError, match="negative"):
+            kv.push("w", torch.zeros(6).neg().conj_physical()._neg_view())
         with pytest.raises(TypeError, match="numpy array"):
             kv.push("w", [1.0] * 6)
         with pytest.raises(TypeError, match="writable"):
@@ -99,6 +104,9 @@ def test_refuses_wrong_arrays_before_sending():
             kv.pull("w", ro)
         with pytest.raises(TypeError, match="key"):
             kv.push(1.5, np.zeros(6, np.float32))
+        # An int key of any size is the key its digits spell.
+        with pytest.raises(actorps.UnknownKey, match="36893488147419103232"):
+            kv.push(2 ** 65, np.zeros(6, np.float32))
         # A size mismatch names what arrived and what is needed.
         with pytest.raises(actorps.ShapeMismatch, match="6 floats") as e:
             kv.push("w", np.zeros(5, np.float32))
@@ -419,3 +427,52 @@ def test_a_killed_server_fails_data_calls_with_dead_node(job_factory):
     except actorps.Error:
         pass  # the server's leave may fail: it is gone
     assert kv.closed
+
+
+def test_a_failed_init_of_rank_0_is_not_initialized_for_the_others(
+        job_factory):
+    job = job_factory("dist_sync", 2)
+    kv0 = actorps.KVStore.create("dist_sync", coordinator=job.address,
+                                 token=job.token, timeout=10)
+    kv1 = actorps.KVStore.create("dist_sync", coordinator=job.address,
+                                 token=job.token, timeout=10)
+    assert (kv0.rank, kv1.rank) == (0, 1)
+    errors = []
+    declared = threading.Event()
+
+    def rank_1():
+        try:
+            declared.set()
+            kv1.init("w", np.zeros(4, np.float32))  # waits for rank 0
+        except Exception as e:  # reported to the main thread
+            errors.append(e)
+
+    t = threading.Thread(target=rank_1)
+    t.start()
+    declared.wait(10)
+    # Once rank 1 declared the key, asking for its shape says it is not
+    # initialized yet (before: unknown).
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            kv0.shape("w")
+        except actorps.NotInitialized:
+            break
+        except actorps.UnknownKey:
+            assert time.monotonic() < deadline
+    # Rank 0's init cannot reach the dead server: it fails, and so does the
+    # init rank 1 waits in.
+    job.server.proc.kill()
+    job.server.proc.wait()
+    with pytest.raises(actorps.DeadNode):
+        kv0.init("w", np.zeros(4, np.float32))
+    t.join(60)
+    assert not t.is_alive()
+    assert len(errors) == 1
+    assert isinstance(errors[0], actorps.NotInitialized), errors
+    for kv in (kv0, kv1):
+        kv.set_barrier_before_exit(False)
+        try:
+            kv.close()
+        except actorps.Error:
+            pass  # the server is gone

@@ -213,3 +213,49 @@ def test_hosts_over_ssh_share_one_job(tmp_path):
     assert len(lines) == 4  # 2 servers and 2 workers went through ssh
     # The token went over ssh's input, never on a command line.
     assert all("ssh-test-token" not in line for line in lines)
+
+
+def test_ctrl_c_or_sigterm_stops_every_process_of_the_job(tmp_path):
+    import signal
+    script = tmp_path / "idle.py"
+    # A worker that joins the job, says so and waits at a barrier that
+    # never opens (the job has 2 workers): only the launcher can end it.
+    script.write_text(textwrap.dedent("""
+        import os
+        import actorps
+        kv = actorps.KVStore.create("dist", barrier_timeout=600)
+        print("pid", os.getpid(), flush=True)
+        kv.barrier()
+    """))
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        env = dict(os.environ)
+        env.pop("ACTORPS_TOKEN", None)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "actorps.launch", "--bin-dir", BIN_DIR,
+             "--workers", "2", "--mode", "dist_sync", "--",
+             sys.executable, str(script)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        try:
+            pids = []
+            lines = []
+            while len(pids) < 2:
+                line = p.stdout.readline()
+                assert line, "".join(lines)
+                lines.append(line)
+                m = re.search(r"\] pid (\d+)$", line)
+                if m:
+                    pids.append(int(m.group(1)))
+            p.send_signal(sig)
+            assert p.wait(60) == code, "".join(lines) + p.stdout.read()
+        finally:
+            if p.poll() is None:
+                p.kill()
+        # The launcher waited for its workers: they are gone.
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            assert not alive, pid
