@@ -624,6 +624,11 @@ public:
     check(err);
   }
 
+  void export_weights(const std::string& path, bool optimizer_state) {
+    auto err = run([&] { return kv_.export_weights(path, optimizer_state); });
+    check(err);
+  }
+
   void load_optimizer_states(const std::string& path) {
     auto err = run([&] { return kv_.load_optimizer_states(path); });
     check(err);
@@ -774,6 +779,10 @@ PYBIND11_MODULE(_actorps, m) {
          py::arg("path"))
     .def("load_optimizer_states", &store::load_optimizer_states,
          py::arg("path"))
+    .def("export_weights", &store::export_weights, py::arg("path"),
+         py::arg("optimizer_state") = false,
+         "Writes every key's weights (and optionally optimizer state) as a "
+         "safetensors file; read it with actorps.load_safetensors.")
     .def("num_dead_node", &store::num_dead_node, py::arg("node_id"),
          py::arg("timeout") = 60.0)
     .def("send_command_to_servers", &store::send_command_to_servers,

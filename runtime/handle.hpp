@@ -115,6 +115,17 @@ struct kvstore::impl {
     return id;
   }
 
+  // The whole store's state (every shard's slices, the optimizer), as the
+  // coordinator gathers it.
+  caf::expected<state_snapshot> snapshot() {
+    state_snapshot snap;
+    if (auto err = call(
+          timeout(), [&](state_snapshot& x) { snap = std::move(x); },
+          save_atom::value))
+      return err;
+    return snap;
+  }
+
   // Finishes every pending operation up to and including `last`. An
   // interrupted wait (store_options::interrupted) stops at once and leaves
   // that operation and the later ones pending: a later wait finishes them.

@@ -250,6 +250,17 @@ public:
   /// (atomically: temporary file, fsync, rename).
   caf::error save_optimizer_states(const std::string& path);
 
+  /// Writes every key's weights, each with its shape, as one safetensors
+  /// file at `path` (atomically: a temporary file renamed), for PyTorch,
+  /// numpy and other tools (python: `actorps.load_safetensors`). With
+  /// `optimizer_state`, each key's optimizer state too, as tensors
+  /// "__optimizer__/KEY/J" of the key's shape (J: 0 = momentum or first
+  /// moment, 1 = Adam's second moment), named in the file's metadata. Waits
+  /// for this handle's operations first. `save_optimizer_states` stays the
+  /// format to resume from (it keeps steps and slices exactly).
+  caf::error export_weights(const std::string& path,
+                            bool optimizer_state = false);
+
   /// Loads a file written by `save_optimizer_states`. Every key of the file
   /// must be initialized here with the same shape. A key that was sliced
   /// otherwise when saved (other shards, slice size or slicing bound) is cut

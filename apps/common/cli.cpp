@@ -338,6 +338,25 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
   return std::nullopt;
 }
 
+void add_export_option(po::options_description& desc, std::string& path,
+                       const std::string& who) {
+  desc.add_options()("export", po::value(&path),
+                     ("after the run, " + who
+                      + " writes the store's weights, each key with its "
+                        "shape, as one safetensors file at this path (for "
+                        "PyTorch, numpy: README)")
+                       .c_str());
+}
+
+std::optional<int> check_export(const std::string& app,
+                                const std::string& path) {
+  if (path.empty())
+    return std::nullopt;
+  if (auto e = prepare_output(path); !e.empty())
+    return fail(app, "--export: " + e, 2);
+  return std::nullopt;
+}
+
 void add_compression_option(po::options_description& desc, std::string& text) {
   desc.add_options()(
     "compression", po::value(&text)->default_value("none"),

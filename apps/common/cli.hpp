@@ -170,6 +170,16 @@ std::optional<int> check_compression(const std::string& app,
 int finish(const std::string& app, const network_flags& flags,
            const std::string& message);
 
+/// --export PATH: after the run, the store's weights as one safetensors
+/// file (kvstore::export_weights). `who` says which process writes it.
+void add_export_option(boost::program_options::options_description& desc,
+                       std::string& path, const std::string& who);
+
+/// Nothing if `path` is empty or a file can be written there (checked
+/// before the run); else exit code 2 after "--export: ..." on stderr.
+std::optional<int> check_export(const std::string& app,
+                                const std::string& path);
+
 /// Makes sure a file can be written at `path` before a long run writes it:
 /// creates its folder, and opens it for appending (a file this creates is
 /// removed again; an existing one is left as it is). An error text naming

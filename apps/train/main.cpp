@@ -106,6 +106,8 @@ int run(int argc, char** argv) {
                           "actor-system scheduler threads (0: the cores the "
                           "training threads leave, at least 1)");
   cli::add_train_options(desc, train);
+  std::string export_path;
+  cli::add_export_option(desc, export_path, "worker 0");
   std::string compression_text;
   cli::add_compression_option(desc, compression_text);
   po::variables_map vm;
@@ -145,6 +147,10 @@ int run(int argc, char** argv) {
   const std::string stem = out_dir + "/" + (baseline ? "baseline" : mode);
   if (auto e = cli::prepare_output(stem + ".csv"); !e.empty())
     return cli::fail(app, "--out: " + e, 2);
+  if (baseline && !export_path.empty())
+    return cli::fail(app, "--export needs a store (not --baseline)", 2);
+  if (auto rc = cli::check_export(app, export_path))
+    return *rc;
   cli::dataset train_set;
   cli::dataset test_set;
   if (auto st = cli::load_split(data_dir, "train", train_set); !st.ok())
@@ -221,6 +227,13 @@ int run(int argc, char** argv) {
       });
     for (auto& t : threads)
       t.join();
+    bool ok = std::all_of(errors.begin(), errors.end(),
+                          [](const std::string& e) { return e.empty(); });
+    if (ok && !export_path.empty()) {
+      if (auto err = handles[0].export_weights(export_path))
+        return cli::fail(app, "--export: " + actorps::render(err));
+      std::printf("weights: %s\n", export_path.c_str());
+    }
   }
   for (auto& e : errors)
     if (!e.empty())

@@ -65,6 +65,8 @@ int run(int argc, char** argv) {
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
   cli::add_train_options(desc, train, "mnist: ");
+  std::string export_path;
+  cli::add_export_option(desc, export_path, "rank 0");
   std::string compression_text;
   cli::add_compression_option(desc, compression_text);
   po::variables_map vm;
@@ -126,6 +128,8 @@ int run(int argc, char** argv) {
   }
   if (timeout_ms <= 0)
     return cli::fail(app, "--timeout-ms must be > 0", 2);
+  if (auto rc = cli::check_export(app, export_path))
+    return *rc;
   store.connect_timeout
     = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   auto info = net.level >= cli::log_level::info;
@@ -162,6 +166,17 @@ int run(int argc, char** argv) {
     // coordinator why.
     static_cast<void>(kv->close_failed(problem));
     return cli::fail(app, problem, 3);
+  }
+  if (!export_path.empty() && kv->rank() == 0) {
+    // Rank 0's view once its own job ended (in async mode the others may
+    // still be pushing).
+    if (auto err = kv->export_weights(export_path)) {
+      static_cast<void>(kv->close_failed("export: " + actorps::render(err)));
+      return cli::fail(app, "--export: " + actorps::render(err), 3);
+    }
+    if (info)
+      std::cout << app << ": rank 0: weights written to " << export_path
+                << std::endl;
   }
   if (job_name == "mnist") {
     if (auto err = kv->close())

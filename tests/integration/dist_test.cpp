@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
@@ -116,8 +117,12 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
     mode, 3, 2, {"--bigarray-bound", "1000", "--transport", transport}};
   job.add_server();
   job.add_server();
+  // Rank 0 (whichever worker that is) exports the weights at its end.
+  actorps::test::temp_dir tmp;
+  auto exported = tmp.path() + "/weights.safetensors";
   for (int i = 0; i < 3; ++i)
-    job.add_worker({"--keys", "3", "--size", "5000", "--rounds", "20"});
+    job.add_worker({"--keys", "3", "--size", "5000", "--rounds", "20",
+                    "--export", exported});
   std::set<std::string> ranks;
   for (auto& w : job.workers) {
     CHECK_EXIT(*w, 0, job_time);
@@ -132,6 +137,21 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
     ranks.insert(out.substr(at, out.find(' ', at + 5) - at));
   }
   CHECK(ranks == std::set<std::string>{"rank 0", "rank 1", "rank 2"});
+  // A safetensors file: its 8-byte header length, a header naming 3 keys
+  // of 5000 floats (and the job's 1-float "arrivals"), then their bytes.
+  std::ifstream in{exported, std::ios::binary};
+  std::string file{std::istreambuf_iterator<char>{in}, {}};
+  REQUIRE(file.size() > 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(file[i]);
+  CHECK(file.size() == 8 + n + (3 * 5000 + 1) * sizeof(float));
+  auto header = file.substr(8, n);
+  size_t keys = 0;
+  for (auto at = header.find("\"shape\":[5000]"); at != std::string::npos;
+       at = header.find("\"shape\":[5000]", at + 1))
+    ++keys;
+  CHECK(keys == 3);
   for (auto& s : job.servers)
     CHECK_EXIT(*s, 0, job_time);
   CHECK_EXIT(*job.coordinator, 0, job_time);

@@ -476,3 +476,51 @@ def test_a_failed_init_of_rank_0_is_not_initialized_for_the_others(
             kv.close()
         except actorps.Error:
             pass  # the server is gone
+
+
+def test_export_weights_writes_safetensors_with_shapes(tmp_path):
+    import json
+    import struct
+    path = str(tmp_path / "model.safetensors")
+    # Keys sliced over shards, and one of a single float.
+    with actorps.KVStore.create("local", num_shards=3, bigarray_bound=10,
+                                slice_floats=7) as kv:
+        w = np.arange(24, dtype=np.float32).reshape(4, 6)
+        kv.init("layer1.weight", w)
+        kv.init("bias", f32(0.5))
+        kv.init(7, np.ones((2, 2, 2), np.float32))
+        kv.set_optimizer("sgd", learning_rate=0.5, momentum=0.9)
+        kv.push("layer1.weight", np.ones((4, 6), np.float32))
+        kv.export_weights(path, optimizer_state=True)
+        got = np.zeros((4, 6), np.float32)
+        kv.wait(kv.pull("layer1.weight", got))
+    # The format itself, read with json and struct only.
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    assert (8 + n) % 8 == 0
+    assert header["__metadata__"]["optimizer"] == "sgd"
+    entry = header["layer1.weight"]
+    assert entry["dtype"] == "F32" and entry["shape"] == [4, 6]
+    begin, end = entry["data_offsets"]
+    values = struct.unpack("<24f", data[begin:end])
+    assert values == tuple(got.ravel().tolist())
+    # Every byte of the data belongs to one tensor.
+    spans = sorted(tuple(t["data_offsets"]) for k, t in header.items()
+                   if k != "__metadata__")
+    assert spans[0][0] == 0 and spans[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    # And through the package's reader.
+    tensors, meta = actorps.load_safetensors(path)
+    assert np.array_equal(tensors["layer1.weight"], got)
+    assert tensors["bias"].shape == (1,) and tensors["bias"][0] == 0.5
+    assert tensors["7"].shape == (2, 2, 2)
+    # SGD with momentum: one state block, the momentum lr * grad.
+    momentum = tensors["__optimizer__/layer1.weight/0"]
+    assert momentum.shape == (4, 6)
+    assert np.allclose(np.abs(momentum), 0.5)
+    assert "__optimizer__/layer1.weight/1" not in tensors
+    state_dict = {k: torch.from_numpy(v) for k, v in tensors.items()
+                  if not k.startswith("__optimizer__/")}
+    assert torch.equal(state_dict["layer1.weight"], torch.from_numpy(got))
