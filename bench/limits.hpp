@@ -42,6 +42,21 @@ struct machine_limits {
   /// no actor in between. Median µs per round, for each size.
   std::vector<echo> broker_rounds;
 
+  /// ucx_perftest between two processes (bench/ucx_perftest.hpp): for each
+  /// transport set ("tcp", "shm"), one-way tag_bw per size (GB/s, UCX's
+  /// overall figure) and tag_lat at 4 KB (us one-way, median).
+  struct ucx_figure {
+    std::string transport;
+    size_t bytes = 0;
+    double gbps = 0;
+  };
+  std::vector<ucx_figure> ucx_bandwidth;
+  struct ucx_latency {
+    std::string transport;
+    double us = 0;
+  };
+  std::vector<ucx_latency> ucx_latency_4k;
+
   /// The echo round of `bytes`, µs; 0 if it was not measured.
   double echo_us(size_t bytes) const {
     return find(echoes, bytes);

@@ -8,6 +8,7 @@
 // yardsticks), yardsticks.hpp and broker_round.hpp (the CAF-only
 // yardsticks), limits.hpp (memcpy and loopback TCP), report.hpp (table and
 // JSON).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "bench/options.hpp"
 #include "bench/report.hpp"
 #include "bench/scenarios.hpp"
+#include "bench/ucx_perftest.hpp"
 #include "bench/yardsticks.hpp"
 
 namespace cli = actorps::apps;
@@ -73,6 +75,15 @@ std::string measure_machine(const bench_options& o, machine_limits& limits) {
                                std::chrono::seconds{o.timeout_s}, limits);
         !e.empty())
       return "measuring " + std::string{y->who} + ": " + e;
+  }
+  // The UCX plane's ceiling, when UCX cases run.
+  if (std::find(o.dist_transports.begin(), o.dist_transports.end(), "ucx")
+      != o.dist_transports.end()) {
+    std::fprintf(stderr, "measuring ucx_perftest...\n");
+    if (auto e = measure_ucx_perftest(sizes, o.quick, limits,
+                                      std::chrono::seconds{o.timeout_s});
+        !e.empty())
+      return e;
   }
   return {};
 }

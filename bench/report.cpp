@@ -87,6 +87,20 @@ void print_echoes(const char* title,
   std::printf("\n\n");
 }
 
+// ucx_perftest's figures (bench/ucx_perftest.hpp), when it ran.
+void print_ucx(const machine_limits& m) {
+  if (m.ucx_bandwidth.empty())
+    return;
+  std::printf("ucx_perftest between two processes (one-way tag_bw, GB/s; "
+              "tag_lat at 4 KB, us one-way):\n");
+  for (const auto& f : m.ucx_bandwidth)
+    std::printf("  %-4s %10.0f KB  %8.2f GB/s\n", f.transport.c_str(),
+                static_cast<double>(f.bytes) / 1024, f.gbps);
+  for (const auto& l : m.ucx_latency_4k)
+    std::printf("  %-4s tag_lat 4 KB  %8.1f us\n", l.transport.c_str(), l.us);
+  std::printf("\n");
+}
+
 } // namespace
 
 void print_table(const std::vector<result>& results, const machine_limits& m,
@@ -106,6 +120,7 @@ void print_table(const std::vector<result>& results, const machine_limits& m,
                  "actor between: the server sums and answers, the client "
                  "copies out; see bench/broker_round.hpp):",
                  m.broker_rounds);
+    print_ucx(m);
   }
   std::printf("%-6s %-26s %-6s %7s %12s %12s %12s %9s %17s  %s\n", "mode",
               "case", "round", "workers", "median us", "min us", "max us",
@@ -182,6 +197,16 @@ void write_json(std::ostream& out, const std::vector<result>& results,
                       {"tcp_echo", rounds(m.echoes)},
                       {"basp_echo", rounds(m.basp_echoes)},
                       {"broker_round", rounds(m.broker_rounds)}};
+  if (limits && !m.ucx_bandwidth.empty()) {
+    auto bw = json::array();
+    for (const auto& f : m.ucx_bandwidth)
+      bw.push_back(
+        {{"transport", f.transport}, {"bytes", f.bytes}, {"gbps", f.gbps}});
+    auto lat = json::array();
+    for (const auto& l : m.ucx_latency_4k)
+      lat.push_back({{"transport", l.transport}, {"us", l.us}});
+    doc["machine"]["ucx_perftest"] = {{"tag_bw", bw}, {"tag_lat_4k", lat}};
+  }
   auto& rows = doc["results"] = json::array();
   for (const auto& r : results) {
     const auto us = r.median() * 1e6;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -165,6 +166,32 @@ TEST_CASE("bench: --transport ucx runs the dist cases over the UCX plane",
   process bad{{ACTORPS_BENCH_BIN, "--modes", "dist", "--transport", "rdma"}};
   CHECK(bad.wait_exit(60s) == 2);
   CHECK(bad.output().find("unknown transport 'rdma'") != std::string::npos);
+}
+
+TEST_CASE("bench: with the limits, ucx cases get ucx_perftest's figures",
+          "[integration][bench][ucx]") {
+  // .ci/setup.sh installs it with libucx-dev.
+  INFO("ucx_perftest comes with Debian's ucx-utils");
+  REQUIRE(::access("/usr/bin/ucx_perftest", X_OK) == 0);
+  auto [output, doc]
+    = run_bench({"--quick", "--modes", "dist", "--transport", "ucx", "--sizes",
+                 "4K", "--many", "none", "--workers", "1", "--backlog", "0"},
+                "actorps-bench-ucx-perftest");
+  INFO(output);
+  const auto& ucx = doc.at("machine").at("ucx_perftest");
+  // One-way bandwidth at the case's size and the 4 KB latency, over TCP
+  // and over shared memory.
+  std::set<std::string> seen;
+  for (const auto& f : ucx.at("tag_bw")) {
+    CHECK(f.at("bytes") == 4096);
+    CHECK(f.at("gbps").get<double>() > 0);
+    seen.insert(f.at("transport").get<std::string>());
+  }
+  CHECK(seen == std::set<std::string>{"tcp", "shm"});
+  REQUIRE(ucx.at("tag_lat_4k").size() == 2);
+  for (const auto& l : ucx.at("tag_lat_4k"))
+    CHECK(l.at("us").get<double>() > 0);
+  CHECK(count(output, "ucx_perftest between two processes") == 1);
 }
 #endif
 
