@@ -19,6 +19,7 @@ packages=(
   python3-dev pybind11-dev      # the Python module (python/)
   python3-numpy python3-pytest  # its arrays and its tests
   python3-torch                 # torch tensors in and out, the PyTorch helper
+  python3-matplotlib            # the training curves (python -m actorps.plot)
   dataset-fashion-mnist         # the training job's data
 )
 

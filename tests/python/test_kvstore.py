@@ -524,3 +524,50 @@ def test_export_weights_writes_safetensors_with_shapes(tmp_path):
     state_dict = {k: torch.from_numpy(v) for k, v in tensors.items()
                   if not k.startswith("__optimizer__/")}
     assert torch.equal(state_dict["layer1.weight"], torch.from_numpy(got))
+
+
+def test_plot_draws_every_run_with_axes_markers_and_a_legend(tmp_path):
+    import subprocess
+    import sys
+    from actorps import plot
+    runs = []
+    for name, epochs in (("async", 3), ("sync", 2)):
+        path = tmp_path / f"{name}.csv"
+        lines = ["epoch,train_loss,test_accuracy,samples_per_s,seconds"]
+        lines += [f"{e},{1.0 / e},{0.5 + 0.1 * e},1000,{2.0 * e}"
+                  for e in range(1, epochs + 1)]
+        path.write_text("\n".join(lines) + "\n")
+        runs.append((name, str(path)))
+    stem = str(tmp_path / "plots" / "curves")
+    paths, points = plot.plot(runs, stem)
+    assert paths == [stem + ".png", stem + ".svg"]
+    with open(paths[0], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # 4 panels (loss and accuracy, against epochs and wall time), each with
+    # both runs: 3 + 2 markers per panel.
+    assert points[("async", "epoch", "train_loss")] == 3
+    assert points[("sync", "wall", "test_accuracy")] == 2
+    # In the SVG, each run's line in each panel is a group of one marker
+    # per point.
+    import xml.etree.ElementTree as ET
+    ns = "{http://www.w3.org/2000/svg}"
+    markers = {}
+    for g in ET.parse(paths[1]).getroot().iter(ns + "g"):
+        gid = g.get("id", "")
+        if gid.startswith("run:"):
+            markers[gid] = len(list(g.iter(ns + "use")))
+    assert len(markers) == 4 * 2
+    for gid, n in markers.items():
+        assert n == (3 if gid.startswith("run:async:") else 2), gid
+    # The command line: labels from the file names, exit 0; a CSV that is
+    # not one of actorps-train's is refused with exit 2.
+    cli = subprocess.run([sys.executable, "-m", "actorps.plot", runs[0][1],
+                          "--out", str(tmp_path / "cli")],
+                         capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert (tmp_path / "cli.png").exists()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    cli = subprocess.run([sys.executable, "-m", "actorps.plot", str(bad)],
+                         capture_output=True, text=True)
+    assert cli.returncode == 2 and "no column" in cli.stderr
