@@ -170,7 +170,7 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
         auto done = (step + 1) * opts.batch * workers;
         cb.on_progress({epoch, done, steps * opts.batch * workers,
                         clock.loss_sum / double(clock.steps),
-                        double(done) / clock.seconds()});
+                        double(done) / clock.seconds(), step + 1, steps});
       }
     }
     auto seconds = clock.seconds();
@@ -229,7 +229,7 @@ std::string train_baseline(const dataset& train, const dataset& test,
         auto done = (step + 1) * opts.batch;
         cb.on_progress({epoch, done, steps * opts.batch,
                         clock.loss_sum / double(clock.steps),
-                        double(done) / clock.seconds()});
+                        double(done) / clock.seconds(), step + 1, steps});
       }
     }
     epoch_report r;

@@ -45,6 +45,9 @@ struct progress {
   uint64_t total = 0;
   double loss = 0;
   double samples_per_s = 0;
+  /// Steps of this epoch done so far, and in all.
+  uint64_t step = 0;
+  uint64_t steps = 0;
 };
 
 /// Callbacks of a training run (all optional; called on the rank-0 thread).

@@ -15,6 +15,7 @@
 #include "apps/common/cli.hpp"
 #include "apps/common/curves.hpp"
 #include "apps/common/mnist.hpp"
+#include "apps/common/progress.hpp"
 #include "apps/common/train.hpp"
 #include "messages/errors.hpp"
 #include "runtime/kvstore.hpp"
@@ -23,55 +24,6 @@ namespace po = boost::program_options;
 namespace cli = actorps::apps;
 
 namespace {
-
-// One progress line: a bar on a terminal, plain lines otherwise.
-class progress_printer {
-public:
-  explicit progress_printer(uint32_t epochs)
-    : epochs_(epochs), tty_(::isatty(STDOUT_FILENO) == 1) {
-  }
-
-  void update(const cli::progress& p) {
-    auto fraction = p.total == 0 ? 1.0 : double(p.done) / double(p.total);
-    if (tty_) {
-      constexpr int width = 30;
-      auto filled = static_cast<int>(fraction * width);
-      std::printf("\repoch %2u/%u [%s%s] %3.0f%%  loss %.4f  %8.0f samples/s",
-                  p.epoch, epochs_, std::string(filled, '#').c_str(),
-                  std::string(width - filled, '.').c_str(), fraction * 100,
-                  p.loss, p.samples_per_s);
-      std::fflush(stdout);
-      return;
-    }
-    // Plain lines at each quarter of an epoch.
-    auto quarter = static_cast<int>(fraction * 4);
-    if (p.epoch != last_epoch_) {
-      last_epoch_ = p.epoch;
-      last_quarter_ = 0;
-    }
-    if (quarter > last_quarter_) {
-      last_quarter_ = quarter;
-      std::printf("epoch %2u/%u %3d%%  loss %.4f  %.0f samples/s\n", p.epoch,
-                  epochs_, quarter * 25, p.loss, p.samples_per_s);
-    }
-  }
-
-  void epoch_done(const cli::epoch_report& r) {
-    if (tty_)
-      std::printf("\n");
-    std::printf("epoch %2u/%u done: loss %.4f  test accuracy %.4f  %.0f "
-                "samples/s  %.1f s\n",
-                r.epoch, epochs_, r.loss, r.accuracy, r.samples_per_s,
-                r.seconds);
-    std::fflush(stdout);
-  }
-
-private:
-  uint32_t epochs_;
-  bool tty_;
-  uint32_t last_epoch_ = 0;
-  int last_quarter_ = 0;
-};
 
 const std::string app = "actorps-train";
 
@@ -188,7 +140,7 @@ int run(int argc, char** argv) {
               static_cast<long long>(test_set.size()), what.c_str(),
               train.batch, double(train.learning_rate),
               train.lr_schedule.c_str(), double(train.momentum), note.c_str());
-  progress_printer printer{train.epochs};
+  cli::progress_printer printer{train.epochs};
   std::vector<cli::epoch_report> reports;
   std::mutex mtx;
   cli::train_callbacks cb;

@@ -6,7 +6,9 @@
 #include <tuple>
 
 #include "apps/common/cli.hpp"
+#include "apps/common/curves.hpp"
 #include "apps/common/mnist.hpp"
+#include "apps/common/progress.hpp"
 #include "apps/common/synthetic.hpp"
 #include "apps/common/train.hpp"
 #include "messages/errors.hpp"
@@ -31,6 +33,7 @@ int run(int argc, char** argv) {
   std::string data_dir = actorps::apps::default_data_dir;
   long limit_train = 0;
   long limit_test = 0;
+  std::string out_dir = "out";
   long connect_timeout_ms = 5000;
   long timeout_ms = 60000;
   po::options_description desc{"Options"};
@@ -49,6 +52,9 @@ int run(int argc, char** argv) {
     "mnist: use only the first N training samples (0: all)")(
     "limit-test", po::value(&limit_test)->default_value(0),
     "mnist: use only the first N test samples (0: all)")(
+    "out", po::value(&out_dir)->default_value(out_dir),
+    "mnist: rank 0 writes its loss and accuracy curves here (MODE.csv and "
+    "MODE.svg, as actorps-train)")(
     "keys", po::value(&job.keys)->default_value(job.keys),
     "synthetic: number of keys")("size",
                                  po::value(&job.size)->default_value(job.size),
@@ -115,6 +121,10 @@ int run(int argc, char** argv) {
   actorps::apps::dataset train_set;
   actorps::apps::dataset test_set;
   if (job_name == "mnist") {
+    // Checked before the run, as actorps-train does (the rank is known only
+    // after the join: every worker checks).
+    if (auto e = cli::prepare_output(out_dir + "/curves.csv"); !e.empty())
+      return cli::fail(app, "--out: " + e, 2);
     for (auto [split, set, limit] :
          {std::tuple{"train", &train_set, limit_train},
           std::tuple{"t10k", &test_set, limit_test}}) {
@@ -145,15 +155,31 @@ int run(int argc, char** argv) {
   std::ostringstream quiet;
   std::string problem;
   if (job_name == "mnist") {
+    // Rank 0 shows the run as actorps-train does and keeps its curves.
+    cli::progress_printer printer{train.epochs, app + ": "};
+    std::vector<actorps::apps::epoch_report> reports;
     actorps::apps::train_callbacks cb;
+    if (info)
+      cb.on_progress = [&](const actorps::apps::progress& p) {
+        printer.update(p);
+      };
     cb.on_epoch = [&](const actorps::apps::epoch_report& r) {
+      reports.push_back(r);
       if (info)
-        std::cout << app << ": epoch " << r.epoch << "/" << train.epochs
-                  << " done: loss " << r.loss << "  test accuracy "
-                  << r.accuracy << "  " << static_cast<long>(r.samples_per_s)
-                  << " samples/s  " << r.seconds << " s" << std::endl;
+        printer.epoch_done(r);
     };
     problem = actorps::apps::train_worker(*kv, train_set, test_set, train, cb);
+    if (problem.empty() && kv->rank() == 0) {
+      auto stem = out_dir + "/" + kv->type();
+      auto e = cli::write_csv(stem + ".csv", reports);
+      if (e.empty())
+        e = cli::write_svg(stem + ".svg", app + ": " + kv->type(), reports);
+      if (!e.empty())
+        problem = "--out: " + e;
+      if (problem.empty() && info)
+        std::cout << app << ": curves: " << stem << ".csv and " << stem
+                  << ".svg" << std::endl;
+    }
     if (problem.empty() && info)
       std::cout << app << ": rank " << kv->rank() << ": training done"
                 << std::endl;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -578,6 +579,40 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
   }
 }
 
+TEST_CASE("dist: the mnist job shows its progress and rank 0 keeps the "
+          "curves",
+          "[integration]") {
+  actorps::test::temp_dir tmp;
+  dist_job job{"dist_sync", 2, 1};
+  job.add_server();
+  for (int i = 0; i < 2; ++i)
+    job.add_worker({"--job", "mnist", "--epochs", "2", "--limit-train", "1024",
+                    "--limit-test", "200", "--out",
+                    tmp.path() + "/w" + std::to_string(i)});
+  int writers = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto& w = *job.workers[i];
+    CHECK_EXIT(w, 0, job_time);
+    auto& out = w.output();
+    INFO(out);
+    if (out.find("rank 0 of 2") == std::string::npos) {
+      // Rank 1 trains silently and writes no curves.
+      CHECK(out.find("done: loss") == std::string::npos);
+      continue;
+    }
+    ++writers;
+    CHECK(out.find("epoch  2/2 done: loss ") != std::string::npos);
+    CHECK(out.find("ETA ") != std::string::npos);
+    std::ifstream csv{tmp.path() + "/w" + std::to_string(i) + "/dist_sync.csv"};
+    std::string line;
+    int rows = 0;
+    while (std::getline(csv, line))
+      ++rows;
+    CHECK(rows == 3); // the header and one line per epoch
+  }
+  CHECK(writers == 1);
+}
+
 TEST_CASE("train: the app trains on Fashion-MNIST samples end to end",
           "[integration]") {
   auto out = "/tmp/actorps-train-" + std::to_string(::getpid());
@@ -593,6 +628,13 @@ TEST_CASE("train: the app trains on Fashion-MNIST samples end to end",
   };
   CHECK(loss_of("2") < loss_of("1"));
   CHECK(text.find("test accuracy") != std::string::npos);
+  // Progress lines (not a terminal: plain) with the step, the time spent
+  // and the time left; the last of an epoch is at its last step.
+  std::smatch m;
+  REQUIRE(std::regex_search(
+    text, m,
+    std::regex{R"(100%  step (\d+)/(\d+) .*elapsed \d+:\d\d  ETA \d+:\d\d)"}));
+  CHECK(m[1] == m[2]);
   std::ifstream csv{out + "/async.csv"};
   std::string line;
   int rows = 0;
