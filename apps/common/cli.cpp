@@ -77,7 +77,9 @@ int finish(const std::string& app, const network_flags& flags,
            const std::string& message) {
   if (!message.empty())
     return fail(app, message);
-  if (flags.level >= log_level::info)
+  if (log_started())
+    log_info("job done");
+  else if (flags.level >= log_level::info)
     std::cout << app << ": job done" << std::endl;
   return 0;
 }
@@ -297,6 +299,8 @@ void add_network_options(po::options_description& desc, network_flags& flags) {
     "(0: never; keep it above the transfer time of the largest message)")(
     "log-level", po::value(&flags.level_text)->default_value("info"),
     "error (errors only), info, or debug (also nodes that go down)")(
+    "log-file", po::value(&flags.log_file),
+    "also append every log line to this file")(
     "scheduler", po::value(&flags.scheduler_text)->default_value("auto"),
     "CAF scheduler policy: auto (= sharing for these networked processes), "
     "sharing or stealing")(
@@ -335,6 +339,9 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
                 2);
   if (auto text = tls_problem(flags.tls); !text.empty())
     return fail(app, text, 2);
+  // From here on, the app's lines are timestamped log lines.
+  if (auto e = start_log(app, flags.level, flags.log_file); !e.empty())
+    return fail(app, "--log-file: " + e, 2);
   return std::nullopt;
 }
 
@@ -380,16 +387,17 @@ std::optional<int> check_compression(const std::string& app,
 }
 
 std::function<void(const std::string&)>
-event_printer(const std::string& app, const network_flags& flags) {
+event_printer(const std::string& /*app*/, const network_flags& flags) {
   if (flags.level < log_level::debug)
     return {};
-  return [app](const std::string& line) {
-    std::cout << app << ": " << line << std::endl;
-  };
+  return [](const std::string& line) { log_debug(line); };
 }
 
 int fail(const std::string& app, const std::string& message, int code) {
-  std::cerr << app << ": " << message << std::endl;
+  if (log_started())
+    log_error(message);
+  else
+    std::cerr << app << ": " << message << std::endl;
   return code;
 }
 

@@ -10,6 +10,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "apps/common/log.hpp"
 #include "core/compression.hpp"
 #include "runtime/scheduler_policy.hpp"
 #include "runtime/system_options.hpp"
@@ -96,15 +97,14 @@ std::string read_token_file(const std::string& path, std::string& out);
 std::optional<int> resolve_token(const std::string& app,
                                  const token_flags& flags, std::string& out);
 
-/// How much an app prints on stdout.
-enum class log_level { error = 0, info = 1, debug = 2 };
-
 /// The flags every distributed app shares: heartbeat, connection timeout,
 /// log level, scheduler and TLS files.
 struct network_flags {
   long heartbeat_ms = 1000;
   long connection_timeout_ms = 10000;
   std::string level_text = "info";
+  /// --log-file: every log line is appended there too.
+  std::string log_file;
   std::string scheduler_text = "auto";
   /// Mutual TLS files (checked by `check`).
   tls_files tls;

@@ -7,12 +7,21 @@
 
 namespace actorps::apps {
 
-progress_printer::progress_printer(uint32_t epochs, std::string prefix)
+progress_printer::progress_printer(uint32_t epochs, line_sink sink)
   : epochs_(epochs),
-    prefix_(std::move(prefix)),
-    tty_(::isatty(STDOUT_FILENO) == 1),
+    sink_(std::move(sink)),
+    tty_(!sink_ && ::isatty(STDOUT_FILENO) == 1),
     start_(std::chrono::steady_clock::now()) {
   // nop
+}
+
+void progress_printer::line(const std::string& text) {
+  if (sink_) {
+    sink_(text);
+    return;
+  }
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
 }
 
 double progress_printer::elapsed() const {
@@ -43,10 +52,9 @@ void progress_printer::update(const progress& p) {
   if (tty_) {
     constexpr int width = 30;
     auto filled = static_cast<int>(fraction * width);
-    std::printf("\r%sepoch %2u/%u [%s%s] %3.0f%%  step %llu/%llu  loss %.4f  "
+    std::printf("\repoch %2u/%u [%s%s] %3.0f%%  step %llu/%llu  loss %.4f  "
                 "%6.0f samples/s  %s ",
-                prefix_.c_str(), p.epoch, epochs_,
-                std::string(filled, '#').c_str(),
+                p.epoch, epochs_, std::string(filled, '#').c_str(),
                 std::string(width - filled, '.').c_str(), fraction * 100,
                 static_cast<unsigned long long>(p.step),
                 static_cast<unsigned long long>(p.steps), p.loss,
@@ -62,24 +70,28 @@ void progress_printer::update(const progress& p) {
   }
   if (quarter > last_quarter_) {
     last_quarter_ = quarter;
-    std::printf("%sepoch %2u/%u %3d%%  step %llu/%llu  loss %.4f  %.0f "
-                "samples/s  %s\n",
-                prefix_.c_str(), p.epoch, epochs_, quarter * 25,
-                static_cast<unsigned long long>(p.step),
-                static_cast<unsigned long long>(p.steps), p.loss,
-                p.samples_per_s, times.c_str());
-    std::fflush(stdout);
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "epoch %2u/%u %3d%%  step %llu/%llu  loss %.4f  %.0f "
+                  "samples/s  %s",
+                  p.epoch, epochs_, quarter * 25,
+                  static_cast<unsigned long long>(p.step),
+                  static_cast<unsigned long long>(p.steps), p.loss,
+                  p.samples_per_s, times.c_str());
+    line(buf);
   }
 }
 
 void progress_printer::epoch_done(const epoch_report& r) {
   if (tty_)
     std::printf("\n");
-  std::printf("%sepoch %2u/%u done: loss %.4f  test accuracy %.4f  %.0f "
-              "samples/s  %.1f s  elapsed %s\n",
-              prefix_.c_str(), r.epoch, epochs_, r.loss, r.accuracy,
-              r.samples_per_s, r.seconds, clock_text(elapsed()).c_str());
-  std::fflush(stdout);
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "epoch %2u/%u done: loss %.4f  test accuracy %.4f  %.0f "
+                "samples/s  %.1f s  elapsed %s",
+                r.epoch, epochs_, r.loss, r.accuracy, r.samples_per_s,
+                r.seconds, clock_text(elapsed()).c_str());
+  line(buf);
 }
 
 } // namespace actorps::apps

@@ -4,19 +4,22 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "apps/common/train.hpp"
 
 namespace actorps::apps {
 
-/// A training run's progress on stdout: on a terminal one bar that redraws
-/// itself, otherwise a plain line at each quarter of an epoch; both with
-/// the step, loss, samples/s, the time since the run started and an
-/// estimate of the time left. `prefix` starts every line ("" for none).
+/// A training run's progress: on a terminal one bar that redraws itself,
+/// otherwise a plain line at each quarter of an epoch; both with the step,
+/// loss, samples/s, the time since the run started and an estimate of the
+/// time left. Lines go to stdout, or each to `sink` when given (no bar).
 class progress_printer {
 public:
-  explicit progress_printer(uint32_t epochs, std::string prefix = {});
+  using line_sink = std::function<void(const std::string&)>;
+
+  explicit progress_printer(uint32_t epochs, line_sink sink = {});
 
   void update(const progress& p);
 
@@ -28,8 +31,10 @@ public:
 private:
   double elapsed() const;
 
+  void line(const std::string& text);
+
   uint32_t epochs_;
-  std::string prefix_;
+  line_sink sink_;
   bool tty_;
   std::chrono::steady_clock::time_point start_;
   uint32_t last_epoch_ = 0;

@@ -126,24 +126,22 @@ int run(int argc, char** argv) {
   if (auto w = cli::exposure_warning(opts.host, !opts.token.empty(),
                                      opts.system.tls.enabled());
       !w.empty())
-    std::cerr << app << ": " << w << std::endl;
+    cli::log_error(w);
   opts.on_event = cli::event_printer(app, net);
   opts.status_interval = std::chrono::milliseconds{status_ms};
   if (net.level >= cli::log_level::info)
-    opts.on_status = [&](const std::string& line) {
-      std::cout << app << ": " << line << std::endl;
-    };
+    opts.on_status = [&](const std::string& line) { cli::log_info(line); };
   auto err = actorps::run_coordinator(opts, [&](uint16_t p) {
     if (!port_file.empty())
       if (auto e = cli::write_file_atomically(port_file,
                                               std::to_string(p) + "\n");
           !e.empty())
-        std::cerr << app << ": --port-file: " << e << std::endl;
+        cli::log_error("--port-file: " + e);
     // Printed at every log level: scripts read the port from it.
-    std::cout << app << ": listening on "
-              << (opts.host.empty() ? "*" : opts.host) << ":" << p << " ("
-              << mode << ", " << opts.num_workers << " workers, "
-              << opts.num_servers << " servers)" << std::endl;
+    cli::log_always("listening on " + (opts.host.empty() ? "*" : opts.host)
+                    + ":" + std::to_string(p) + " (" + mode + ", "
+                    + std::to_string(opts.num_workers) + " workers, "
+                    + std::to_string(opts.num_servers) + " servers)");
   });
   // 3: the job ran, but nodes were lost (as a worker whose job failed).
   if (err && actorps::code_of(err) == actorps::errc::dead_node)

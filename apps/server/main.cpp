@@ -84,14 +84,14 @@ int run(int argc, char** argv) {
   if (auto w = cli::exposure_warning(opts.listen_address(), !opts.token.empty(),
                                      opts.system.tls.enabled());
       !w.empty())
-    std::cerr << app << ": " << w << std::endl;
+    cli::log_error(w);
   opts.on_event = cli::event_printer(app, net);
   bool joined = false;
   auto err = actorps::run_server(opts, [&](uint32_t rank) {
     joined = true;
-    if (net.level >= cli::log_level::info)
-      std::cout << app << ": server rank " << rank << " hosts " << opts.shards
-                << " shards" << std::endl;
+    cli::set_log_rank(rank);
+    cli::log_info("server rank " + std::to_string(rank) + " hosts "
+                  + std::to_string(opts.shards) + " shards");
   });
   // 3: the job ran and the coordinator was lost (1: it never joined).
   if (err && joined && actorps::code_of(err) == actorps::errc::dead_node)

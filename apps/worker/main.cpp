@@ -149,14 +149,15 @@ int run(int argc, char** argv) {
   if (!kv)
     return cli::fail(app, actorps::render(kv.error()));
   kv->set_barrier_before_exit(!job.tolerate_deaths);
+  cli::set_log_rank(kv->rank());
   if (info)
-    std::cout << app << ": rank " << kv->rank() << " of " << kv->num_workers()
-              << " (" << kv->type() << ")" << std::endl;
+    cli::log_stream() << "rank " << kv->rank() << " of " << kv->num_workers()
+                      << " (" << kv->type() << ")" << std::endl;
   std::ostringstream quiet;
   std::string problem;
   if (job_name == "mnist") {
     // Rank 0 shows the run as actorps-train does and keeps its curves.
-    cli::progress_printer printer{train.epochs, app + ": "};
+    cli::progress_printer printer{train.epochs, cli::log_info};
     std::vector<actorps::apps::epoch_report> reports;
     actorps::apps::train_callbacks cb;
     if (info)
@@ -177,14 +178,15 @@ int run(int argc, char** argv) {
       if (!e.empty())
         problem = "--out: " + e;
       if (problem.empty() && info)
-        std::cout << app << ": curves: " << stem << ".csv and " << stem
-                  << ".svg" << std::endl;
+        cli::log_stream() << "curves: " << stem << ".csv and " << stem << ".svg"
+                          << std::endl;
     }
     if (problem.empty() && info)
-      std::cout << app << ": rank " << kv->rank() << ": training done"
-                << std::endl;
+      cli::log_stream() << "rank " << kv->rank() << ": training done"
+                        << std::endl;
   } else {
-    problem = actorps::apps::run_synthetic(*kv, job, info ? std::cout : quiet);
+    problem = actorps::apps::run_synthetic(*kv, job,
+                                           info ? cli::log_stream() : quiet);
   }
   if (!problem.empty()) {
     // Leave at once (waiting for the others at the exit barrier would hold
@@ -201,8 +203,8 @@ int run(int argc, char** argv) {
       return cli::fail(app, "--export: " + actorps::render(err), 3);
     }
     if (info)
-      std::cout << app << ": rank 0: weights written to " << export_path
-                << std::endl;
+      cli::log_stream() << "rank 0: weights written to " << export_path
+                        << std::endl;
   }
   if (job_name == "mnist") {
     if (auto err = kv->close())
@@ -212,14 +214,15 @@ int run(int argc, char** argv) {
   auto dead_workers = kv->num_dead_node(actorps::role::worker);
   auto dead_servers = kv->num_dead_node(actorps::role::server);
   if (info)
-    std::cout << app << ": rank " << kv->rank() << ": all "
-              << (job.tolerate_deaths || !job.check_values ? "rounds done"
-                                                           : "values exact")
-              << "; num_dead_node: workers="
-              << (dead_workers ? std::to_string(*dead_workers) : "?")
-              << " servers="
-              << (dead_servers ? std::to_string(*dead_servers) : "?")
-              << std::endl;
+    cli::log_stream() << "rank " << kv->rank() << ": all "
+                      << (job.tolerate_deaths || !job.check_values
+                            ? "rounds done"
+                            : "values exact")
+                      << "; num_dead_node: workers="
+                      << (dead_workers ? std::to_string(*dead_workers) : "?")
+                      << " servers="
+                      << (dead_servers ? std::to_string(*dead_servers) : "?")
+                      << std::endl;
   if (auto err = kv->close())
     return cli::fail(app, "close: " + actorps::render(err), 3);
   return 0;

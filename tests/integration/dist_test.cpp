@@ -579,6 +579,42 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
   }
 }
 
+TEST_CASE("dist: log lines carry UTC time, role and rank, also in "
+          "--log-file",
+          "[integration]") {
+  actorps::test::temp_dir tmp;
+  auto log = tmp.path() + "/worker.log";
+  dist_job job{"dist_sync", 1, 1};
+  job.add_server();
+  auto& w = job.add_worker(
+    {"--keys", "1", "--size", "10", "--rounds", "2", "--log-file", log});
+  CHECK_EXIT(w, 0, job_time);
+  CHECK_EXIT(*job.servers[0], 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  const std::string stamp = R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z )";
+  auto has = [&](const std::string& text, const std::string& line) {
+    return std::regex_search(text, std::regex{"(^|\n)" + stamp + line});
+  };
+  INFO(w.output());
+  CHECK(has(w.output(), R"(worker\[0\] rank 0 of 1 \(dist_sync\))"));
+  CHECK(has(w.output(), R"(worker\[0\] rank 0: all values exact)"));
+  CHECK(has(job.servers[0]->output(), R"(server\[0\] server rank 0 hosts)"));
+  CHECK(has(job.coordinator->output(), R"(coordinator listening on 127)"));
+  CHECK(has(job.coordinator->output(), R"(coordinator job done)"));
+  // The file holds the same lines.
+  std::ifstream in{log};
+  std::string file{std::istreambuf_iterator<char>{in}, {}};
+  CHECK(has(file, R"(worker\[0\] rank 0 of 1 \(dist_sync\))"));
+  CHECK(has(file, R"(worker\[0\] rank 0: all values exact)"));
+  // A log file that cannot be opened (its folder is a file) is refused
+  // before anything runs.
+  std::ofstream{tmp.path() + "/plain"} << "x";
+  process bad{{ACTORPS_WORKER_BIN, "--coordinator", job.address, "--log-file",
+               tmp.path() + "/plain/x.log"}};
+  CHECK_EXIT(bad, 2, startup);
+  CHECK(bad.output().find("--log-file") != std::string::npos);
+}
+
 TEST_CASE("dist: the mnist job shows its progress and rank 0 keeps the "
           "curves",
           "[integration]") {
