@@ -39,15 +39,17 @@ namespace net = caf::io::network;
 // reads a header, then asks for exactly the payload length it declares
 // (configure_read); CAF would resize its read buffer to that length at once.
 //
-// Every guarded connection also checks routed messages. BASP's routed
-// message names its source node in its payload and CAF 0.17 believes it: a
-// source naming the receiving node makes the sender a local actor (looked
-// up by id), one naming a third node a proxy of that node's actor, which
-// would pass any trust check (actors/trust.hpp). So a routed message is
-// refused (and its connection closed) if it claims to come from this
-// process, or from another node than the peer unless the peer is the
-// coordinator (routes_trusted), through which CAF routes a worker's first
-// messages to a server.
+// Every guarded connection also checks routed, monitor and down messages.
+// Each names its source node in its payload and CAF 0.17 believes it: a
+// routed message naming the receiving node makes the sender a local actor
+// (looked up by id), one naming a third node a proxy of that node's actor,
+// which would pass any trust check (actors/trust.hpp); a down message in
+// another node's name kills the proxy of that node's actor (a server would
+// think the coordinator died). So such a message is refused (and its
+// connection closed) if it claims to come from this process, or from
+// another node than the peer unless the peer is the coordinator
+// (routes_trusted), through which CAF routes a worker's first messages to
+// a server.
 //
 // `Base` is CAF's TCP scribe or ours (runtime/link.hpp) for TLS or the
 // proof of the token.
@@ -109,7 +111,12 @@ private:
       caf::binary_deserializer source{ctx, bytes, size};
       if (size != basp::header_size || source(hdr))
         return true; // not a header: BASP itself refuses it
-      routed_ = hdr.operation == basp::message_type::routed_message;
+      // Each of these names its source node first in its payload, and
+      // CAF believes it: a routed message's sender, a monitor's requester,
+      // a down message's dead actor.
+      routed_ = hdr.operation == basp::message_type::routed_message
+                || hdr.operation == basp::message_type::monitor_message
+                || hdr.operation == basp::message_type::down_message;
       expect_header_ = hdr.payload_len == 0;
       return true;
     }

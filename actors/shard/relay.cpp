@@ -122,7 +122,8 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       return self->delegate(shard, a, std::move(snap));
     },
     [=](workers_atom a, const std::vector<uint32_t>& live) -> ok_result {
-      ACTORPS_RELAY_CHECK("workers")
+      if (auto err = self->state.trusted.check_admitter(self, "workers"))
+        return err;
       return self->delegate(shard, a, live);
     },
     [=](stats_atom a) -> caf::result<shard_stats> {

@@ -111,7 +111,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](workers_atom,
            const std::vector<uint32_t>& live) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "workers"))
+      // Who is live decides whom sync rounds wait for: the coordinator's.
+      if (auto err = self->state.trusted.check_admitter(self, "workers"))
         return err;
       if (auto err = self->state.set_live(live))
         return err;

@@ -246,6 +246,8 @@ TEST_CASE("network: every message type crosses a real connection",
   auto coord_a = guard_a(spawn_coordinator(sys_a, cc));
   shard_config sc;
   sc.num_workers = 1;
+  // B also sends what only a coordinator's node may (which workers live).
+  sc.trusted = {sys_b.node()};
   auto shard_a = guard_a(spawn_shard(sys_a, sc));
   auto relay_a = guard_a(spawn_priority_relay(sys_a, shard_a));
   auto coord = connect<coordinator_actor>(sys_b, publish(sys_a, coord_a));
@@ -650,9 +652,12 @@ TEST_CASE("network: an admitted worker acts only as itself", "[integration]") {
   auto relay = connect<shard_actor>(sys_b, publish(sys_a, relay_a));
   system_config cfg_c{net_options()};
   caf::actor_system sys_c{cfg_c};
-  for (auto& dest : {shard, relay})
+  // Nor say which workers are live (whom sync rounds wait for).
+  for (auto& dest : {shard, relay}) {
     require_refused(self, dest, admit_atom::value,
                     std::vector<caf::node_id>{sys_c.node()});
+    require_refused(self, dest, workers_atom::value, std::vector<uint32_t>{0});
+  }
   // A key too large to hold is refused before any layout is made for it.
   self->send(coord, declare_atom::value, std::string{"huge"},
              std::vector<uint64_t>{uint64_t{1} << 40, 1 << 20}, uint32_t{0});
@@ -798,20 +803,20 @@ TEST_CASE("network: a routed message in another node's name closes its "
   self->send(remote, int32_t{1});
   CHECK(require_reply<int32_t>(self) == 1);
   self->monitor(remote);
+  // A routed message in the name of S itself. (The same check covers
+  // monitor and down messages; a forged down message naming S is no test
+  // of it: CAF closes that connection by itself.)
+  auto kind = caf::io::basp::message_type::routed_message;
   std::vector<char> payload;
   {
     caf::binary_serializer sink{sys_c, payload};
+    auto node = sys_s.node();
     std::vector<caf::strong_actor_ptr> stages;
     auto msg = caf::make_message(int32_t{666});
-    auto node = sys_s.node();
     REQUIRE_FALSE(sink(node, node, stages, msg));
   }
-  caf::io::basp::header hdr{caf::io::basp::message_type::routed_message,
-                            0,
-                            static_cast<uint32_t>(payload.size()),
-                            0,
-                            probe.id(),
-                            probe.id()};
+  caf::io::basp::header hdr{
+    kind, 0, static_cast<uint32_t>(payload.size()), 0, probe.id(), probe.id()};
   std::vector<char> frame;
   {
     caf::binary_serializer sink{sys_c, frame};
