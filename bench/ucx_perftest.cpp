@@ -2,6 +2,7 @@
 #include "bench/ucx_perftest.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -113,7 +114,7 @@ std::string measure_ucx_perftest(const std::vector<size_t>& sizes, bool quick,
                                  machine_limits& out,
                                  std::chrono::seconds timeout) {
   auto exe = on_path("ucx_perftest");
-  if (exe.empty())
+  if (exe.empty() || on_path("env").empty() || on_path("stdbuf").empty())
     return {};
   // UCX's names: "tcp" alone is what hosts without RDMA get; shared memory
   // is the FIFOs (posix, sysv) and cross-memory attach (cma).
@@ -131,8 +132,12 @@ std::string measure_ucx_perftest(const std::vector<size_t>& sizes, bool quick,
                              std::to_string(n), "-w",
                              std::to_string(std::max<size_t>(n / 10, 2))},
                             timeout, fig);
-          !e.empty())
-        return std::string{"ucx_perftest tag_bw over "} + name + ": " + e;
+          !e.empty()) {
+        // A yardstick that fails leaves a gap, not a failed run.
+        std::fprintf(stderr, "ucx_perftest tag_bw over %s: %s\n", name,
+                     e.c_str());
+        continue;
+      }
       out.ucx_bandwidth.push_back(
         {name, bytes, fig[5] * double(1 << 20) / 1e9});
     }
@@ -142,8 +147,10 @@ std::string measure_ucx_perftest(const std::vector<size_t>& sizes, bool quick,
                            quick ? "2000" : "20000", "-w", "1000"},
                           timeout, fig);
         !e.empty())
-      return std::string{"ucx_perftest tag_lat over "} + name + ": " + e;
-    out.ucx_latency_4k.push_back({name, fig[1]});
+      std::fprintf(stderr, "ucx_perftest tag_lat over %s: %s\n", name,
+                   e.c_str());
+    else
+      out.ucx_latency_4k.push_back({name, fig[1]});
   }
   return {};
 }

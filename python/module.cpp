@@ -235,8 +235,9 @@ std::string key_of(const py::handle& k) {
   if (py::isinstance<py::str>(k))
     return k.cast<std::string>();
   if (py::isinstance<py::int_>(k) && !py::isinstance<py::bool_>(k)) {
-    // Any size of int, as Python writes it.
-    return py::str(k).cast<std::string>();
+    // Any size of int, its decimal digits (an IntEnum member too).
+    return py::str(py::reinterpret_steal<py::object>(PyNumber_Long(k.ptr())))
+      .cast<std::string>();
   }
   throw py::type_error("a key must be a str or an int, got " + describe(k));
 }
@@ -500,7 +501,8 @@ public:
     auto k = key_of(key);
     auto vs = views_of(out, "pull", true);
     auto refs = outs_of(vs);
-    auto t = run([&] { return kv_.pull(k, std::move(refs), priority); });
+    auto t
+      = run([&] { return issued(kv_.pull(k, std::move(refs), priority)); });
     return hold(check(std::move(t)), vs);
   }
 
@@ -509,8 +511,8 @@ public:
     auto k = key_of(key);
     auto v = view_of(value, "push_pull", false);
     auto o = view_of(out, "push_pull", true);
-    auto t
-      = run([&] { return kv_.push_pull(k, in_of(v), out_of(o), priority); });
+    auto t = run(
+      [&] { return issued(kv_.push_pull(k, in_of(v), out_of(o), priority)); });
     return hold(check(std::move(t)), {o});
   }
 
@@ -528,7 +530,8 @@ public:
     auto ks = keys_of(keys);
     auto vs = list_views(outs, ks.size(), "pull_many", true);
     auto refs = outs_of(vs);
-    auto t = run([&] { return kv_.pull_many(ks, std::move(refs), priority); });
+    auto t = run(
+      [&] { return issued(kv_.pull_many(ks, std::move(refs), priority)); });
     return hold(check(std::move(t)), vs);
   }
 
@@ -539,8 +542,9 @@ public:
     auto os = list_views(outs, ks.size(), "push_pull_many", true);
     auto ins = ins_of(vs);
     auto refs = outs_of(os);
-    auto t = run(
-      [&] { return kv_.push_pull_many(ks, ins, std::move(refs), priority); });
+    auto t = run([&] {
+      return issued(kv_.push_pull_many(ks, ins, std::move(refs), priority));
+    });
     return hold(check(std::move(t)), os);
   }
 
@@ -555,10 +559,8 @@ public:
     auto err = run([&] { return kv_.wait(pt); });
     // This pull and every earlier one are done with their outputs (unless
     // Ctrl-C ended the wait: they are all still pending then).
-    if (code_of(err) != errc::interrupted) {
-      auto j = pending_.find(t.id);
-      pending_.erase(pending_.begin(), j == pending_.end() ? j : std::next(j));
-    }
+    if (code_of(err) != errc::interrupted)
+      pending_.erase(pending_.begin(), pending_.upper_bound(t.id));
     check(err);
   }
 
@@ -574,16 +576,25 @@ public:
   }
 
   void wait_all() {
-    auto err = run([&] { return kv_.wait_all(); });
+    uint64_t last = 0;
+    auto err = run([&] {
+      last = last_issued_;
+      return kv_.wait_all();
+    });
+    // Pulls another thread issued after this wait began stay held.
     if (code_of(err) != errc::interrupted)
-      pending_.clear();
+      pending_.erase(pending_.begin(), pending_.upper_bound(last));
     check(err);
   }
 
   void barrier() {
-    auto err = run([&] { return kv_.barrier(); });
+    uint64_t last = 0;
+    auto err = run([&] {
+      last = last_issued_;
+      return kv_.barrier();
+    });
     if (code_of(err) != errc::interrupted)
-      pending_.clear();
+      pending_.erase(pending_.begin(), pending_.upper_bound(last));
     check(err);
   }
 
@@ -668,7 +679,7 @@ public:
     uint64_t size = 1;
     for (auto d : shape)
       size *= d;
-    return run([&] {
+    auto us = run([&] {
       Eigen::VectorXf grad
         = Eigen::VectorXf::Ones(static_cast<Eigen::Index>(size));
       Eigen::VectorXf out{static_cast<Eigen::Index>(size)};
@@ -688,6 +699,9 @@ public:
       std::sort(times.begin(), times.end());
       return times.empty() ? 0.0 : times[times.size() / 2];
     });
+    if (us < 0)
+      throw py::value_error("_cpp_round_us: a push or pull failed");
+    return us;
   }
 
   void close() {
@@ -723,8 +737,17 @@ private:
     return out;
   }
 
+  // Notes the ticket of a pull just issued (called under `use_`).
+  caf::expected<pull_ticket> issued(caf::expected<pull_ticket> t) {
+    if (t)
+      last_issued_ = std::max(last_issued_, t->id());
+    return t;
+  }
+
   kvstore kv_;
   std::timed_mutex use_;
+  // The newest pull ticket issued on this handle (guarded by `use_`).
+  uint64_t last_issued_ = 0;
   std::shared_ptr<std::atomic<bool>> interruptible_;
   std::map<uint64_t, held> pending_;
 };

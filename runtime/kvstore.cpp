@@ -289,9 +289,11 @@ caf::error kvstore::wait_only(pull_ticket ticket) {
   auto i = d.pending.find(ticket.id());
   if (i == d.pending.end())
     return caf::none;
-  auto f = std::move(i->second);
-  d.pending.erase(i);
-  return f();
+  auto err = i->second();
+  // Interrupted: still pending, for a later wait.
+  if (code_of(err) != errc::interrupted)
+    d.pending.erase(i);
+  return err;
 }
 
 caf::error kvstore::wait_all() {
@@ -389,7 +391,8 @@ caf::error kvstore::export_weights(const std::string& path,
     if (!optimizer_state || n == 0 || rec.state.data.size() % n != 0)
       continue;
     auto blocks = rec.state.data.size() / n;
-    k.states.resize(blocks, std::vector<float>(k.values.size()));
+    if (blocks > k.states.size())
+      k.states.resize(blocks, std::vector<float>(k.values.size()));
     for (size_t j = 0; j < blocks && j < k.states.size(); ++j)
       std::copy_n(
         rec.state.data.begin() + static_cast<std::ptrdiff_t>(j * n), n,

@@ -142,8 +142,9 @@ void log_always(const std::string& text) {
 }
 
 std::ostream& log_stream() {
-  static line_buf buf;
-  static std::ostream stream{&buf};
+  // One per thread: lines of two threads never mix.
+  static thread_local line_buf buf;
+  static thread_local std::ostream stream{&buf};
   return stream;
 }
 

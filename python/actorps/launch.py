@@ -237,18 +237,27 @@ def _parse(argv):
 class _Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP to the launcher: stop the job as Ctrl-C does."""
 
+    def __init__(self, signum):
+        super().__init__()
+        self.signum = signum
+
 
 def _terminate(signum, frame):
-    raise _Terminated()
+    raise _Terminated(signum)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
     # Its processes run in their own sessions: a kill of the launcher alone
     # must not leave them running.
-    if threading.current_thread() is threading.main_thread():
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    saved = {}
+    if on_main_thread:
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, _terminate)
+            saved[sig] = signal.signal(sig, _terminate)
     coordinator_bin = _find_app("actorps-coordinator", args.bin_dir)
     server_bin = _find_app("actorps-server", args.bin_dir)
     token = os.environ.get("ACTORPS_TOKEN") or secrets.token_hex(16)
@@ -265,6 +274,11 @@ def main(argv=None):
         out.flush()
 
     def stop_all():
+        # A second Ctrl-C or SIGTERM must not cut this short: the processes
+        # run in their own sessions and would outlive the launcher.
+        if on_main_thread:
+            for sig in _STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
         for p in procs:
             p.stop()
         for p in procs:
@@ -356,14 +370,19 @@ def main(argv=None):
         return failure
     except KeyboardInterrupt as e:
         interrupted = True
-        terminated = isinstance(e, _Terminated)
-        say("launch", ("terminated" if terminated else "interrupted")
-            + ": stopping the job")
+        signum = e.signum if isinstance(e, _Terminated) else signal.SIGINT
+        say("launch", ("interrupted" if signum == signal.SIGINT
+                       else "terminated") + ": stopping the job")
         stop_all()
-        return 143 if terminated else 130
+        # The shell's convention: 128 + the signal's number.
+        return 128 + int(signum)
     finally:
         if not interrupted:
             stop_all()
+        if on_main_thread:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
