@@ -273,6 +273,10 @@ T count_of(const py::handle& x, const char* name, long long max) {
 // A Python callable as the shards' command handler (local stores): called
 // as f(head, body) on a shard's thread with the GIL taken; an exception it
 // raises fails the command with its text.
+// Set on a shard's thread while it runs a Python command handler: the
+// store the handler would call is waiting for that very command.
+thread_local bool in_command_handler = false;
+
 command_handler command_of(const py::handle& x) {
   if (x.is_none())
     return {};
@@ -291,6 +295,12 @@ command_handler command_of(const py::handle& x) {
     if (!Py_IsInitialized())
       return make_error(errc::closed, "on_command: Python has exited");
     py::gil_scoped_acquire locked;
+    in_command_handler = true;
+    struct reset {
+      ~reset() {
+        in_command_handler = false;
+      }
+    } on_exit;
     try {
       (*fn)(head, body);
       return caf::none;
@@ -422,6 +432,9 @@ public:
   // for its turn still sees Ctrl-C).
   template <class F>
   auto run(F f) {
+    if (in_command_handler)
+      throw py::type_error("on_command: a command handler must not call the "
+                           "store (it waits for the handler)");
     py::gil_scoped_release released;
     std::unique_lock<std::timed_mutex> turn{use_, std::defer_lock};
     while (!turn.try_lock_for(std::chrono::milliseconds{100})) {

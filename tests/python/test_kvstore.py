@@ -403,6 +403,18 @@ def test_commands_compression_and_heartbeat_options():
             kv.set_gradient_compression("3bit")
     with pytest.raises(TypeError, match="on_command"):
         actorps.KVStore.create("local", on_command=3)
+    # A handler that calls its own store fails the command at once instead
+    # of waiting for itself.
+    stores = []
+
+    def reentrant(head, body):
+        stores[0].barrier()
+
+    with actorps.KVStore.create("local", on_command=reentrant,
+                                timeout=60) as kv:
+        stores.append(kv)
+        with pytest.raises(actorps.BadConfig, match="must not call the store"):
+            kv.send_command_to_servers(5, "x")
     with pytest.raises(ValueError, match="heartbeat"):
         actorps.KVStore.create("local", heartbeat=-1)
 
