@@ -107,11 +107,12 @@ void refuse_negative_unsigned(const po::parsed_options& parsed,
 
 // Boost.ProgramOptions 1.74 fills its error texts by replacing these
 // placeholders with the values at fault, and loops forever when a value
-// holds one of them (found by fuzzing: `batch=%value%`). Returns the first
-// placeholder `text` holds, or nullptr.
+// holds one of them (found by fuzzing: `batch=%value%`, and a config line
+// without '=' that holds `%invalid_line%`). Returns the first placeholder
+// `text` holds, or nullptr. These are every name Boost 1.74 substitutes.
 const char* boost_placeholder_in(const std::string& text) {
   for (const char* token : {"%value%", "%canonical_option%", "%option%",
-                            "%prefix%", "%original_token%"})
+                            "%prefix%", "%original_token%", "%invalid_line%"})
     if (text.find(token) != std::string::npos)
       return token;
   return nullptr;

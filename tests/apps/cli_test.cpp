@@ -91,6 +91,10 @@ TEST_CASE("cli: flags are parsed strictly", "[apps]") {
                               0600);
     CHECK(parse_args({"--config", looping}).rc == 2);
     CHECK(parse_args({"--count", "%canonical_option%"}).rc == 2);
+    // A line without '=' is quoted in Boost's error through the same loop.
+    auto bad_line = write_file(tmp.path(), "line.ini",
+                               "# a\ntutut %invalid_line% on\n", 0600);
+    CHECK(parse_args({"--config", bad_line}).rc == 2);
   }
 }
 
