@@ -17,6 +17,7 @@ packages=(
   clang libfuzzer-14-dev        # the fuzz targets (.ci/fuzz.sh)
   nlohmann-json3-dev            # JSON the programs write (bench figures)
   libspdlog-dev                 # the apps' log lines (UTC time, role, rank)
+  prometheus-cpp-dev            # /metrics endpoints (runtime/metrics.cpp)
   python3-dev pybind11-dev      # the Python module (python/)
   python3-numpy python3-pytest  # its arrays and its tests
   python3-torch                 # torch tensors in and out, the PyTorch helper

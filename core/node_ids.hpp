@@ -15,6 +15,9 @@ namespace role {
 constexpr uint8_t coordinator = 1;
 constexpr uint8_t server = 2;
 constexpr uint8_t worker = 4;
+/// Joins to read the job's status only (actorps-status): gets no rank,
+/// counts for nothing, may send nothing but `status_atom`.
+constexpr uint8_t observer = 8;
 } // namespace role
 
 /// Node id of the coordinator.

@@ -93,6 +93,14 @@ public:
     return in_flight_;
   }
 
+  /// Calls `f(priority, bytes)` for each request waiting, in sending order
+  /// (`bytes`: what it would carry there and back).
+  template <class F>
+  void each_queued(F&& f) const {
+    for (auto& [k, e] : queue_)
+      f(e.x.priority, e.x.cost.bytes + e.x.cost.soft + e.x.cost.pull_bytes);
+  }
+
 private:
   // Key: (-priority, issue order).
   using key = std::pair<int64_t, uint64_t>;

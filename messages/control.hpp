@@ -9,6 +9,8 @@
 #include "caf/meta/type_name.hpp"
 
 #include <actorps/core/node_ids.hpp>
+#include <actorps/core/status.hpp>
+#include <actorps/messages/types.hpp>
 
 /// Control-plane messages of a distributed job: membership and routing.
 /// Kept apart from messages/types.hpp so that the data-plane structs (and the
@@ -21,8 +23,9 @@ namespace actorps {
 /// the coordinator's handle, shards learn the admitted nodes). A node joins
 /// only a coordinator of its own version: peers of different versions would
 /// misread each other's messages. 4: the job's data transport, and the
-/// servers' UCX addresses in the routing table.
-constexpr uint32_t wire_version = 5;
+/// servers' UCX addresses in the routing table. 5: the data salt. 6: the
+/// job's status, shards' counters per worker.
+constexpr uint32_t wire_version = 6;
 
 /// What carries tensor bytes between worker and server processes.
 namespace transport {
@@ -85,6 +88,27 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
   return f(caf::meta::type_name("routing_table"), x.shards, x.relays, x.servers,
            x.data_addresses);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_status& x) {
+  return f(caf::meta::type_name("node_status"), x.node_id, x.role, x.rank,
+           x.address, x.last_seen_ms, x.dead, x.left);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, server_status& x) {
+  return f(caf::meta::type_name("server_status"), x.rank, x.answered, x.shards,
+           x.slices, x.floats_stored, x.pushes, x.pulls, x.updates,
+           x.waiting_pulls);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_status& x) {
+  return f(caf::meta::type_name("job_status"), x.sync, x.transport,
+           x.num_workers, x.num_servers, x.workers_joined, x.servers_joined,
+           x.keys, x.nodes, x.barrier_open, x.barrier_waits_for,
+           x.barriers_done, x.servers, x.workers);
 }
 
 } // namespace actorps

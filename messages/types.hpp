@@ -14,6 +14,7 @@
 #include "caf/meta/type_name.hpp"
 #include "caf/sec.hpp"
 
+#include <actorps/core/status.hpp>
 #include <actorps/core/values.hpp>
 
 /// Plain message structs exchanged by the actors of actorps. Each has an
@@ -189,13 +190,50 @@ struct shard_stats {
   /// Batch messages received (each carries one or more operations, counted
   /// in `pushes` and `pulls` as well).
   uint64_t batches = 0;
+  /// Per worker rank: what it pushed and pulled here.
+  std::vector<worker_traffic> by_worker;
 };
+
+/// Adds the counters of one shard to its server's sum (and counts it).
+inline void add_shard(server_status& sum, const shard_stats& x) noexcept {
+  ++sum.shards;
+  sum.slices += x.slices;
+  sum.floats_stored += x.floats_stored;
+  sum.pushes += x.pushes;
+  sum.pulls += x.pulls;
+  sum.updates += x.updates;
+  sum.waiting_pulls += x.waiting_pulls;
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_traffic& x) {
+  return f(caf::meta::type_name("worker_traffic"), x.pushes, x.pulls,
+           x.floats_pushed, x.floats_pulled);
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
   return f(caf::meta::type_name("shard_stats"), x.slices, x.floats_stored,
            x.pushes, x.pulls, x.updates, x.reordered, x.waiting_pulls,
-           x.batches);
+           x.batches, x.by_worker);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_stats& x) {
+  return f(caf::meta::type_name("op_stats"), x.count, x.errors, x.floats_out,
+           x.floats_in, x.buckets, x.latency_sum_s);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queued_requests& x) {
+  return f(caf::meta::type_name("queued_requests"), x.priority, x.requests,
+           x.bytes);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_stats& x) {
+  return f(caf::meta::type_name("worker_stats"), x.rank, x.ops,
+           x.bytes_in_flight, x.queued);
 }
 
 template <class Inspector>

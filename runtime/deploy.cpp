@@ -17,6 +17,7 @@
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
 #include "runtime/network.hpp"
+#include "runtime/observe.hpp"
 #ifdef ACTORPS_HAVE_UCX
 #  include "runtime/ucx/ingress.hpp"
 #  include "runtime/ucx/plane.hpp"
@@ -39,6 +40,7 @@ system_options system_options_of(const store_options& o) {
 } // namespace
 
 store_runtime::~store_runtime() {
+  metrics.reset();
   for (auto& a : owned)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 #ifdef ACTORPS_HAVE_UCX
@@ -89,8 +91,32 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   }
   rt->own(coordinator);
   for (auto& x : shards)
-    rt->own(x);
+    rt->local_shards.push_back(caf::actor_cast<caf::actor>(rt->own(x)));
   return rt;
+}
+
+caf::error start_metrics(store_runtime& rt, std::vector<caf::actor> shards) {
+  if (!rt.opts.metrics.enabled())
+    return caf::none;
+  std::vector<caf::actor> workers;
+  for (auto& [rank, w] : rt.workers)
+    workers.push_back(caf::actor_cast<caf::actor>(w));
+  auto mo = rt.opts.metrics;
+  mo.token = rt.opts.token;
+  std::string why;
+  rt.metrics = metrics_server::start(
+    mo,
+    [sys = &rt.sys, workers, shards] {
+      process_counters pc;
+      gather_workers(*sys, workers, pc);
+      if (!shards.empty())
+        gather_shards(*sys, shards, pc);
+      return pc;
+    },
+    why);
+  if (!rt.metrics)
+    return make_error(errc::bad_config, "create: " + why);
+  return caf::none;
 }
 
 caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,

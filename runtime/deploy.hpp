@@ -35,11 +35,15 @@ struct store_runtime {
   bool sync = false;
   /// How the workers batch slices; the facade lays values out by it.
   core::batching batching{};
+  /// Local stores: the shards (for the metrics).
+  std::vector<caf::actor> local_shards;
   // Long-lived actors of this process, sent an exit in this order.
   std::vector<caf::actor> owned;
   // The UCX data plane (transport ucx); closed before the actor system
   // goes (members end in reverse order).
   std::shared_ptr<ucx::plane> data_plane;
+  // The /metrics endpoint (store_options::metrics); stopped first.
+  std::unique_ptr<metrics_server> metrics;
 
   store_runtime(const system_options& so, const store_options& o)
     : cfg(so), sys(cfg), opts(o) {
@@ -70,5 +74,10 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync);
 /// refusal. The runtime's `sync` is the job's mode.
 caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                                                         uint8_t mode);
+
+/// Starts the /metrics endpoint that `rt->opts.metrics` asks for (nothing
+/// if off): it shows `rt`'s workers and `shards`. Error: `bad_config` (it
+/// cannot listen).
+caf::error start_metrics(store_runtime& rt, std::vector<caf::actor> shards);
 
 } // namespace actorps

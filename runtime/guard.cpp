@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -33,6 +35,28 @@ namespace actorps {
 namespace {
 
 namespace net = caf::io::network;
+
+// Where each peer node's connection comes from (peer_address); bounded, so
+// that many handshakes cannot grow it without end.
+struct address_book {
+  std::mutex mtx;
+  std::map<caf::node_id, std::string> by_node;
+};
+
+address_book& addresses() {
+  static address_book book;
+  return book;
+}
+
+constexpr size_t max_addresses = 4096;
+
+void remember_address(const caf::node_id& node, std::string where) {
+  auto& book = addresses();
+  std::lock_guard<std::mutex> guard{book.mtx};
+  if (book.by_node.size() >= max_addresses && book.by_node.count(node) == 0)
+    book.by_node.erase(book.by_node.begin());
+  book.by_node[node] = std::move(where);
+}
 
 // A connection that refuses to read an oversized message from a node that
 // was not admitted (accepted connections only: `capped`). CAF's BASP broker
@@ -73,6 +97,8 @@ public:
 
   bool consume(caf::execution_unit* ctx, const void* buf,
                size_t size) override {
+    if (!recorded_)
+      record_peer();
     if (!refused_ && !honest(ctx, buf, size))
       refused_ = true;
     if (!refused_ && Base::consume(ctx, buf, size) && !refused_)
@@ -93,6 +119,15 @@ private:
     if (broker == nullptr)
       return {};
     return broker->instance.tbl().lookup_direct(this->hdl());
+  }
+
+  // Remembers where the peer's node connects from, once its handshake
+  // named it.
+  void record_peer() {
+    if (auto node = peer_node()) {
+      recorded_ = true;
+      remember_address(node, this->addr() + ":" + std::to_string(this->port()));
+    }
   }
 
   bool peer_admitted() {
@@ -144,6 +179,7 @@ private:
   bool routed_ = false;
   bool refused_ = false;
   bool closed_ = false;
+  bool recorded_ = false;
 };
 
 // What a system's connections speak under BASP: TLS with a context, else
@@ -310,6 +346,13 @@ caf::expected<link_config> links_of(caf::actor_system& sys) {
 }
 
 } // namespace
+
+std::string peer_address(const caf::node_id& node) {
+  auto& book = addresses();
+  std::lock_guard<std::mutex> guard{book.mtx};
+  auto i = book.by_node.find(node);
+  return i == book.by_node.end() ? std::string{} : i->second;
+}
 
 caf::expected<uint16_t>
 publish_guarded(caf::actor_system& sys, caf::strong_actor_ptr whom,

@@ -42,6 +42,11 @@ caf::expected<uint16_t> publish_guarded(caf::actor_system& sys,
                                         std::set<std::string> sigs,
                                         uint16_t port, const std::string& host);
 
+/// "host:port" of the latest connection whose BASP handshake named `node`
+/// (a guarded connection of this process, accepted or opened); "" if none.
+/// Thread-safe.
+std::string peer_address(const caf::node_id& node);
+
 /// True if the connections of `sys` shake hands before BASP: TLS, or the
 /// proof of the job's token (`system_options::token`).
 bool shakes_hands(const caf::actor_system& sys);

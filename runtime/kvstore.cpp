@@ -78,17 +78,29 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     return make_error(errc::bad_config, "create: timeouts must be > 0");
   if (auto why = check(opts.compression); !why.empty())
     return make_error(errc::bad_config, "create: " + why);
+  if (opts.metrics.enabled() && opts.metrics.port > 65535)
+    return make_error(errc::bad_config, "create: metrics port "
+                                          + std::to_string(opts.metrics.port)
+                                          + " out of 0..65535 (-1: off)");
   if (!dist) {
     auto rt = make_local(opts, sync);
+    if (auto err = start_metrics(*rt, rt->local_shards))
+      return err;
     return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
   }
   auto rt = make_dist(opts, mode);
   if (!rt)
     return std::move(rt.error());
+  if (auto err = start_metrics(**rt, {}))
+    return err;
   auto rank = (*rt)->workers.begin()->first;
   // "dist" becomes the job's mode.
   auto joined = (*rt)->sync ? "dist_sync" : "dist_async";
   return kvstore{std::make_unique<impl>(std::move(*rt), joined, rank)};
+}
+
+uint16_t kvstore::metrics_port() const {
+  return impl_->rt->metrics ? impl_->rt->metrics->port() : 0;
 }
 
 caf::expected<kvstore> kvstore::worker(uint32_t rank) const {

@@ -16,6 +16,7 @@
 #include <actorps/core/errc.hpp>
 #include <actorps/core/node_ids.hpp>
 #include <actorps/messages/types.hpp>
+#include <actorps/runtime/metrics.hpp>
 #include <actorps/runtime/scheduler_policy.hpp>
 #include <actorps/runtime/system_options.hpp>
 
@@ -84,6 +85,11 @@ struct store_options {
   /// their outputs); the reply of any other call (a barrier, say) is
   /// dropped. The handle stays usable. The Python module checks Ctrl-C.
   std::function<bool()> interrupted;
+  /// Prometheus metrics of this process's workers (and, local stores, its
+  /// shards) at http://host:port/metrics (runtime/metrics.hpp); off unless
+  /// `metrics.port` >= 0. A distributed store's scrapes log in with
+  /// `metrics_password(token)`.
+  metrics_options metrics;
 };
 
 /// A pending pull, to pass to `kvstore::wait`.
@@ -148,6 +154,9 @@ public:
 
   /// Number of workers of the store.
   uint32_t num_workers() const;
+
+  /// The port of this process's /metrics endpoint; 0 if it serves none.
+  uint16_t metrics_port() const;
 
   /// Initializes `key` (collective: rank 0's value is stored, other ranks
   /// wait until it is). Returns once every shard holds the value. An empty

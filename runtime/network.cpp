@@ -24,6 +24,8 @@
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
+#include "runtime/guard.hpp"
+#include "runtime/observe.hpp"
 #ifdef ACTORPS_HAVE_UCX
 #  include "runtime/ucx/ingress.hpp"
 #  include "runtime/ucx/plane.hpp"
@@ -73,6 +75,35 @@ connect_coordinator(caf::actor_system& sys, const endpoint& where,
     // Startup order is free: wait a little for the coordinator to listen.
     std::this_thread::sleep_for(std::chrono::milliseconds{100});
   }
+}
+
+caf::expected<job_status> query_status(const status_options& opts) {
+  if (auto err = check_tls(opts.system.tls))
+    return make_error(errc::bad_config, "status: " + context_of(err));
+  auto sopts = opts.system;
+  sopts.network = true;
+  sopts.token = opts.token;
+  system_config cfg{sopts};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto gate = connect_coordinator(sys, opts.coordinator, opts.timeout);
+  if (!gate)
+    return std::move(gate.error());
+  job_info job;
+  auto err = detail::ask(
+    self.ptr(), caf::actor_cast<gate_actor>(*gate), opts.timeout,
+    [&](job_info& x) { job = std::move(x); }, join_atom::value, role::observer,
+    core::join_proof(opts.token), caf::actor{}, join_mode::any, wire_version);
+  if (err)
+    return err;
+  job_status result;
+  err = detail::ask(
+    self.ptr(), caf::actor_cast<coordinator_actor>(job.coordinator),
+    opts.timeout, [&](job_status& x) { result = std::move(x); },
+    status_atom::value);
+  if (err)
+    return err;
+  return result;
 }
 
 std::string describe_node(uint32_t node_id, uint8_t role_id) {
@@ -127,6 +158,7 @@ caf::error run_coordinator(const coordinator_options& opts,
                                              : std::chrono::milliseconds{1000};
   cc.transport = opts.transport;
   cc.on_done = caf::actor_cast<caf::actor>(self);
+  cc.address_of = peer_address;
   auto coord = spawn_coordinator(sys, cc);
   // Only the gate listens: a peer reaches the coordinator itself once it
   // proved the token (see actors/gate.hpp).
@@ -140,7 +172,28 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + ":" + std::to_string(opts.port) + " ("
                         + render(port.error()) + ")");
   }
+  std::unique_ptr<metrics_server> metrics;
+  if (opts.metrics.enabled()) {
+    auto mo = opts.metrics;
+    mo.token = opts.token;
+    std::string why;
+    metrics = metrics_server::start(
+      mo,
+      [&sys, c = caf::actor_cast<caf::actor>(coord)] {
+        process_counters pc;
+        gather_job(sys, c, pc);
+        return pc;
+      },
+      why);
+    if (!metrics) {
+      caf::anon_send_exit(coord, caf::exit_reason::kill);
+      static_cast<void>(sys.middleman().unpublish(gate, *port));
+      return make_error(errc::bad_config, "coordinator: " + why);
+    }
+  }
   on_listening(*port);
+  if (metrics && opts.on_metrics)
+    opts.on_metrics(metrics->port());
   core::join_tally tally{opts.num_workers, opts.num_servers};
   auto status = [&] {
     if (opts.on_status)
@@ -178,6 +231,7 @@ caf::error run_coordinator(const coordinator_options& opts,
         if (!tally.complete())
           status();
       });
+  metrics.reset();
   static_cast<void>(sys.middleman().unpublish(gate, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   if (lost_workers + lost_servers + failed_workers == 0)
@@ -290,6 +344,26 @@ caf::error run_server(const server_options& opts,
                                           + std::to_string(opts.port) + " ("
                                           + render(port.error()) + ")");
   }
+  std::unique_ptr<metrics_server> metrics;
+  if (opts.metrics.enabled()) {
+    auto mo = opts.metrics;
+    mo.token = opts.token;
+    std::string why;
+    metrics = metrics_server::start(
+      mo,
+      [&sys, shards] {
+        process_counters pc;
+        gather_shards(sys, shards, pc);
+        return pc;
+      },
+      why);
+    if (!metrics) {
+      stop();
+      return make_error(errc::bad_config, "server: " + why);
+    }
+    if (opts.on_metrics)
+      opts.on_metrics(metrics->port());
+  }
   err = detail::ask(
     self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
     job.node_id, shards, relays, opts.host + ":" + std::to_string(*port),
@@ -315,6 +389,7 @@ caf::error run_server(const server_options& opts,
           opts.on_event(describe_node(node_id, role_id) + " is down");
       }
     });
+  metrics.reset();
   stop();
 #ifdef ACTORPS_HAVE_UCX
   if (data_plane)

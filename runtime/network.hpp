@@ -11,7 +11,9 @@
 #include "caf/expected.hpp"
 #include "caf/fwd.hpp"
 
+#include <actorps/core/status.hpp>
 #include <actorps/runtime/kvstore.hpp>
+#include <actorps/runtime/metrics.hpp>
 #include <actorps/runtime/system_options.hpp>
 
 /// The coordinator and server processes of a distributed job. Each call runs
@@ -66,6 +68,11 @@ struct coordinator_options {
   /// servers joined" once (caller's thread, inside run_coordinator).
   std::function<void(const std::string&)> on_status;
   std::chrono::milliseconds status_interval{5000};
+  /// Prometheus metrics of the job (runtime/metrics.hpp); `token` is
+  /// taken from the job's.
+  metrics_options metrics;
+  /// Gets the metrics port once it listens (caller's thread).
+  std::function<void(uint16_t)> on_metrics;
 };
 
 /// Runs the coordinator: publishes it, calls `on_listening` with the port it
@@ -99,12 +106,32 @@ struct server_options {
   /// The shards' handler of commands with a head other than 0 (see
   /// `command_handler` in runtime/kvstore.hpp).
   command_handler on_command;
+  /// Prometheus metrics of this server's shards (runtime/metrics.hpp);
+  /// `token` is taken from the job's.
+  metrics_options metrics;
+  /// Gets the metrics port once it listens (caller's thread).
+  std::function<void(uint16_t)> on_metrics;
 
   /// Where the server listens: `bind`, else `host`.
   const std::string& listen_address() const noexcept {
     return bind.empty() ? host : bind;
   }
 };
+
+/// Options of a status query (actorps-status).
+struct status_options {
+  endpoint coordinator;
+  std::string token;
+  /// How long to try reaching the coordinator, and to wait for its answer.
+  std::chrono::milliseconds timeout{10000};
+  system_options system;
+};
+
+/// Joins the job at `opts.coordinator` as an observer (it takes no rank
+/// and holds nothing up) and returns the coordinator's `job_status`.
+/// Errors: `dead_node` (unreachable), `unauthorized` (wrong token),
+/// `bad_config` (another wire version, a local coordinator), `timeout`.
+caf::expected<job_status> query_status(const status_options& opts);
 
 /// Describes a node for humans: "worker 2 (node 13)".
 std::string describe_node(uint32_t node_id, uint8_t role);

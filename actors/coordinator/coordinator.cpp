@@ -52,6 +52,9 @@ caf::error speaks_for(self_ptr self, const char* op, uint32_t id) {
                                           + std::to_string(id) + " of the job");
 }
 
+// Observers remembered at most (the oldest is forgotten first).
+constexpr size_t max_observers = 256;
+
 // The largest number of slices one key may be cut into.
 constexpr uint64_t max_key_slices = uint64_t{1} << 20;
 
@@ -431,6 +434,17 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                               + " servers");
         info.rank = st.servers_joined++;
         info.node_id = server_node_id(info.rank);
+      } else if (role_id == role::observer) {
+        // Reads the status only: no rank, no data salt, no admission.
+        auto& sender = self->current_sender();
+        if (sender && sender->node() != self->node()) {
+          if (st.observers.size() >= max_observers)
+            st.observers.erase(st.observers.begin());
+          st.observers.insert(sender->node());
+        }
+        info.data_salt.clear();
+        info.coordinator = caf::actor_cast<caf::actor>(self);
+        return info;
       } else {
         return make_error(errc::bad_config,
                           "join: unknown role " + std::to_string(role_id));
@@ -556,6 +570,14 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
           ++count;
       }
       return count;
+    },
+    [self](status_atom) -> caf::result<job_status> {
+      auto& st = self->state;
+      auto& sender = self->current_sender();
+      if (!sender || st.observers.count(sender->node()) == 0)
+        if (auto err = st.trusted.check(self, "status"))
+          return err;
+      return job_status_of(self);
     },
   };
 }

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,15 @@
 /// can say whom the job still waits for, and `(node_down_atom, node_id,
 /// role, lost)` for every node that goes down, so it can say how the job
 /// ended.
+/// - `(join_atom, role::observer, token, agent, mode, version)` ->
+///   `job_info` without rank or data salt: the node (actorps-status) may
+///   send `status_atom` from then on, and nothing else; it counts for no
+///   barrier, round or end of the job.
+/// - `(status_atom)` -> `job_status`: the nodes with their addresses, last
+///   heartbeat and state, the open barrier and whom it waits for, and per
+///   server and per worker the shards' counters (shards that do not answer
+///   within 2 s are left out and their server marked). From a trusted node
+///   or an observer.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -136,6 +146,9 @@ struct coordinator_config {
   /// or died) and
   /// `(join_atom, node_id, role, rank)` for every node admitted.
   caf::actor on_done;
+  /// "host:port" a node's connection comes from (for the status); may be
+  /// empty.
+  std::function<std::string(const caf::node_id&)> address_of;
 };
 
 /// Interface of the coordinator actor.
@@ -158,7 +171,8 @@ using coordinator_actor = caf::typed_actor<
                   std::string>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,
   caf::reacts_to<heartbeat_atom, uint32_t>, caf::reacts_to<shutdown_atom>,
-  caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>>;
+  caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>,
+  caf::replies_to<status_atom>::with<job_status>>;
 
 /// Spawns a coordinator. The caller owns it: link to or monitor the handle.
 coordinator_actor spawn_coordinator(caf::actor_system& sys,

@@ -168,4 +168,98 @@ void release_routing(coordinator_ptr self) {
   st.routing_waiters.clear();
 }
 
+namespace {
+
+// The shards of each server rank (one rank holding every shard of a local
+// store).
+std::vector<std::vector<caf::actor>>
+shards_by_server(const coordinator_state& st) {
+  if (st.distributed())
+    return st.server_shards;
+  std::vector<caf::actor> all;
+  for (auto& x : st.cfg.shards)
+    all.push_back(caf::actor_cast<caf::actor>(x));
+  return {std::move(all)};
+}
+
+// How long the status waits for a shard's counters.
+constexpr auto status_wait = std::chrono::seconds{2};
+
+} // namespace
+
+caf::result<job_status> job_status_of(coordinator_ptr self) {
+  auto& st = self->state;
+  auto s = std::make_shared<job_status>();
+  s->sync = st.cfg.sync;
+  s->transport = st.cfg.transport;
+  s->num_workers = st.cfg.num_workers;
+  s->num_servers = st.distributed() ? st.cfg.num_servers : 1;
+  s->workers_joined = st.distributed() ? st.workers_joined : st.cfg.num_workers;
+  s->servers_joined = st.distributed() ? st.servers_joined : 1;
+  s->keys = st.keys.size();
+  auto now = caf::make_timestamp();
+  for (auto& [id, n] : st.nodes) {
+    node_status x;
+    x.node_id = id;
+    x.role = n.role;
+    x.rank = n.rank;
+    if (n.role == role::server && n.rank < st.server_endpoints.size())
+      x.address = st.server_endpoints[n.rank];
+    if (x.address.empty() && st.cfg.address_of && n.node)
+      x.address = st.cfg.address_of(n.node);
+    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(
+      now - n.last_seen);
+    x.last_seen_ms = static_cast<uint64_t>(std::max<int64_t>(age.count(), 0));
+    x.dead = n.dead;
+    x.left = n.left;
+    s->nodes.push_back(std::move(x));
+  }
+  s->barrier_open = !st.barrier_waiters.empty();
+  if (s->barrier_open)
+    for (uint32_t r = 0; r < st.live.size(); ++r)
+      if (st.live[r] && !st.at_barrier[r])
+        s->barrier_waits_for.push_back(r);
+  s->barriers_done = st.barriers_done;
+  s->workers.resize(st.cfg.num_workers);
+  auto groups = shards_by_server(st);
+  s->servers.resize(s->num_servers);
+  size_t total = 0;
+  for (uint32_t r = 0; r < s->servers.size(); ++r) {
+    s->servers[r].rank = r;
+    auto n = r < groups.size() ? groups[r].size() : 0;
+    auto i = st.nodes.find(server_node_id(r));
+    bool dead = st.distributed() && i != st.nodes.end() && i->second.dead;
+    s->servers[r].answered = n > 0 && !dead;
+    if (dead)
+      groups[r].clear();
+    total += r < groups.size() ? groups[r].size() : 0;
+  }
+  if (total == 0)
+    return std::move(*s);
+  auto rp = self->make_response_promise<job_status>();
+  auto remaining = std::make_shared<size_t>(total);
+  auto arrive = [s, remaining, rp]() mutable {
+    if (--*remaining == 0)
+      rp.deliver(std::move(*s));
+  };
+  for (uint32_t r = 0; r < groups.size() && r < s->servers.size(); ++r)
+    for (auto& shard : groups[r])
+      self
+        ->request(caf::actor_cast<shard_actor>(shard), status_wait,
+                  stats_atom::value)
+        .then(
+          [s, r, arrive](const shard_stats& x) mutable {
+            add_shard(s->servers[r], x);
+            for (size_t w = 0; w < x.by_worker.size() && w < s->workers.size();
+                 ++w)
+              s->workers[w] += x.by_worker[w];
+            arrive();
+          },
+          [s, r, arrive](caf::error&) mutable {
+            s->servers[r].answered = false;
+            arrive();
+          });
+  return rp;
+}
+
 } // namespace actorps

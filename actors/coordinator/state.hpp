@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -77,6 +78,10 @@ struct coordinator_state {
   std::vector<bool> shard_dead;
   bool done = false;
   bool finished = false;
+  // Nodes that joined as observers (actorps-status): they may ask for the
+  // status and nothing else.
+  std::set<caf::node_id> observers;
+  uint64_t barriers_done = 0;
 
   bool distributed() const {
     return cfg.num_servers > 0;
@@ -96,6 +101,7 @@ struct coordinator_state {
     for (auto& w : barrier_waiters)
       w.deliver(caf::ok_atom::value);
     barrier_waiters.clear();
+    ++barriers_done;
     at_barrier.assign(cfg.num_workers, false);
   }
 
@@ -137,5 +143,9 @@ void send_admissions(coordinator_ptr self, uint32_t rank);
 /// Answers the routing requests that wait, if routing is complete and every
 /// live server knows every admitted node.
 void release_routing(coordinator_ptr self);
+
+/// The job's status (`status_atom`): membership from the state, counters
+/// from every shard that answers within a few seconds.
+caf::result<job_status> job_status_of(coordinator_ptr self);
 
 } // namespace actorps

@@ -124,6 +124,9 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
                                               + std::to_string(s.value.size())
                                               + " floats but the push has "
                                               + std::to_string(n));
+  auto& t = traffic(worker);
+  ++t.pushes;
+  t.floats_pushed += n;
   if (!cfg.sync) {
     if (owned != nullptr)
       apply(s, std::move(*owned));
@@ -149,6 +152,9 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
+  auto& w = traffic(worker);
+  ++w.pulls;
+  w.floats_pulled += s.value.size();
   if (cfg.sync && s.rounds_done < s.pushes_of[worker]) {
     s.waiting.push_back(waiting_pull{s.pushes_of[worker], std::move(t)});
     ++stats.waiting_pulls;

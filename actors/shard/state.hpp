@@ -160,6 +160,13 @@ struct shard_state {
   std::vector<bool> live;
   shard_stats stats;
 
+  /// The counters of worker `rank` (< cfg.num_workers, checked before).
+  worker_traffic& traffic(uint32_t rank) {
+    if (stats.by_worker.size() <= rank)
+      stats.by_worker.resize(rank + 1);
+    return stats.by_worker[rank];
+  }
+
   // -- validation -------------------------------------------------------------
 
   caf::error check_worker(const char* op, slice_id id, uint32_t worker) const;

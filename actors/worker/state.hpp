@@ -77,6 +77,8 @@ struct worker_state {
   pending_failures coordinator_calls;
   /// Per shard: requests waiting for room under cfg.max_bytes_in_flight.
   std::vector<core::send_queue> queues;
+  /// Counters of the data operations (see stats_atom).
+  worker_stats stats;
 
   caf::duration timeout() const {
     return caf::duration{cfg.timeout};

@@ -5,6 +5,9 @@
 #include "actors/worker/state.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -203,13 +206,25 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
                           std::string{op_name(kind)} + ": no keys given"));
     return;
   }
-  auto fail = [rp](const caf::error& err) mutable { rp.deliver(err); };
+  // Counted in stats once it completed or failed.
+  auto since = std::chrono::steady_clock::now();
+  auto& counters = self->state.stats.ops[static_cast<size_t>(kind)];
+  auto fail = [rp, &counters](const caf::error& err) mutable {
+    ++counters.errors;
+    rp.deliver(err);
+  };
   // Shared by the operation and the route check: the key list (10000 keys in
   // a large call) is not copied.
   auto ks = std::make_shared<const std::vector<std::string>>(std::move(keys));
-  auto run = [self, kind, ks, priority, rp, fail,
+  auto sent = data.size;
+  auto run = [self, kind, ks, priority, rp, fail, since, sent, &counters,
               data = std::move(data)]() mutable {
-    auto done = [rp](float_parts out) mutable {
+    auto done = [rp, since, sent, &counters](float_parts out) mutable {
+      counters.record(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
+          .count());
+      counters.floats_out += sent;
+      counters.floats_in += out.size;
       if constexpr (std::is_same_v<Promise,
                                    caf::typed_response_promise<float_parts>>)
         rp.deliver(std::move(out));
@@ -480,6 +495,26 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
         return err;
       return via_coordinator<caf::ok_atom>(self, self->state.timeout(),
                                            load_atom::value, snap);
+    },
+    [self](stats_atom) -> caf::result<worker_stats> {
+      if (auto err = self->state.trusted.check(self, "stats"))
+        return err;
+      auto& st = self->state;
+      auto out = st.stats;
+      out.rank = st.cfg.rank;
+      std::map<int32_t, queued_requests, std::greater<>> by_priority;
+      for (auto& q : st.queues) {
+        out.bytes_in_flight += q.in_flight();
+        q.each_queued([&](int32_t priority, uint64_t bytes) {
+          auto& x = by_priority[priority];
+          x.priority = priority;
+          ++x.requests;
+          x.bytes += bytes;
+        });
+      }
+      for (auto& [p, x] : by_priority)
+        out.queued.push_back(x);
+      return out;
     },
   };
 }

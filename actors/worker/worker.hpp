@@ -74,6 +74,10 @@
 ///
 /// - `(dead_atom, node_or_group, timeout_s)`, `(command_atom, head, body)`:
 ///   forwarded to the coordinator.
+/// - `(stats_atom)` -> `worker_stats`: data operations completed and failed
+///   per kind, floats moved, the latency histogram (from the request's
+///   arrival here to its reply), bytes in flight and requests queued per
+///   priority.
 ///
 /// Priority: a push or pull with priority > 0 overtakes the shards' normal
 /// backlog: local shards get it with CAF's high message priority, remote ones
@@ -150,7 +154,8 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
-  caf::reacts_to<ucx_atom>, caf::reacts_to<ucx_atom, uint64_t>>;
+  caf::replies_to<stats_atom>::with<worker_stats>, caf::reacts_to<ucx_atom>,
+  caf::reacts_to<ucx_atom, uint64_t>>;
 
 /// Spawns a worker. The caller owns it: link to or monitor the handle.
 worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg);

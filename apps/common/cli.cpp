@@ -356,6 +356,31 @@ void add_export_option(po::options_description& desc, std::string& path,
                        .c_str());
 }
 
+void add_metrics_options(po::options_description& desc, metrics_options& opts) {
+  desc.add_options()(
+    "metrics-port", po::value(&opts.port)->default_value(opts.port),
+    "serve Prometheus metrics at http://HOST:PORT/metrics (0: a free port, "
+    "logged at start; -1: off). With a job token, scrapes log in with HTTP "
+    "basic auth: any user, the password `actorps-status "
+    "--metrics-password` prints")(
+    "metrics-host", po::value(&opts.host)->default_value(opts.host),
+    "address the metrics listen on (0.0.0.0: every interface)");
+}
+
+std::optional<int> check_metrics(const std::string& app,
+                                 const metrics_options& opts, bool has_token) {
+  if (opts.port < -1 || opts.port > 65535)
+    return fail(app,
+                "--metrics-port must be -1 (off) or 0..65535, got "
+                  + std::to_string(opts.port),
+                2);
+  if (opts.enabled() && !has_token && !is_loopback(opts.host))
+    log_error("--metrics-host " + opts.host
+              + " serves the job's counters to anyone who reaches it "
+                "(no token set: no password)");
+  return std::nullopt;
+}
+
 std::optional<int> check_export(const std::string& app,
                                 const std::string& path) {
   if (path.empty())

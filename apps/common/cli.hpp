@@ -12,6 +12,7 @@
 
 #include "apps/common/log.hpp"
 #include "core/compression.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/scheduler_policy.hpp"
 #include "runtime/system_options.hpp"
 
@@ -179,6 +180,16 @@ void add_export_option(boost::program_options::options_description& desc,
 /// before the run); else exit code 2 after "--export: ..." on stderr.
 std::optional<int> check_export(const std::string& app,
                                 const std::string& path);
+
+/// Adds --metrics-port and --metrics-host (Prometheus /metrics of this
+/// process) to `desc`.
+void add_metrics_options(boost::program_options::options_description& desc,
+                         metrics_options& opts);
+
+/// Nothing if the metrics flags are good; else exit code 2 after one line
+/// on stderr. Warns when they listen beyond loopback without a token.
+std::optional<int> check_metrics(const std::string& app,
+                                 const metrics_options& opts, bool has_token);
 
 /// Makes sure a file can be written at `path` before a long run writes it:
 /// creates its folder, and opens it for appending (a file this creates is

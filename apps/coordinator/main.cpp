@@ -65,6 +65,7 @@ int run(int argc, char** argv) {
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
   cli::add_network_options(desc, net);
+  cli::add_metrics_options(desc, opts.metrics);
   po::variables_map vm;
   if (auto rc = cli::parse(
         argc, argv, desc, vm, app,
@@ -85,6 +86,12 @@ int run(int argc, char** argv) {
   }
   if (auto rc = cli::resolve_token(app, tok, opts.token))
     return *rc;
+  if (auto rc = cli::check_metrics(app, opts.metrics, !opts.token.empty()))
+    return *rc;
+  opts.on_metrics = [&opts](uint16_t p) {
+    cli::log_info("metrics: http://" + opts.metrics.host + ":"
+                  + std::to_string(p) + "/metrics");
+  };
   if (auto rc = cli::check_range(app, "workers", opts.num_workers, 1,
                                  cli::max_workers))
     return *rc;

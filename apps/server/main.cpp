@@ -45,6 +45,7 @@ int run(int argc, char** argv) {
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
   cli::add_network_options(desc, net);
+  cli::add_metrics_options(desc, opts.metrics);
   po::variables_map vm;
   if (auto rc = cli::parse(
         argc, argv, desc, vm, app,
@@ -59,6 +60,12 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::resolve_token(app, tok, opts.token))
     return *rc;
+  if (auto rc = cli::check_metrics(app, opts.metrics, !opts.token.empty()))
+    return *rc;
+  opts.on_metrics = [&opts](uint16_t p) {
+    cli::log_info("metrics: http://" + opts.metrics.host + ":"
+                  + std::to_string(p) + "/metrics");
+  };
   if (auto rc = cli::check_range(app, "shards", opts.shards, 1,
                                  cli::max_shards))
     return *rc;

@@ -68,6 +68,7 @@ int run(int argc, char** argv) {
                            "bound on every push, pull and control call, in "
                            "ms");
   cli::add_network_options(desc, net);
+  cli::add_metrics_options(desc, store.metrics);
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
   cli::add_train_options(desc, train, "mnist: ");
@@ -88,6 +89,8 @@ int run(int argc, char** argv) {
   if (auto rc = cli::check(app, net))
     return *rc;
   if (auto rc = cli::resolve_token(app, tok, store.token))
+    return *rc;
+  if (auto rc = cli::check_metrics(app, store.metrics, !store.token.empty()))
     return *rc;
   if (auto rc = cli::check_range(app, "keys", job.keys, 1, 1000000))
     return *rc;
@@ -150,6 +153,9 @@ int run(int argc, char** argv) {
     return cli::fail(app, actorps::render(kv.error()));
   kv->set_barrier_before_exit(!job.tolerate_deaths);
   cli::set_log_rank(kv->rank());
+  if (kv->metrics_port() != 0)
+    cli::log_info("metrics: http://" + store.metrics.host + ":"
+                  + std::to_string(kv->metrics_port()) + "/metrics");
   if (info)
     cli::log_stream() << "rank " << kv->rank() << " of " << kv->num_workers()
                       << " (" << kv->type() << ")" << std::endl;

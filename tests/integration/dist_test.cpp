@@ -15,98 +15,13 @@
 #include <unistd.h>
 
 #include "tests/core/temp_dir.hpp"
+#include "tests/integration/dist_job.hpp"
 #include "tests/integration/process.hpp"
 
 using namespace std::chrono_literals;
 using actorps::test::process;
 
-namespace {
-
-constexpr auto startup = 30s;
-constexpr auto job_time = 120s;
-
-std::string token() {
-  return "tok-" + std::to_string(::getpid());
-}
-
-// A coordinator plus the servers and workers a test adds.
-struct dist_job {
-  std::unique_ptr<process> coordinator;
-  std::string address;
-  std::vector<std::unique_ptr<process>> servers;
-  std::vector<std::unique_ptr<process>> workers;
-  std::string mode;
-
-  dist_job(std::string job_mode, int num_workers, int num_servers,
-           std::vector<std::string> extra = {})
-    : mode(std::move(job_mode)) {
-    std::vector<std::string> argv{ACTORPS_COORDINATOR_BIN,
-                                  "--host",
-                                  "127.0.0.1",
-                                  "--port",
-                                  "0",
-                                  "--token",
-                                  token(),
-                                  "--mode",
-                                  mode,
-                                  "--workers",
-                                  std::to_string(num_workers),
-                                  "--servers",
-                                  std::to_string(num_servers)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    coordinator = std::make_unique<process>(argv);
-    REQUIRE(coordinator->wait_for(")", startup));
-    INFO(coordinator->output());
-    auto& out = coordinator->output();
-    auto at = out.find("127.0.0.1:");
-    REQUIRE(at != std::string::npos);
-    auto end = out.find(' ', at);
-    address = out.substr(at, end - at);
-  }
-
-  process& add_server(int shards = 2, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{
-      ACTORPS_SERVER_BIN, "--coordinator",       address, "--token", token(),
-      "--shards",         std::to_string(shards)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    servers.push_back(std::make_unique<process>(argv));
-    return *servers.back();
-  }
-
-  process& add_worker(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{ACTORPS_WORKER_BIN,
-                                  "--coordinator",
-                                  address,
-                                  "--token",
-                                  token(),
-                                  "--mode",
-                                  mode};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    workers.push_back(std::make_unique<process>(argv));
-    return *workers.back();
-  }
-};
-
-// Each transport the build has, for the tests that run on every one.
-#ifdef ACTORPS_HAVE_UCX
-#  define TRANSPORT() GENERATE(as<std::string>{}, "caf", "ucx")
-#else
-#  define TRANSPORT()                                                          \
-    std::string {                                                              \
-      "caf"                                                                    \
-    }
-#endif
-
-// Waits for `p` to exit and checks its code, showing its output on failure.
-#define CHECK_EXIT(p, code, timeout)                                           \
-  do {                                                                         \
-    auto rc_ = (p).wait_exit(timeout);                                         \
-    INFO((p).output());                                                        \
-    REQUIRE(rc_);                                                              \
-    CHECK(*rc_ == (code));                                                     \
-  } while (false)
-
-} // namespace
+using namespace actorps::test;
 
 TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
           "[integration]") {

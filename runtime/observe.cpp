@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/observe.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include "actors/coordinator/coordinator.hpp"
+#include "actors/shard/shard.hpp"
+#include "actors/worker/worker.hpp"
+
+namespace actorps {
+
+namespace {
+
+// Asks `whom` (`Handle` cast) for `Reply` with `xs...`; `on_reply` gets it.
+template <class Handle, class Reply, class OnReply, class... Ts>
+void ask(caf::scoped_actor& self, const caf::actor& whom, OnReply on_reply,
+         Ts... xs) {
+  if (!whom)
+    return;
+  self->request(caf::actor_cast<Handle>(whom), observe_wait, xs...)
+    .receive([&](Reply& x) { on_reply(x); }, [](caf::error&) {});
+}
+
+} // namespace
+
+void gather_shards(caf::actor_system& sys,
+                   const std::vector<caf::actor>& shards, process_counters& c) {
+  caf::scoped_actor self{sys};
+  server_status sum;
+  sum.answered = true;
+  for (auto& x : shards)
+    ask<shard_actor, shard_stats>(
+      self, x,
+      [&](shard_stats& s) {
+        add_shard(sum, s);
+        for (auto& w : s.by_worker)
+          c.shard_traffic += w;
+      },
+      stats_atom::value);
+  sum.answered = sum.shards == shards.size();
+  c.shards = sum;
+}
+
+void gather_workers(caf::actor_system& sys,
+                    const std::vector<caf::actor>& workers,
+                    process_counters& c) {
+  caf::scoped_actor self{sys};
+  for (auto& x : workers)
+    ask<worker_actor, worker_stats>(
+      self, x, [&](worker_stats& s) { c.workers.push_back(std::move(s)); },
+      stats_atom::value);
+}
+
+void gather_job(caf::actor_system& sys, const caf::actor& coordinator,
+                process_counters& c) {
+  caf::scoped_actor self{sys};
+  ask<coordinator_actor, job_status>(
+    self, coordinator, [&](job_status& s) { c.job = std::move(s); },
+    status_atom::value);
+}
+
+} // namespace actorps

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+// A distributed job of real processes on 127.0.0.1 for the integration
+// tests: a coordinator, plus the servers and workers a test adds.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "tests/integration/process.hpp"
+
+namespace actorps::test {
+
+using namespace std::chrono_literals;
+
+inline constexpr auto startup = 30s;
+inline constexpr auto job_time = 120s;
+
+inline std::string token() {
+  return "tok-" + std::to_string(::getpid());
+}
+
+// A coordinator plus the servers and workers a test adds.
+struct dist_job {
+  std::unique_ptr<process> coordinator;
+  std::string address;
+  std::vector<std::unique_ptr<process>> servers;
+  std::vector<std::unique_ptr<process>> workers;
+  std::string mode;
+
+  dist_job(std::string job_mode, int num_workers, int num_servers,
+           std::vector<std::string> extra = {})
+    : mode(std::move(job_mode)) {
+    std::vector<std::string> argv{ACTORPS_COORDINATOR_BIN,
+                                  "--host",
+                                  "127.0.0.1",
+                                  "--port",
+                                  "0",
+                                  "--token",
+                                  token(),
+                                  "--mode",
+                                  mode,
+                                  "--workers",
+                                  std::to_string(num_workers),
+                                  "--servers",
+                                  std::to_string(num_servers)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    coordinator = std::make_unique<process>(argv);
+    REQUIRE(coordinator->wait_for(")", startup));
+    INFO(coordinator->output());
+    auto& out = coordinator->output();
+    auto at = out.find("127.0.0.1:");
+    REQUIRE(at != std::string::npos);
+    auto end = out.find(' ', at);
+    address = out.substr(at, end - at);
+  }
+
+  process& add_server(int shards = 2, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{
+      ACTORPS_SERVER_BIN, "--coordinator",       address, "--token", token(),
+      "--shards",         std::to_string(shards)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    servers.push_back(std::make_unique<process>(argv));
+    return *servers.back();
+  }
+
+  process& add_worker(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{ACTORPS_WORKER_BIN,
+                                  "--coordinator",
+                                  address,
+                                  "--token",
+                                  token(),
+                                  "--mode",
+                                  mode};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    workers.push_back(std::make_unique<process>(argv));
+    return *workers.back();
+  }
+};
+
+// Each transport the build has, for the tests that run on every one.
+#ifdef ACTORPS_HAVE_UCX
+#  define TRANSPORT() GENERATE(as<std::string>{}, "caf", "ucx")
+#else
+#  define TRANSPORT()                                                          \
+    std::string {                                                              \
+      "caf"                                                                    \
+    }
+#endif
+
+// Waits for `p` to exit and checks its code, showing its output on failure.
+#define CHECK_EXIT(p, code, timeout)                                           \
+  do {                                                                         \
+    auto rc_ = (p).wait_exit(timeout);                                         \
+    INFO((p).output());                                                        \
+    REQUIRE(rc_);                                                              \
+    CHECK(*rc_ == (code));                                                     \
+  } while (false)
+
+} // namespace actorps::test
