@@ -332,6 +332,15 @@ store_options options_of(const py::dict& kwargs) {
       o.tls.ca = v.cast<std::string>();
     else if (name == "on_command")
       o.on_command = command_of(v);
+    else if (name == "metrics_port") {
+      auto port = v.cast<long long>();
+      if (port < -1 || port > 65535)
+        throw py::value_error("metrics_port: expected -1 (off) or 0..65535, "
+                              "got "
+                              + std::to_string(port));
+      o.metrics.port = static_cast<int>(port);
+    } else if (name == "metrics_host")
+      o.metrics.host = v.cast<std::string>();
     else
       throw py::type_error(
         "create: unknown option '" + name
@@ -339,7 +348,8 @@ store_options options_of(const py::dict& kwargs) {
           "slice_floats, timeout, barrier_timeout, max_bytes_in_flight, "
           "compression, max_pending, threads, scheduler, keep_freed_memory, "
           "coordinator, token, connect_timeout, heartbeat, "
-          "connection_timeout, tls_cert, tls_key, tls_ca, on_command)");
+          "connection_timeout, tls_cert, tls_key, tls_ca, on_command, "
+          "metrics_port, metrics_host)");
   }
   return o;
 }

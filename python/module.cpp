@@ -137,6 +137,10 @@ public:
     return kv_.num_workers();
   }
 
+  uint16_t metrics_port() const {
+    return kv_.metrics_port();
+  }
+
   bool synchronous() const {
     return kv_.synchronous();
   }
@@ -445,6 +449,9 @@ PYBIND11_MODULE(_actorps, m) {
     .def_property_readonly("type", &store::type)
     .def_property_readonly("rank", &store::rank)
     .def_property_readonly("num_workers", &store::num_workers)
+    .def_property_readonly("metrics_port", &store::metrics_port,
+                           "port of this process's /metrics (0: none; "
+                           "see the metrics_port option)")
     .def_property_readonly("synchronous", &store::synchronous)
     .def_property_readonly("closed", &store::closed)
     .def("init", &store::init, py::arg("key"), py::arg("value"))

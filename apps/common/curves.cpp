@@ -18,6 +18,33 @@ std::string write_csv(const std::string& path,
   return f ? std::string{} : "cannot write " + path;
 }
 
+step_csv::step_csv(const std::string& path) : path_(path), out_(path) {
+  out_ << "step,epoch,train_loss,seconds\n";
+  if (!out_)
+    error_ = "cannot write " + path;
+}
+
+void step_csv::add(const step_report& r) {
+  if (!error_.empty())
+    return;
+  if (r.epoch != epoch_) {
+    out_.flush();
+    epoch_ = r.epoch;
+  }
+  out_ << r.step << ',' << r.epoch << ',' << r.loss << ',' << r.seconds << '\n';
+  if (!out_)
+    error_ = "cannot write " + path_;
+}
+
+std::string step_csv::close() {
+  if (error_.empty()) {
+    out_.close();
+    if (!out_)
+      error_ = "cannot write " + path_;
+  }
+  return error_;
+}
+
 // Two small line charts side by side: training loss and test accuracy.
 std::string write_svg(const std::string& path, const std::string& title,
                       const std::vector<epoch_report>& rs) {

@@ -88,6 +88,20 @@ struct epoch_clock {
   }
 };
 
+// Counts the steps of a whole run for `on_step`.
+struct step_counter {
+  clock_type::time_point start = clock_type::now();
+  uint64_t steps = 0;
+
+  void report(const train_callbacks& cb, uint32_t epoch, double loss) {
+    ++steps;
+    if (cb.on_step)
+      cb.on_step(
+        {steps, epoch, loss,
+         std::chrono::duration<double>(clock_type::now() - start).count()});
+  }
+};
+
 } // namespace
 
 std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
@@ -142,6 +156,7 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
   std::vector<Eigen::MatrixXf> grads;
   Eigen::MatrixXf x;
   std::vector<uint8_t> y;
+  step_counter steps_done;
   for (uint32_t epoch = 1; epoch <= opts.epochs; ++epoch) {
     std::mt19937 rng{opts.seed + 1000 * epoch + rank};
     std::shuffle(shard.begin(), shard.end(), rng);
@@ -150,8 +165,11 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
       return problem;
     for (uint64_t step = 0; step < steps; ++step) {
       gather(train, shard, step * opts.batch, opts.batch, x, y);
-      clock.loss_sum += model.gradients(x, y.data(), grads);
+      auto loss = model.gradients(x, y.data(), grads);
+      clock.loss_sum += loss;
       ++clock.steps;
+      if (rank == 0)
+        steps_done.report(cb, epoch, loss);
       // One push_pull per layer: the same per-key order as pushing every
       // layer and then pulling every layer, in half the requests.
       std::vector<pull_ticket> tickets;
@@ -211,14 +229,17 @@ std::string train_baseline(const dataset& train, const dataset& test,
   Eigen::MatrixXf x;
   std::vector<uint8_t> y;
   uint64_t updates = 0;
+  step_counter steps_done;
   for (uint32_t epoch = 1; epoch <= opts.epochs; ++epoch) {
     std::mt19937 rng{opts.seed + 1000 * epoch};
     std::shuffle(order.begin(), order.end(), rng);
     epoch_clock clock;
     for (uint64_t step = 0; step < steps; ++step) {
       gather(train, order, step * opts.batch, opts.batch, x, y);
-      clock.loss_sum += model.gradients(x, y.data(), grads);
+      auto loss = model.gradients(x, y.data(), grads);
+      clock.loss_sum += loss;
       ++clock.steps;
+      steps_done.report(cb, epoch, loss);
       // The very update rule the shards apply.
       for (size_t i = 0; i < params.size(); ++i)
         core::apply_update(cfg, params[i].data(), grads[i].data(),

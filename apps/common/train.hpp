@@ -50,10 +50,22 @@ struct progress {
   uint64_t steps = 0;
 };
 
+/// One training step of rank 0 (or the baseline).
+struct step_report {
+  /// Steps since the start of training, from 1.
+  uint64_t step = 0;
+  uint32_t epoch = 0;
+  /// This step's batch loss.
+  double loss = 0;
+  /// Wall time since the start of training.
+  double seconds = 0;
+};
+
 /// Callbacks of a training run (all optional; called on the rank-0 thread).
 struct train_callbacks {
   std::function<void(const progress&)> on_progress;
   std::function<void(const epoch_report&)> on_epoch;
+  std::function<void(const step_report&)> on_step;
 };
 
 /// The optimizer the shards run for `opts` with `workers` workers on

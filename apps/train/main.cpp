@@ -145,6 +145,10 @@ int run(int argc, char** argv) {
   std::mutex mtx;
   cli::train_callbacks cb;
   cb.on_progress = [&](const cli::progress& p) { printer.update(p); };
+  cli::step_csv step_log{stem + "-steps.csv"};
+  if (!step_log.error().empty())
+    return cli::fail(app, "--out: " + step_log.error(), 2);
+  cb.on_step = [&](const cli::step_report& r) { step_log.add(r); };
   cb.on_epoch = [&](const cli::epoch_report& r) {
     std::lock_guard<std::mutex> guard{mtx};
     reports.push_back(r);
@@ -196,10 +200,14 @@ int run(int argc, char** argv) {
   std::printf("total time %.1f s\n", total);
   if (auto e = cli::write_csv(stem + ".csv", reports); !e.empty())
     return cli::fail(app, e);
+  if (auto e = step_log.close(); !e.empty())
+    return cli::fail(app, e);
   if (auto e = cli::write_svg(stem + ".svg", "actorps-train: " + what, reports);
       !e.empty())
     return cli::fail(app, e);
-  std::printf("curves: %s.csv and %s.svg\n", stem.c_str(), stem.c_str());
+  std::printf("curves: %s.csv (per epoch), %s-steps.csv (per step) and "
+              "%s.svg\n",
+              stem.c_str(), stem.c_str(), stem.c_str());
   return 0;
 }
 

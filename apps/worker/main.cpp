@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // actorps-worker: one worker process of a distributed job.
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -175,16 +176,26 @@ int run(int argc, char** argv) {
       if (info)
         printer.epoch_done(r);
     };
+    auto stem = out_dir + "/" + kv->type();
+    std::unique_ptr<cli::step_csv> step_log;
+    if (kv->rank() == 0) {
+      step_log = std::make_unique<cli::step_csv>(stem + "-steps.csv");
+      cb.on_step = [&](const actorps::apps::step_report& r) {
+        step_log->add(r);
+      };
+    }
     problem = actorps::apps::train_worker(*kv, train_set, test_set, train, cb);
     if (problem.empty() && kv->rank() == 0) {
-      auto stem = out_dir + "/" + kv->type();
       auto e = cli::write_csv(stem + ".csv", reports);
+      if (e.empty())
+        e = step_log->close();
       if (e.empty())
         e = cli::write_svg(stem + ".svg", app + ": " + kv->type(), reports);
       if (!e.empty())
         problem = "--out: " + e;
       if (problem.empty() && info)
-        cli::log_stream() << "curves: " << stem << ".csv and " << stem << ".svg"
+        cli::log_stream() << "curves: " << stem << ".csv (per epoch), " << stem
+                          << "-steps.csv (per step) and " << stem << ".svg"
                           << std::endl;
     }
     if (problem.empty() && info)

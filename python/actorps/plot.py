@@ -9,7 +9,9 @@ overlaid, as PNG and SVG (matplotlib, Debian's python3-matplotlib).
 reads the per-epoch CSV files that actorps-train (and the dist --job mnist
 worker) write (epoch,train_loss,test_accuracy,samples_per_s,seconds) and
 writes out/curves.png and out/curves.svg. Each run's label is its file's
-name without .csv, or LABEL=PATH.
+name without .csv, or LABEL=PATH. Where a run's per-step file
+(RUN-steps.csv: step,epoch,train_loss,seconds) lies next to it, the loss
+against wall time also shows every step's batch loss, faint.
 """
 
 import argparse
@@ -42,6 +44,21 @@ def read_run(path):
     return cols
 
 
+def read_steps(path):
+    """The per-step file next to an epoch CSV (RUN-steps.csv, written by
+    actorps-train and the dist mnist worker): (wall times, losses), or None
+    if there is none."""
+    steps = os.path.splitext(path)[0] + "-steps.csv"
+    if not os.path.exists(steps):
+        return None
+    wall, loss = [], []
+    with open(steps, newline="") as f:
+        for row in csv.DictReader(f):
+            wall.append(float(row["seconds"]))
+            loss.append(float(row["train_loss"]))
+    return wall, loss
+
+
 def plot(runs, out_stem, title="actorps training"):
     """Draws `runs` (a list of (label, path)) into OUT_STEM.png and .svg;
     returns the two paths and the points drawn per run and panel."""
@@ -50,6 +67,7 @@ def plot(runs, out_stem, title="actorps training"):
     import matplotlib.pyplot as plt
 
     data = [(label, read_run(path)) for label, path in runs]
+    steps = {label: read_steps(path) for label, path in runs}
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True)
     panels = [(axes[0][0], "epoch", "train_loss", "epoch", "training loss"),
               (axes[0][1], "epoch", "test_accuracy", "epoch",
@@ -62,7 +80,13 @@ def plot(runs, out_stem, title="actorps training"):
     points = {}
     for ax, x, y, xlabel, ylabel in panels:
         for i, (label, cols) in enumerate(data):
-            (line,) = ax.plot(cols[x], cols[y],
+            if x == "wall" and y == "train_loss" and steps[label]:
+                # Each step's batch loss, faint, under the epoch means.
+                (faint,) = ax.plot(*steps[label], linewidth=0.5, alpha=0.3,
+                                   color=f"C{i}")
+                faint.set_gid(f"steps:{label}")
+                points[(label, "step", "train_loss")] = len(steps[label][0])
+            (line,) = ax.plot(cols[x], cols[y], color=f"C{i}",
                               marker=markers[i % len(markers)], label=label)
             # Names the line's group in the SVG (tests count its markers).
             line.set_gid(f"run:{label}:{x}:{y}")

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Distributed jobs of real processes on 127.0.0.1 (ports picked at run time).
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,38 @@ using namespace std::chrono_literals;
 using actorps::test::process;
 
 using namespace actorps::test;
+
+namespace {
+
+// Checks a per-step CSV: steps 1, 2, ... in order, `epochs` epochs of
+// `per_epoch` steps each, a finite loss and wall time that never goes back.
+void check_steps(const std::string& path, unsigned epochs,
+                 unsigned long per_epoch) {
+  std::ifstream csv{path};
+  std::string line;
+  REQUIRE(std::getline(csv, line));
+  CHECK(line == "step,epoch,train_loss,seconds");
+  unsigned long step = 0;
+  double last_time = 0;
+  while (std::getline(csv, line)) {
+    ++step;
+    unsigned long s = 0;
+    unsigned e = 0;
+    double loss = 0;
+    double t = 0;
+    INFO(line);
+    REQUIRE(std::sscanf(line.c_str(), "%lu,%u,%lf,%lf", &s, &e, &loss, &t)
+            == 4);
+    CHECK(s == step);
+    CHECK(e == (step - 1) / per_epoch + 1);
+    CHECK(std::isfinite(loss));
+    CHECK(t >= last_time);
+    last_time = t;
+  }
+  CHECK(step == epochs * per_epoch);
+}
+
+} // namespace
 
 TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
           "[integration]") {
@@ -560,6 +594,11 @@ TEST_CASE("dist: the mnist job shows its progress and rank 0 keeps the "
     while (std::getline(csv, line))
       ++rows;
     CHECK(rows == 3); // the header and one line per epoch
+    // One line per step of rank 0, as many as its progress counted.
+    std::smatch m;
+    REQUIRE(std::regex_search(out, m, std::regex{R"(step (\d+)/\1 )"}));
+    check_steps(tmp.path() + "/w" + std::to_string(i) + "/dist_sync-steps.csv",
+                2, std::stoul(m[1]));
   }
   CHECK(writers == 1);
 }
@@ -592,6 +631,7 @@ TEST_CASE("train: the app trains on Fashion-MNIST samples end to end",
   while (std::getline(csv, line))
     ++rows;
   CHECK(rows == 3);
+  check_steps(out + "/async-steps.csv", 2, std::stoul(m[2]));
   CHECK(std::ifstream{out + "/async.svg"}.good());
   std::filesystem::remove_all(out);
 }

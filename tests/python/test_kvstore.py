@@ -550,6 +550,11 @@ def test_plot_draws_every_run_with_axes_markers_and_a_legend(tmp_path):
                   for e in range(1, epochs + 1)]
         path.write_text("\n".join(lines) + "\n")
         runs.append((name, str(path)))
+    # The async run has a per-step file too: 5 steps per epoch.
+    steps = ["step,epoch,train_loss,seconds"]
+    steps += [f"{s},{(s - 1) // 5 + 1},{2.0 / s},{0.4 * s}"
+              for s in range(1, 16)]
+    (tmp_path / "async-steps.csv").write_text("\n".join(steps) + "\n")
     stem = str(tmp_path / "plots" / "curves")
     paths, points = plot.plot(runs, stem)
     assert paths == [stem + ".png", stem + ".svg"]
@@ -559,6 +564,8 @@ def test_plot_draws_every_run_with_axes_markers_and_a_legend(tmp_path):
     # both runs: 3 + 2 markers per panel.
     assert points[("async", "epoch", "train_loss")] == 3
     assert points[("sync", "wall", "test_accuracy")] == 2
+    assert points[("async", "step", "train_loss")] == 15
+    assert ("sync", "step", "train_loss") not in points
     # In the SVG, each run's line in each panel is a group of one marker
     # per point.
     import xml.etree.ElementTree as ET
@@ -583,3 +590,31 @@ def test_plot_draws_every_run_with_axes_markers_and_a_legend(tmp_path):
     cli = subprocess.run([sys.executable, "-m", "actorps.plot", str(bad)],
                          capture_output=True, text=True)
     assert cli.returncode == 2 and "no column" in cli.stderr
+
+
+def test_metrics_port_serves_the_store_counters():
+    import re
+    import urllib.request
+    with actorps.KVStore.create("local", num_shards=2,
+                                metrics_port=0) as kv:
+        assert kv.metrics_port > 0
+        kv.init("w", np.zeros(100, np.float32))
+        for _ in range(3):
+            kv.push("w", np.ones(100, np.float32))
+        out = np.zeros(100, np.float32)
+        kv.wait(kv.pull("w", out))
+        url = f"http://127.0.0.1:{kv.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+
+        def value(sample):
+            m = re.search("^" + re.escape(sample) + r" (\S+)$", text, re.M)
+            assert m, sample
+            return float(m.group(1))
+        assert value('actorps_worker_operations_total{op="push",'
+                     'worker="0"}') == 3
+        assert value("actorps_shard_pushes_total") == 3
+        assert value('actorps_shard_bytes_total{direction="push"}') == 1200
+    with actorps.KVStore.create("local") as kv:
+        assert kv.metrics_port == 0
+    with pytest.raises(ValueError, match="metrics_port"):
+        actorps.KVStore.create("local", metrics_port=70000)
