@@ -18,9 +18,9 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 "$root/build/apps/actorps-train" "$@"
-# The runs so far (async, sync, baseline), overlaid.
+# The runs so far (async, sync, ssp, baseline), overlaid.
 csvs=()
-for run in async sync baseline; do
+for run in async sync ssp baseline; do
   [ -f "$out/$run.csv" ] && csvs+=("$out/$run.csv")
 done
 if ((${#csvs[@]} > 0)) && /usr/bin/python3 -c "import matplotlib" 2>/dev/null

@@ -97,13 +97,22 @@ void line(std::string& out, const char* fmt, ...) {
   out += '\n';
 }
 
+// "dist_sync", "dist_async" or "dist_ssp (staleness 2)".
+std::string mode_of(const job_status& s) {
+  if (s.sync)
+    return "dist_sync";
+  if (s.staleness < 0)
+    return "dist_async";
+  return "dist_ssp (staleness " + std::to_string(s.staleness) + ")";
+}
+
 } // namespace
 
 std::string format_status(const job_status& s) {
   std::string out;
-  line(out, "job: %s, transport %s, %u keys, %u dead nodes",
-       s.sync ? "dist_sync" : "dist_async", s.transport == 1 ? "ucx" : "caf",
-       static_cast<unsigned>(s.keys), s.dead_nodes());
+  line(out, "job: %s, transport %s, %u keys, %u dead nodes", mode_of(s).c_str(),
+       s.transport == 1 ? "ucx" : "caf", static_cast<unsigned>(s.keys),
+       s.dead_nodes());
   line(out, "workers: %u of %u joined (missing ranks: %s)", s.workers_joined,
        s.num_workers, ranks(missing(s, role::worker, s.num_workers)).c_str());
   line(out, "servers: %u of %u joined (missing ranks: %s)", s.servers_joined,
@@ -156,7 +165,11 @@ std::string format_status(const job_status& s) {
 std::string status_json(const job_status& s) {
   using nlohmann::json;
   json j;
-  j["mode"] = s.sync ? "dist_sync" : "dist_async";
+  j["mode"] = s.sync             ? "dist_sync"
+              : s.staleness >= 0 ? "dist_ssp"
+                                 : "dist_async";
+  if (s.staleness >= 0)
+    j["staleness"] = s.staleness;
   j["transport"] = s.transport == 1 ? "ucx" : "caf";
   j["num_workers"] = s.num_workers;
   j["num_servers"] = s.num_servers;

@@ -105,6 +105,8 @@ struct server_status {
 /// The coordinator's view of a job (`status_atom`).
 struct job_status {
   bool sync = false;
+  /// Bounded staleness (dist_ssp) when >= 0.
+  int32_t staleness = -1;
   /// `transport::caf` or `transport::ucx`.
   uint8_t transport = 0;
   uint32_t num_workers = 0;

@@ -24,7 +24,7 @@ namespace actorps {
 /// only a coordinator of its own version: peers of different versions would
 /// misread each other's messages. 4: the job's data transport, and the
 /// servers' UCX addresses in the routing table. 5: the data salt. 6: the
-/// job's status, shards' counters per worker.
+/// job's status, shards' counters per worker, bounded staleness.
 constexpr uint32_t wire_version = 6;
 
 /// What carries tensor bytes between worker and server processes.
@@ -40,6 +40,8 @@ namespace join_mode {
 constexpr uint8_t any = 0;
 constexpr uint8_t sync = 1;
 constexpr uint8_t async = 2;
+/// Bounded staleness (dist_ssp).
+constexpr uint8_t ssp = 3;
 } // namespace join_mode
 
 /// What the coordinator tells a node that joined the job.
@@ -49,6 +51,8 @@ struct job_info {
   uint32_t num_workers = 0;
   uint32_t num_servers = 0;
   bool sync = false;
+  /// Bounded staleness of the job (>= 0, `sync` off: dist_ssp); -1 none.
+  int32_t staleness = -1;
   uint64_t bigarray_bound = 0;
   /// How often the node must send a heartbeat to the coordinator.
   uint32_t heartbeat_ms = 0;
@@ -66,8 +70,8 @@ struct job_info {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
-           x.num_servers, x.sync, x.bigarray_bound, x.heartbeat_ms, x.transport,
-           x.data_salt, x.coordinator);
+           x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
+           x.transport, x.data_salt, x.coordinator);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard
@@ -105,7 +109,7 @@ typename Inspector::result_type inspect(Inspector& f, server_status& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_status& x) {
-  return f(caf::meta::type_name("job_status"), x.sync, x.transport,
+  return f(caf::meta::type_name("job_status"), x.sync, x.staleness, x.transport,
            x.num_workers, x.num_servers, x.workers_joined, x.servers_joined,
            x.keys, x.nodes, x.barrier_open, x.barrier_waits_for,
            x.barriers_done, x.servers, x.workers);

@@ -302,7 +302,9 @@ store_options options_of(const py::dict& kwargs) {
                               "2bit:THRESHOLD, got '"
                               + text + "'");
       o.compression = *c;
-    } else if (name == "max_pending")
+    } else if (name == "staleness")
+      o.staleness = count_of<uint32_t>(v, "staleness", 1000000);
+    else if (name == "max_pending")
       o.max_pending = count_of<std::size_t>(v, "max_pending", 1 << 30);
     else if (name == "threads")
       o.threads = count_of<std::size_t>(v, "threads", 1024);
@@ -346,7 +348,8 @@ store_options options_of(const py::dict& kwargs) {
         "create: unknown option '" + name
         + "' (options: num_workers, num_shards, bigarray_bound, "
           "slice_floats, timeout, barrier_timeout, max_bytes_in_flight, "
-          "compression, max_pending, threads, scheduler, keep_freed_memory, "
+          "compression, staleness, max_pending, threads, scheduler, "
+          "keep_freed_memory, "
           "coordinator, token, connect_timeout, heartbeat, "
           "connection_timeout, tls_cert, tls_key, tls_ca, on_command, "
           "metrics_port, metrics_host)");

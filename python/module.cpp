@@ -137,6 +137,10 @@ public:
     return kv_.num_workers();
   }
 
+  int32_t staleness() const {
+    return kv_.staleness();
+  }
+
   uint16_t metrics_port() const {
     return kv_.metrics_port();
   }
@@ -441,7 +445,8 @@ PYBIND11_MODULE(_actorps, m) {
     });
   py::class_<store>(m, "KVStore")
     .def_static("create", &store::create, py::arg("type") = "local",
-                "Creates a store: local, local_sync, dist_sync, dist_async or "
+                "Creates a store: local, local_sync, local_ssp, dist_sync, "
+                "dist_async, dist_ssp or "
                 "dist; options are store_options' fields by name (durations "
                 "in seconds).")
     .def("worker", &store::worker, py::arg("rank"),
@@ -449,6 +454,9 @@ PYBIND11_MODULE(_actorps, m) {
     .def_property_readonly("type", &store::type)
     .def_property_readonly("rank", &store::rank)
     .def_property_readonly("num_workers", &store::num_workers)
+    .def_property_readonly("staleness", &store::staleness,
+                           "the bound of a local_ssp or dist_ssp store; -1 "
+                           "for others")
     .def_property_readonly("metrics_port", &store::metrics_port,
                            "port of this process's /metrics (0: none; "
                            "see the metrics_port option)")

@@ -51,27 +51,30 @@ store_runtime::~store_runtime() {
 }
 
 worker_config worker_config_of(const store_options& o, uint32_t rank,
-                               bool sync) {
+                               bool pulls_wait) {
   worker_config wc;
   wc.rank = rank;
   wc.timeout = o.timeout;
   wc.barrier_timeout = o.barrier_timeout;
   wc.max_bytes_in_flight = o.max_bytes_in_flight;
-  wc.sync = sync;
+  wc.sync = pulls_wait;
   wc.compression = o.compression;
   return wc;
 }
 
-std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
+std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
+                                          int32_t staleness) {
   auto rt = std::make_shared<store_runtime>(system_options_of(o), o);
   rt->num_workers = o.num_workers;
   rt->sync = sync;
+  rt->staleness = sync ? -1 : staleness;
   std::vector<shard_actor> shards;
   for (uint32_t i = 0; i < o.num_shards; ++i) {
     shard_config sc;
     sc.index = i;
     sc.num_workers = o.num_workers;
     sc.sync = sync;
+    sc.staleness = rt->staleness;
     sc.on_command = o.on_command;
     shards.push_back(spawn_shard(rt->sys, sc));
   }
@@ -83,7 +86,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync) {
   cc.shards = shards;
   auto coordinator = spawn_coordinator(rt->sys, cc);
   for (uint32_t r = 0; r < o.num_workers; ++r) {
-    auto wc = worker_config_of(o, r, sync);
+    auto wc = worker_config_of(o, r, sync || rt->staleness >= 0);
     wc.batching = rt->batching;
     wc.coordinator = coordinator;
     wc.shards = shards;
@@ -161,7 +164,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                                            + server + " ("
                                            + render(direct.error()) + ")");
   }
-  auto wc = worker_config_of(o, job.rank, job.sync);
+  auto wc = worker_config_of(o, job.rank, job.sync || job.staleness >= 0);
   wc.batching = rt->batching;
   wc.coordinator = coord;
   for (auto& x : table.shards)
@@ -170,6 +173,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     wc.relays.push_back(caf::actor_cast<shard_actor>(x));
   rt->num_workers = job.num_workers;
   rt->sync = job.sync;
+  rt->staleness = job.sync ? -1 : job.staleness;
   rt->opts.bigarray_bound = job.bigarray_bound;
   // UCX transport: the data requests travel over a plane connected to
   // every server's address (one peer per server).

@@ -33,6 +33,8 @@ struct store_runtime {
   uint32_t num_workers = 0;
   std::map<uint32_t, worker_actor> workers;
   bool sync = false;
+  /// Bounded staleness (>= 0; see shard_config::staleness), else -1.
+  int32_t staleness = -1;
   /// How the workers batch slices; the facade lays values out by it.
   core::batching batching{};
   /// Local stores: the shards (for the metrics).
@@ -60,13 +62,16 @@ struct store_runtime {
 };
 
 /// The worker configuration that `o` asks for, for rank `rank` (without
-/// coordinator and shards, which the deployment knows).
+/// coordinator and shards, which the deployment knows); `pulls_wait`:
+/// sync or bounded staleness, where pulls may wait for other workers.
 worker_config worker_config_of(const store_options& o, uint32_t rank,
-                               bool sync);
+                               bool pulls_wait);
 
 /// Spawns a local store: coordinator, `o.num_shards` shards and
-/// `o.num_workers` workers in one actor system.
-std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync);
+/// `o.num_workers` workers in one actor system; BSP with `sync`, bounded
+/// staleness with `staleness` >= 0, else async.
+std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
+                                          int32_t staleness = -1);
 
 /// Joins the distributed job at `o.coordinator` as one worker, expecting
 /// `mode` (a `join_mode`: any takes the job's); fails with `dead_node` when

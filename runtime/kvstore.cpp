@@ -2,6 +2,7 @@
 #include "runtime/kvstore.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -43,11 +44,18 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
                                        const store_options& opts) {
   bool sync = false;
   bool dist = false;
+  int32_t staleness = -1;
   // Dist: the mode the job must have (any: take the job's).
   uint8_t mode = join_mode::any;
   if (type == "local" || type == "local_async") {
   } else if (type == "local_sync") {
     sync = true;
+  } else if (type == "local_ssp") {
+    staleness = static_cast<int32_t>(
+      std::min<uint32_t>(opts.staleness, std::numeric_limits<int32_t>::max()));
+  } else if (type == "dist_ssp") {
+    dist = true;
+    mode = join_mode::ssp;
   } else if (type == "dist_async") {
     dist = true;
     mode = join_mode::async;
@@ -60,7 +68,8 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     return make_error(errc::bad_config,
                       "create: unknown store type '" + type
                         + "' (expected local, local_async, local_sync, "
-                          "dist, dist_sync or dist_async)");
+                          "local_ssp, dist, dist_sync, dist_async or "
+                          "dist_ssp)");
   }
   if (!dist && (opts.num_workers == 0 || opts.num_shards == 0))
     return make_error(errc::bad_config,
@@ -83,7 +92,7 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
                                           + std::to_string(opts.metrics.port)
                                           + " out of 0..65535 (-1: off)");
   if (!dist) {
-    auto rt = make_local(opts, sync);
+    auto rt = make_local(opts, sync, staleness);
     if (auto err = start_metrics(*rt, rt->local_shards))
       return err;
     return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
@@ -95,8 +104,14 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     return err;
   auto rank = (*rt)->workers.begin()->first;
   // "dist" becomes the job's mode.
-  auto joined = (*rt)->sync ? "dist_sync" : "dist_async";
+  auto joined = (*rt)->sync             ? "dist_sync"
+                : (*rt)->staleness >= 0 ? "dist_ssp"
+                                        : "dist_async";
   return kvstore{std::make_unique<impl>(std::move(*rt), joined, rank)};
+}
+
+int32_t kvstore::staleness() const {
+  return impl_->rt->staleness;
 }
 
 uint16_t kvstore::metrics_port() const {

@@ -40,6 +40,13 @@ struct store_options {
   uint64_t bigarray_bound = uint64_t{1} << 20;
   /// Local mode: largest slice of a sliced key, in floats (at most 2^25).
   uint64_t slice_floats = uint64_t{1} << 20;
+  /// local_ssp: the staleness bound s. Each push of a key is one tick of
+  /// its worker's clock on that key; a pull by a worker at clock c returns
+  /// once every live worker pushed the key at least c - s times (0 waits
+  /// for every worker's push of the same step, as BSP does, though each
+  /// push is applied on arrival; a large s never waits, as async).
+  /// dist_ssp takes the coordinator's.
+  uint32_t staleness = 2;
   /// Bound on every data or control operation.
   std::chrono::milliseconds timeout{60000};
   /// Bound on a barrier (other workers may legitimately be slow).
@@ -112,8 +119,10 @@ private:
 ///
 /// Types: "local" (= "local_async": each push is applied on arrival) and
 /// "local_sync" (BSP: each round sums the pushes of all workers, then
-/// updates once) run coordinator, shards and workers in one process.
-/// "dist_sync" and "dist_async" connect this process, as one worker, to the
+/// updates once) and "local_ssp" (bounded staleness, see
+/// `store_options::staleness`) run coordinator, shards and workers in one
+/// process. "dist_sync", "dist_async" and "dist_ssp" connect this process,
+/// as one worker, to the
 /// coordinator at `store_options::coordinator` (see apps/); the mode must
 /// match the job's. "dist" joins in whatever mode the job has; `type()`
 /// and `synchronous()` then tell which.
@@ -148,6 +157,9 @@ public:
 
   /// True for synchronous (BSP) stores: local_sync, dist_sync.
   bool synchronous() const;
+
+  /// The staleness bound of a local_ssp or dist_ssp store; -1 for others.
+  int32_t staleness() const;
 
   /// This handle's worker rank, 0..num_workers()-1.
   uint32_t rank() const;

@@ -151,6 +151,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   // Nodes present a proof derived from the token, never the token.
   cc.token = core::join_proof(opts.token);
   cc.sync = opts.sync;
+  cc.staleness = opts.sync ? -1 : opts.staleness;
   cc.bigarray_bound = opts.bigarray_bound;
   cc.slice_floats = opts.slice_floats;
   cc.timeout = opts.timeout;
@@ -290,6 +291,7 @@ caf::error run_server(const server_options& opts,
     sc.index = job.rank * opts.shards + i;
     sc.num_workers = job.num_workers;
     sc.sync = job.sync;
+    sc.staleness = job.staleness;
     sc.on_command = opts.on_command;
     sc.trusted = trusted;
     auto shard = spawn_shard(sys, sc);

@@ -47,6 +47,9 @@ struct coordinator_options {
   /// Token every node must present.
   std::string token;
   bool sync = true;
+  /// With `sync` off and >= 0: bounded staleness (dist_ssp, see
+  /// shard_config::staleness).
+  int32_t staleness = -1;
   uint32_t num_workers = 1;
   uint32_t num_servers = 1;
   uint64_t bigarray_bound = uint64_t{1} << 20;

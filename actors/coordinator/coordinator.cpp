@@ -403,17 +403,24 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return make_error(errc::unauthorized,
                           "join: wrong job token (the coordinator refused "
                           "this node)");
-      auto job_mode = st.cfg.sync ? join_mode::sync : join_mode::async;
+      auto ssp = !st.cfg.sync && st.cfg.staleness >= 0;
+      auto job_mode = st.cfg.sync ? join_mode::sync
+                      : ssp       ? join_mode::ssp
+                                  : join_mode::async;
+      auto name = [](uint8_t m) {
+        return m == join_mode::sync  ? "dist_sync"
+               : m == join_mode::ssp ? "dist_ssp"
+                                     : "dist_async";
+      };
       if (mode != join_mode::any && mode != job_mode)
         return make_error(errc::bad_config,
-                          std::string{"join: this job runs "}
-                            + (st.cfg.sync ? "dist_sync" : "dist_async")
-                            + ", the node asked for "
-                            + (st.cfg.sync ? "dist_async" : "dist_sync"));
+                          std::string{"join: this job runs "} + name(job_mode)
+                            + ", the node asked for " + name(mode));
       job_info info;
       info.num_workers = st.cfg.num_workers;
       info.num_servers = st.cfg.num_servers;
       info.sync = st.cfg.sync;
+      info.staleness = ssp ? st.cfg.staleness : -1;
       info.bigarray_bound = st.cfg.bigarray_bound;
       info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
       info.transport = st.cfg.transport;

@@ -132,6 +132,9 @@ struct coordinator_config {
   std::string token;
   /// Whether the job runs synchronous rounds (told to joining nodes).
   bool sync = false;
+  /// Bounded staleness (`sync` off, >= 0: dist_ssp; see shard_config);
+  /// -1: none. Told to joining nodes.
+  int32_t staleness = -1;
   /// Heartbeat interval told to joining nodes.
   std::chrono::milliseconds heartbeat{1000};
   /// The job's data transport (`transport::caf` or `transport::ucx`), told

@@ -191,6 +191,7 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
   auto& st = self->state;
   auto s = std::make_shared<job_status>();
   s->sync = st.cfg.sync;
+  s->staleness = st.cfg.sync ? -1 : st.cfg.staleness;
   s->transport = st.cfg.transport;
   s->num_workers = st.cfg.num_workers;
   s->num_servers = st.distributed() ? st.cfg.num_servers : 1;

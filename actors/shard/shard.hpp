@@ -35,7 +35,9 @@
 ///   with the shard in the same process (copy on write: the shard copies its
 ///   value before updating it only while a reader still holds it). In sync
 ///   mode the reply waits until every round to which the same worker
-///   contributed before this pull has been applied. Errors: as for push.
+///   contributed before this pull has been applied; with bounded staleness
+///   (`shard_config::staleness`), until every live worker's clock on the
+///   slice reached the puller's minus the bound. Errors: as for push.
 /// - `(push_pull_atom, slice_push)` -> `shared_floats`: the push, then a pull
 ///   of the value it produced (in sync mode, once its round is applied), in
 ///   one request. Errors: as for push.
@@ -62,7 +64,8 @@
 ///   `checkpoint_mismatch` (length or state size differs).
 /// - `(workers_atom, std::vector<uint32_t>)` -> `ok_atom`. Sets the live
 ///   workers (ids < num_workers); sync rounds complete when every live worker
-///   contributed, so a dead worker never blocks a round.
+///   contributed, so a dead worker never blocks a round (nor, with bounded
+///   staleness, a pull).
 /// - `(stats_atom)` -> `shard_stats`.
 /// - `(command_atom, head, body)` -> `ok_atom` (MXNet's
 ///   send_command_to_servers). Head 0 sets the optimizer from text (see
@@ -98,6 +101,18 @@ struct shard_config {
   uint32_t num_workers = 1;
   /// Synchronous (BSP) rounds instead of applying each push on arrival.
   bool sync = false;
+  /// Bounded staleness (stale synchronous parallel) when >= 0 and `sync`
+  /// is off: each push is applied on arrival, as in async mode, and counts
+  /// as one clock tick of its worker on that slice; a pull by a worker
+  /// whose clock on the slice is c is answered once every live worker's
+  /// clock there is at least c - staleness. A worker that left or died
+  /// stops counting. -1: plain async.
+  int32_t staleness = -1;
+
+  /// True for bounded staleness.
+  bool ssp() const noexcept {
+    return !sync && staleness >= 0;
+  }
   /// Handles send_command_to_servers heads other than 0 (embedders' hook);
   /// runs inside the shard, so it must not block.
   std::function<caf::error(int32_t head, const std::string& body)> on_command;

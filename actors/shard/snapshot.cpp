@@ -3,6 +3,7 @@
 #include "actors/shard/state.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/optimizer.hpp"
 #include "messages/errors.hpp"
@@ -79,10 +80,14 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
   }
   for (auto& kvp : slices) {
     auto& sl = kvp.second;
-    // A worker that comes back joins the current round, not a past one.
+    // A worker that comes back joins the current round, not a past one
+    // (bounded staleness: the slowest clock of those live before).
+    auto now = cfg.ssp() ? slowest_clock(sl) : sl.rounds_done;
+    if (now == std::numeric_limits<uint64_t>::max())
+      now = 0;
     for (uint32_t w = 0; w < cfg.num_workers; ++w)
       if (next[w] && !live[w])
-        sl.pushes_of[w] = std::max(sl.pushes_of[w], sl.rounds_done);
+        sl.pushes_of[w] = std::max(sl.pushes_of[w], now);
   }
   live = std::move(next);
   for (auto& kvp : slices)

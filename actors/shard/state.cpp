@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/batching.hpp"
 #include "core/optimizer.hpp"
@@ -90,7 +91,30 @@ bool shard_state::round_complete(const round_sum& r) const {
   return r.contributors > 0;
 }
 
+uint64_t shard_state::slowest_clock(const slice_state& s) const {
+  auto lowest = std::numeric_limits<uint64_t>::max();
+  for (uint32_t w = 0; w < cfg.num_workers; ++w)
+    if (live[w])
+      lowest = std::min(lowest, s.pushes_of[w]);
+  return lowest;
+}
+
+void shard_state::release_waiting(slice_state& s, uint64_t reached) {
+  auto ready = [&](const waiting_pull& p) { return p.min_rounds <= reached; };
+  for (auto& p : s.waiting)
+    if (ready(p))
+      p.target.pulled(s.value);
+  auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
+  stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
+  s.waiting.erase(first, s.waiting.end());
+}
+
 void shard_state::advance_rounds(slice_state& s) {
+  if (cfg.ssp()) {
+    if (!s.waiting.empty())
+      release_waiting(s, slowest_clock(s));
+    return;
+  }
   for (;;) {
     auto i = s.rounds.find(s.rounds_done);
     if (i == s.rounds.end() || !round_complete(i->second))
@@ -98,15 +122,7 @@ void shard_state::advance_rounds(slice_state& s) {
     apply(s, std::move(i->second.sum));
     s.rounds.erase(i);
     ++s.rounds_done;
-    auto ready = [&](const waiting_pull& p) {
-      return p.min_rounds <= s.rounds_done;
-    };
-    for (auto& p : s.waiting)
-      if (ready(p))
-        p.target.pulled(s.value);
-    auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
-    stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
-    s.waiting.erase(first, s.waiting.end());
+    release_waiting(s, s.rounds_done);
   }
 }
 
@@ -128,6 +144,8 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   ++t.pushes;
   t.floats_pushed += n;
   if (!cfg.sync) {
+    if (cfg.ssp())
+      ++s.pushes_of[worker];
     if (owned != nullptr)
       apply(s, std::move(*owned));
     else
@@ -155,8 +173,21 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   auto& w = traffic(worker);
   ++w.pulls;
   w.floats_pulled += s.value.size();
-  if (cfg.sync && s.rounds_done < s.pushes_of[worker]) {
-    s.waiting.push_back(waiting_pull{s.pushes_of[worker], std::move(t)});
+  // The round (sync) or the slowest live worker's clock (bounded
+  // staleness) this pull needs.
+  uint64_t need = 0;
+  bool wait = false;
+  if (cfg.sync) {
+    need = s.pushes_of[worker];
+    wait = s.rounds_done < need;
+  } else if (cfg.ssp()) {
+    auto clock = s.pushes_of[worker];
+    auto bound = static_cast<uint64_t>(cfg.staleness);
+    need = clock > bound ? clock - bound : 0;
+    wait = slowest_clock(s) < need;
+  }
+  if (wait) {
+    s.waiting.push_back(waiting_pull{need, std::move(t)});
     ++stats.waiting_pulls;
     return;
   }

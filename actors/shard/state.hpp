@@ -117,7 +117,8 @@ struct stashed_op {
   op_target target;
 };
 
-// A pull waiting for the sync round it depends on.
+// A pull waiting for the sync round it depends on (bounded staleness: for
+// the slowest live worker's clock it needs).
 struct waiting_pull {
   uint64_t min_rounds = 0;
   op_target target;
@@ -139,6 +140,7 @@ struct slice_state {
   // Operations that arrived early, by (worker, seq).
   std::map<std::pair<uint32_t, uint64_t>, stashed_op> stash;
   // Sync mode: pushes each worker contributed, rounds applied, open rounds.
+  // Bounded staleness: pushes_of is each worker's clock on this slice.
   std::vector<uint64_t> pushes_of;
   uint64_t rounds_done = 0;
   std::map<uint64_t, round_sum> rounds;
@@ -193,8 +195,17 @@ struct shard_state {
 
   bool round_complete(const round_sum& r) const;
 
-  // Applies every complete round in order and answers the pulls each unblocks.
+  // Applies every complete round in order and answers the pulls each
+  // unblocks; with bounded staleness, answers the pulls the slowest live
+  // worker's clock allows now.
   void advance_rounds(slice_state& s);
+
+  // Bounded staleness: the lowest clock of a live worker on `s` (no live
+  // worker: no bound).
+  uint64_t slowest_clock(const slice_state& s) const;
+
+  // Answers the pulls waiting in `s` whose bound `reached` meets.
+  void release_waiting(slice_state& s, uint64_t reached);
 
   // -- in-order processing ----------------------------------------------------
 

@@ -78,6 +78,16 @@ std::string run_synthetic(kvstore& kv, const synthetic_options& opts,
           return "rank " + std::to_string(rank) + ": round " + std::to_string(r)
                  + " " + key(k) + " holds " + std::to_string(outs[k][0])
                  + ", expected " + std::to_string(expected_after(r + 1));
+    // Bounded staleness: every worker's first r + 1 - s pushes are in.
+    auto s = kv.staleness();
+    if (s >= 0 && r + 1 > uint32_t(s) && opts.check_values
+        && !opts.tolerate_deaths)
+      for (uint32_t k = 0; k < opts.keys; ++k)
+        if (!(outs[k].array() >= expected_after(r + 1 - uint32_t(s))).all())
+          return "rank " + std::to_string(rank) + ": round " + std::to_string(r)
+                 + " " + key(k) + " holds " + std::to_string(outs[k][0])
+                 + ", staleness " + std::to_string(s) + " needs at least "
+                 + std::to_string(expected_after(r + 1 - uint32_t(s)));
     if (opts.progress)
       out << "rank " << rank << " round " << r << std::endl;
   }

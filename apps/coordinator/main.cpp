@@ -22,6 +22,7 @@ int run(int argc, char** argv) {
   cli::network_flags net;
   std::string config_file;
   std::string mode = "dist_sync";
+  uint64_t staleness = 2;
   unsigned port = 0;
   long timeout_ms = 60000;
   long status_ms = 5000;
@@ -43,7 +44,12 @@ int run(int argc, char** argv) {
     "status-interval-ms", po::value(&status_ms)->default_value(status_ms),
     "while servers or workers are missing, say whom the job waits for this "
     "often (0: never)")("mode", po::value(&mode)->default_value(mode),
-                        "dist_sync or dist_async")(
+                        "dist_sync, dist_async or dist_ssp (bounded "
+                        "staleness, see --staleness)")(
+    "staleness", po::value(&staleness)->default_value(staleness),
+    "dist_ssp: a worker's pull of a key waits until every live worker "
+    "pushed that key at least (its own pushes - staleness) times; 0 waits "
+    "as BSP does, a large bound never waits (0..1000000)")(
     "workers", po::value(&opts.num_workers)->default_value(opts.num_workers),
     "number of workers of the job")(
     "servers", po::value(&opts.num_servers)->default_value(opts.num_servers),
@@ -105,9 +111,13 @@ int run(int argc, char** argv) {
       app, "--transport must be caf or ucx, got '" + transport + "'", 2);
   opts.transport = transport == "ucx" ? actorps::transport::ucx
                                       : actorps::transport::caf;
-  if (mode != "dist_sync" && mode != "dist_async")
-    return cli::fail(
-      app, "--mode must be dist_sync or dist_async, got '" + mode + "'", 2);
+  if (mode != "dist_sync" && mode != "dist_async" && mode != "dist_ssp")
+    return cli::fail(app,
+                     "--mode must be dist_sync, dist_async or dist_ssp, got '"
+                       + mode + "'",
+                     2);
+  if (auto rc = cli::check_range(app, "staleness", staleness, 0, 1000000))
+    return *rc;
   if (port > 65535 || timeout_ms <= 0 || status_ms < 0)
     return cli::fail(app,
                      "--port must be 0..65535, --timeout-ms > 0 and "
@@ -128,6 +138,8 @@ int run(int argc, char** argv) {
                      2);
   opts.port = static_cast<uint16_t>(port);
   opts.sync = mode == "dist_sync";
+  if (mode == "dist_ssp")
+    opts.staleness = static_cast<int32_t>(staleness);
   opts.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, opts.system);
   if (auto w = cli::exposure_warning(opts.host, !opts.token.empty(),

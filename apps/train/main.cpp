@@ -44,8 +44,12 @@ int run(int argc, char** argv) {
                      "folder with the four Fashion-MNIST idx .gz files")(
     "workers", po::value(&store.num_workers)->default_value(4),
     "worker threads (each trains on its shard of the data)")(
-    "shards", po::value(&store.num_shards)->default_value(2), "shard actors")(
-    "mode", po::value(&mode)->default_value(mode), "async or sync")(
+    "shards", po::value(&store.num_shards)->default_value(2),
+    "shard actors")("mode", po::value(&mode)->default_value(mode),
+                    "async, sync or ssp (bounded staleness, see --staleness)")(
+    "staleness", po::value(&store.staleness)->default_value(store.staleness),
+    "ssp: a worker's pull of a layer waits until every worker pushed that "
+    "layer at least (its own pushes - staleness) times (0..1000000)")(
     "baseline", po::bool_switch(&baseline),
     "train in one process without a parameter server, for comparison")(
     "limit-train", po::value(&limit_train)->default_value(0),
@@ -70,9 +74,11 @@ int run(int argc, char** argv) {
         "a local actorps store (or --baseline in one process), and writes "
         "the loss and accuracy curves."))
     return *rc;
-  if (mode != "async" && mode != "sync")
-    return cli::fail(app, "--mode must be async or sync, got '" + mode + "'",
-                     2);
+  if (mode != "async" && mode != "sync" && mode != "ssp")
+    return cli::fail(
+      app, "--mode must be async, sync or ssp, got '" + mode + "'", 2);
+  if (auto rc = cli::check_range(app, "staleness", store.staleness, 0, 1000000))
+    return *rc;
   if (auto rc = cli::check(app, train))
     return *rc;
   if (auto rc = cli::check_compression(app, compression_text,
@@ -117,16 +123,21 @@ int run(int argc, char** argv) {
   };
   limit(train_set, limit_train);
   limit(test_set, limit_test);
-  auto type = mode == "sync" ? "local_sync" : "local_async";
-  std::string what = baseline
-                       ? "single-process baseline (no parameter server)"
-                       : std::string{type} + " store, "
-                           + std::to_string(store.num_workers) + " workers, "
-                           + std::to_string(store.num_shards) + " shards";
+  auto type = mode == "sync"  ? "local_sync"
+              : mode == "ssp" ? "local_ssp"
+                              : "local_async";
+  std::string what
+    = baseline ? "single-process baseline (no parameter server)"
+               : std::string{type} + " store, "
+                   + (mode == "ssp"
+                        ? "staleness " + std::to_string(store.staleness) + ", "
+                        : std::string{})
+                   + std::to_string(store.num_workers) + " workers, "
+                   + std::to_string(store.num_shards) + " shards";
   auto server = cli::server_optimizer(train, mode == "sync", store.num_workers,
                                       static_cast<uint64_t>(train_set.size()));
   std::string note;
-  if (!baseline && mode == "async") {
+  if (!baseline && mode != "sync") {
     char buf[96];
     std::snprintf(buf, sizeof(buf),
                   " (on the shards: momentum %g, asynchrony adds its own)",

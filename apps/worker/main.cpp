@@ -42,7 +42,7 @@ int run(int argc, char** argv) {
   desc.add_options()("coordinator", po::value(&store.coordinator),
                      "the coordinator's host:port (required)")(
     "mode", po::value(&mode)->default_value(mode),
-    "dist_sync or dist_async (must match the coordinator's), or job: "
+    "dist_sync, dist_async or dist_ssp (must match the coordinator's), or job: "
     "whichever the coordinator runs")(
     "job", po::value(&job_name)->default_value(job_name),
     "the job to run: synthetic (exact-sum check) or mnist (the Fashion-MNIST "
@@ -104,9 +104,12 @@ int run(int argc, char** argv) {
   if (auto where = actorps::parse_endpoint(store.coordinator); !where)
     return cli::fail(app, "--coordinator: " + actorps::render(where.error()),
                      2);
-  if (mode != "dist_sync" && mode != "dist_async" && mode != "job")
+  if (mode != "dist_sync" && mode != "dist_async" && mode != "dist_ssp"
+      && mode != "job")
     return cli::fail(
-      app, "--mode must be dist_sync, dist_async or job, got '" + mode + "'",
+      app,
+      "--mode must be dist_sync, dist_async, dist_ssp or job, got '" + mode
+        + "'",
       2);
   if (job_name != "synthetic" && job_name != "mnist")
     return cli::fail(

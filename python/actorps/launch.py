@@ -11,7 +11,7 @@ reads when the call does not name it:
 
     ACTORPS_COORDINATOR   host:port of the coordinator
     ACTORPS_TOKEN         the job token (a fresh random one unless set)
-    ACTORPS_MODE          dist_sync or dist_async
+    ACTORPS_MODE          dist_sync, dist_async or dist_ssp
     ACTORPS_NUM_WORKERS   the number of workers
     ACTORPS_LOCAL_RANK    0..WORKERS-1, the launch order (the coordinator
                           gives ranks in join order: KVStore.rank is the one
@@ -193,7 +193,9 @@ def _parse(argv):
     p.add_argument("--shards", type=int, default=0,
                    help="shard actors per server (0: the server's default)")
     p.add_argument("--mode", default="dist_sync",
-                   choices=["dist_sync", "dist_async"])
+                   choices=["dist_sync", "dist_async", "dist_ssp"])
+    p.add_argument("--staleness", type=int, default=2,
+                   help="dist_ssp: the staleness bound (README)")
     p.add_argument("--transport", default="caf", choices=["caf", "ucx"])
     p.add_argument("--host", default=None,
                    help="address the coordinator and servers listen on "
@@ -297,8 +299,8 @@ def main(argv=None):
             coordinator = _Process(
                 "coordinator",
                 [coordinator_bin, "--host", args.host, "--port", port,
-                 "--mode",
-                 args.mode, "--workers", str(args.workers), "--servers",
+                 "--mode", args.mode, "--staleness", str(args.staleness),
+                 "--workers", str(args.workers), "--servers",
                  str(args.servers), "--transport", args.transport], env,
                 lines)
             procs.append(coordinator)

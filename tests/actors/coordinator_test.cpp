@@ -372,6 +372,10 @@ TEST_CASE("coordinator: joining needs the token, the mode and the version",
   CHECK(msg.find("guess-1234") == std::string::npos); // not echoed
   require_error(f.join(role::worker, "tok", f.agent(), join_mode::async),
                 errc::bad_config);
+  CHECK_THAT(
+    require_error(f.join(role::worker, "tok", f.agent(), join_mode::ssp),
+                  errc::bad_config),
+    Catch::Contains("runs dist_sync, the node asked for dist_ssp"));
   auto ver = require_error(f.join(role::worker, "tok", f.agent(),
                                   join_mode::any, wire_version + 1),
                            errc::bad_config);
@@ -384,6 +388,7 @@ TEST_CASE("coordinator: joining needs the token, the mode and the version",
   CHECK(w0->node_id == worker_node_id(0));
   CHECK(w0->num_workers == 2);
   CHECK(w0->sync);
+  CHECK(w0->staleness == -1);
   auto w1 = f.join(role::worker, "tok", f.agent());
   REQUIRE(w1);
   CHECK(w1->rank == 1);
@@ -515,4 +520,31 @@ TEST_CASE("coordinator: dead nodes are counted and release barriers",
   CHECK(f.dead(static_cast<int32_t>(worker_node_id(0))) == 0u);
   CHECK(f.dead(role::server) == 0u);
   CHECK(f.dead(role::server | role::worker) == 1u);
+}
+
+TEST_CASE("coordinator: a dist_ssp job tells its bound and refuses other "
+          "modes",
+          "[coordinator]") {
+  test::deterministic_fixture f;
+  coordinator_config cc;
+  cc.num_workers = 2;
+  cc.num_servers = 1;
+  cc.token = "tok";
+  cc.staleness = 3;
+  auto coord = f.guard(spawn_coordinator(f.sys, cc));
+  auto join = [&](uint8_t mode) {
+    f.self->send(coord, join_atom::value, role::worker, std::string{"tok"},
+                 caf::actor{}, mode, wire_version);
+    f.run();
+    return f.reply<job_info>();
+  };
+  CHECK_THAT(require_error(join(join_mode::async), errc::bad_config),
+             Catch::Contains("runs dist_ssp, the node asked for dist_async"));
+  auto w0 = join(join_mode::ssp);
+  REQUIRE(w0);
+  CHECK_FALSE(w0->sync);
+  CHECK(w0->staleness == 3);
+  auto w1 = join(join_mode::any);
+  REQUIRE(w1);
+  CHECK(w1->staleness == 3);
 }

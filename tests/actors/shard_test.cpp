@@ -106,6 +106,29 @@ struct sync_fixture : shard_fixture {
   }
 };
 
+// Bounded staleness with bound `s`, 3 workers, "accumulate" updates.
+struct ssp_fixture : shard_fixture {
+  explicit ssp_fixture(int32_t s = 1) : shard_fixture(ssp_cfg(s)) {
+    optimizer_config acc;
+    acc.name = "accumulate";
+    REQUIRE(set_optimizer(acc));
+    REQUIRE(init(slice_a, {0}));
+  }
+
+  static shard_config ssp_cfg(int32_t s) {
+    auto cfg = test::shard_cfg(0, 3, false);
+    cfg.staleness = s;
+    return cfg;
+  }
+
+  // Worker `w`'s next sequence number on slice_a.
+  uint64_t next(uint32_t w) {
+    return seq[w]++;
+  }
+
+  std::vector<uint64_t> seq = std::vector<uint64_t>(3, 0);
+};
+
 } // namespace
 
 TEST_CASE_METHOD(shard_fixture, "shard: init stores a slice once", "[shard]") {
@@ -599,4 +622,86 @@ TEST_CASE_METHOD(shard_fixture, "shard: stats count what happened", "[shard]") {
   CHECK(st->pushes == 1);
   CHECK(st->pulls == 1);
   CHECK(st->updates == 1);
+}
+
+TEST_CASE_METHOD(ssp_fixture,
+                 "shard: bounded staleness holds a fast worker exactly s "
+                 "pushes ahead of the slowest",
+                 "[shard]") {
+  // s = 1. Workers 1 and 2 push once; worker 0 runs ahead.
+  REQUIRE(push(slice_a, 1, next(1), {10}));
+  REQUIRE(push(slice_a, 2, next(2), {100}));
+  // Each push is applied on arrival: worker 0 at clock 1 and 2 may pull
+  // (the slowest clock, 1, is at least 1 - 1 and 2 - 1).
+  REQUIRE(push(slice_a, 0, next(0), {1}));
+  CHECK(pull(slice_a, 0, next(0)) == std::vector<float>{111});
+  REQUIRE(push(slice_a, 0, next(0), {1}));
+  CHECK(pull(slice_a, 0, next(0)) == std::vector<float>{112});
+  // At clock 3 it needs every live worker at 2: it waits.
+  REQUIRE(push(slice_a, 0, next(0), {1}));
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 0, next(0)});
+  run();
+  CHECK(no_reply());
+  auto st = stats();
+  REQUIRE(st);
+  CHECK(st->waiting_pulls == 1);
+  // Its own later pushes are not held up by its waiting pull.
+  SECTION("it goes on once the slowest workers catch up") {
+    REQUIRE(push(slice_a, 1, next(1), {10}));
+    run();
+    CHECK(no_reply()); // worker 2 is still at clock 1
+    REQUIRE(push(slice_a, 2, next(2), {100}));
+    auto value = reply<shared_floats>();
+    REQUIRE(value);
+    CHECK(value->vec() == std::vector<float>{223});
+  }
+  SECTION("a worker that leaves stops counting") {
+    REQUIRE(push(slice_a, 1, next(1), {10}));
+    self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 1});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    auto value = reply<shared_floats>();
+    REQUIRE(value);
+    CHECK(value->vec() == std::vector<float>{123});
+    SECTION("and when it comes back it starts at the slowest clock") {
+      self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 1, 2});
+      run();
+      REQUIRE(reply<caf::ok_atom>());
+      // Worker 2 counts from clock 2 (the slowest live one then), so
+      // worker 0 at clock 3 may pull without waiting for it.
+      CHECK(pull(slice_a, 0, next(0)) == std::vector<float>{123});
+      REQUIRE(push(slice_a, 0, next(0), {1}));
+      self->send(shard, pull_atom::value, slice_pull{slice_a, 0, next(0)});
+      run();
+      CHECK(no_reply()); // clock 4 needs 3 of workers 1 and 2
+    }
+  }
+}
+
+TEST_CASE("shard: staleness 0 waits as BSP does, a large bound never waits",
+          "[shard]") {
+  SECTION("s = 0: a pull at clock c waits for every worker's c-th push") {
+    ssp_fixture f{0};
+    REQUIRE(f.push(slice_a, 0, f.next(0), {1}));
+    f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, f.next(0)});
+    f.run();
+    CHECK(f.no_reply());
+    REQUIRE(f.push(slice_a, 1, f.next(1), {2}));
+    f.run();
+    CHECK(f.no_reply());
+    REQUIRE(f.push(slice_a, 2, f.next(2), {4}));
+    auto value = f.reply<shared_floats>();
+    REQUIRE(value);
+    // The sum of the step's pushes, as a BSP round gives it.
+    CHECK(value->vec() == std::vector<float>{7});
+  }
+  SECTION("s large: no pull waits, every push counts once") {
+    ssp_fixture f{1000000};
+    for (int i = 0; i < 50; ++i) {
+      REQUIRE(f.push(slice_a, 0, f.next(0), {1}));
+      auto v = f.pull(slice_a, 0, f.next(0));
+      REQUIRE(v);
+      CHECK(v->at(0) == float(i + 1));
+    }
+  }
 }

@@ -59,12 +59,16 @@ void check_steps(const std::string& path, unsigned epochs,
 
 TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
           "[integration]") {
-  auto mode = GENERATE(as<std::string>{}, "dist_sync", "dist_async");
+  auto mode = GENERATE(as<std::string>{}, "dist_sync", "dist_async",
+                       "dist_ssp");
   auto transport = TRANSPORT();
-  INFO(transport);
+  INFO(mode << " " << transport);
   // A small slicing bound, so the 5000-float keys are cut over all 4 shards.
-  dist_job job{
-    mode, 3, 2, {"--bigarray-bound", "1000", "--transport", transport}};
+  std::vector<std::string> flags{"--bigarray-bound", "1000", "--transport",
+                                 transport};
+  if (mode == "dist_ssp")
+    flags.insert(flags.end(), {"--staleness", "1"});
+  dist_job job{mode, 3, 2, flags};
   job.add_server();
   job.add_server();
   // Rank 0 (whichever worker that is) exports the weights at its end.

@@ -618,3 +618,41 @@ def test_metrics_port_serves_the_store_counters():
         assert kv.metrics_port == 0
     with pytest.raises(ValueError, match="metrics_port"):
         actorps.KVStore.create("local", metrics_port=70000)
+
+
+def test_ssp_store_bounds_staleness_and_sums_exactly():
+    import threading
+    with actorps.KVStore.create("local_ssp", num_workers=2,
+                                staleness=1) as kv:
+        assert kv.type == "local_ssp" and kv.staleness == 1
+        assert not kv.synchronous
+        kv.set_optimizer("accumulate")
+        kv.init("w", np.zeros(2, np.float32))
+        handles = [kv, kv.worker(1)]
+        seen = [[], []]
+
+        def run(h):
+            out = np.zeros(2, np.float32)
+            for _ in range(20):
+                h.push("w", np.full(2, h.rank + 1, np.float32))
+                h.wait(h.pull("w", out))
+                seen[h.rank].append(float(out[0]))
+            h.barrier()
+
+        threads = [threading.Thread(target=run, args=(h,)) for h in handles]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # After k pushes, every worker's first k - 1 pushes (3 each step)
+        # are in.
+        for r in range(2):
+            for k, v in enumerate(seen[r], start=1):
+                assert v >= 3 * (k - 1), (r, k, v)
+        out = np.zeros(2, np.float32)
+        kv.wait(kv.pull("w", out))
+        assert list(out) == [60.0, 60.0]
+    with actorps.KVStore.create("local") as kv:
+        assert kv.staleness == -1
+    with pytest.raises(ValueError, match="staleness"):
+        actorps.KVStore.create("local_ssp", staleness=-1)

@@ -859,3 +859,56 @@ TEST_CASE("kvstore: node ids follow ps-lite's numbering", "[integration]") {
   // Node ids and groups never collide: groups are below 8.
   CHECK((role::coordinator | role::server | role::worker) < 8);
 }
+
+TEST_CASE("kvstore: local_ssp bounds how stale a pull may be and sums "
+          "exactly",
+          "[integration]") {
+  // 3 workers push 1, 2 and 3 per step (accumulate): a step of everyone
+  // adds 6. With bound s, the pull after a worker's k-th push sees every
+  // worker's first k - s pushes at least, and never more than all of them.
+  auto s = GENERATE(0u, 1u, 3u, 1000000u);
+  INFO("staleness " << s);
+  store_options o;
+  o.num_workers = 3;
+  o.num_shards = 2;
+  o.staleness = s;
+  auto kv = kvstore::create("local_ssp", o);
+  REQUIRE(kv);
+  CHECK(kv->type() == "local_ssp");
+  CHECK_FALSE(kv->synchronous());
+  optimizer_config acc;
+  acc.name = "accumulate";
+  require_ok(kv->set_optimizer(acc));
+  require_ok(kv->init("w", Eigen::VectorXf::Zero(4)));
+  auto hs = handles(*kv);
+  constexpr int steps = 40;
+  std::vector<std::vector<float>> seen(3);
+  auto problem = run_workers(hs, [&](kvstore& h) -> std::string {
+    Eigen::VectorXf g = Eigen::VectorXf::Constant(4, float(h.rank() + 1));
+    Eigen::VectorXf out(4);
+    for (int k = 1; k <= steps; ++k) {
+      if (auto e = push_then_pull(h, "w", g, out); !e.empty())
+        return e;
+      seen[h.rank()].push_back(out[0]);
+    }
+    if (auto e = h.barrier())
+      return render(e);
+    return {};
+  });
+  REQUIRE(problem.empty());
+  for (uint32_t r = 0; r < 3; ++r)
+    for (int k = 1; k <= steps; ++k) {
+      INFO("rank " << r << " step " << k);
+      auto got = seen[r][size_t(k - 1)];
+      auto floor = k > int(s) ? 6.0f * float(k - int(s)) : 0.0f;
+      CHECK(got >= floor);
+      CHECK(got <= 6.0f * steps);
+      // Its own pushes so far are always in.
+      CHECK(got >= float(r + 1) * float(k));
+    }
+  Eigen::VectorXf out(4);
+  auto t = hs[0].pull("w", out);
+  REQUIRE(t);
+  require_ok(hs[0].wait(*t));
+  CHECK(out == Eigen::VectorXf::Constant(4, 6.0f * steps));
+}
