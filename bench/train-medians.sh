@@ -6,7 +6,8 @@
 #   bash bench/train-medians.sh [R] [-- extra flags for every run]
 # Configurations: local async (defaults), local sync, baseline at the
 # per-worker batch, baseline at sync's global batch (4 x 16 = 64); with
-# CONFIGS="async ssp1 ssp2 ssp4 sync" (names below) those instead. Also
+# CONFIGS="async ssp1 ssp2 ssp4 sync" or "async every10 every-epoch" (names
+# below) those instead. Also
 # prints the median wall time of the run (sum of the epochs' seconds).
 set -euo pipefail
 runs=${1:-3}
@@ -20,10 +21,12 @@ trap 'rm -rf "$out"' EXIT
 all=("async|" "sync|--mode sync" "baseline|--baseline"
      "baseline-b64|--baseline --batch 64"
      "ssp0|--mode ssp --staleness 0" "ssp1|--mode ssp --staleness 1"
-     "ssp2|--mode ssp --staleness 2" "ssp4|--mode ssp --staleness 4")
+     "ssp2|--mode ssp --staleness 2" "ssp4|--mode ssp --staleness 4"
+     "every10|--push-every 10" "every100|--push-every 100"
+     "every-epoch|--push-every 1000000" "sync-every10|--mode sync --push-every 10")
 configs=()
 for c in "${all[@]}"; do
-  if [[ -z "${CONFIGS:-}" && "$c" != ssp* ]] \
+  if [[ -z "${CONFIGS:-}" && "$c" != ssp* && "$c" != *every* ]] \
       || [[ " ${CONFIGS:-} " == *" ${c%%|*} "* ]]; then
     configs+=("$c")
   fi

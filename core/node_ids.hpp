@@ -9,6 +9,14 @@
 /// is node 9 + 2r.
 namespace actorps {
 
+/// Heads of `send_command_to_servers` that actorps handles itself: 0 sets
+/// the optimizer from text; negative heads are reserved.
+namespace command_head {
+constexpr int32_t set_optimizer = 0;
+/// Drops the partial sums of unfinished sync rounds (clear_pending).
+constexpr int32_t clear_pending = -1;
+} // namespace command_head
+
 /// Roles of the nodes of a job; also the group ids of `num_dead_node`, which
 /// may be or-ed together (as in MXNet / ps-lite).
 namespace role {

@@ -137,6 +137,10 @@ public:
     return kv_.num_workers();
   }
 
+  void clear_pending() {
+    check(run([&] { return kv_.clear_pending(); }));
+  }
+
   int32_t staleness() const {
     return kv_.staleness();
   }
@@ -479,6 +483,9 @@ PYBIND11_MODULE(_actorps, m) {
     .def("wait_only", &store::wait_only, py::arg("ticket"))
     .def("wait_all", &store::wait_all)
     .def("barrier", &store::barrier)
+    .def("clear_pending", &store::clear_pending,
+         "DataPredict's clearGradients: the shards drop the pushes of sync "
+         "rounds not applied yet (README)")
     .def("set_optimizer", &store::set_optimizer, py::arg("name"))
     .def("set_gradient_compression", &store::set_gradient_compression,
          py::arg("spec"), py::arg("key") = py::none())

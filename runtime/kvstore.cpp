@@ -490,6 +490,10 @@ caf::error kvstore::send_command_to_servers(int head, const std::string& body) {
     static_cast<int32_t>(head), body);
 }
 
+caf::error kvstore::clear_pending() {
+  return send_command_to_servers(command_head::clear_pending, "");
+}
+
 caf::expected<std::vector<uint64_t>> kvstore::shape(const std::string& key) {
   auto& d = *impl_;
   if (d.closed)

@@ -301,12 +301,24 @@ public:
                 std::chrono::seconds timeout = std::chrono::seconds{60});
 
   /// Sends a command to every shard and waits until all applied it. Head 0
-  /// sets the optimizer from text ("name=sgd,learning_rate=0.1"); other heads
+  /// sets the optimizer from text ("name=sgd,learning_rate=0.1"), head -1
+  /// is `clear_pending`, other negative heads are reserved; other heads
   /// go to the handler the embedding program installed
   /// (`store_options::on_command`, or `server_options::on_command` on the
   /// servers of a distributed job); without one they fail with
   /// `bad_config`.
   caf::error send_command_to_servers(int head, const std::string& body);
+
+  /// DataPredict's clearGradients: every shard drops the pushes of sync
+  /// rounds that are not applied yet (in every other mode there are none:
+  /// nothing happens). Each worker's next push of a key then starts the
+  /// round anew: a worker that had pushed into a dropped round pushes again
+  /// for it, and a pull that waited for a dropped round is answered with
+  /// the value of the last round applied. Waits for this handle's pending
+  /// operations first, like every command. Call it when every worker
+  /// agrees (after a barrier): a push still on its way to a shard lands in
+  /// the round afresh.
+  caf::error clear_pending();
 
   /// The shape of an initialized key. Errors: `unknown_key`,
   /// `not_initialized`.

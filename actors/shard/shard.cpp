@@ -128,6 +128,14 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (auto err = self->state.trusted.check(self, "send_command_to_servers"))
         return err;
       auto& st = self->state;
+      if (head == command_head::clear_pending) {
+        st.clear_pending();
+        return caf::ok_atom::value;
+      }
+      if (head < 0)
+        return make_error(errc::bad_config,
+                          "command: head " + std::to_string(head)
+                            + " is reserved (-1: clear_pending)");
       if (head == 0) {
         optimizer_config opt;
         if (auto err = to_error(core::parse_optimizer(body, opt)))

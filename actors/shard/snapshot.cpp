@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Saving and loading a shard's slices, and the set of live workers.
+// Saving and loading a shard's slices, the set of live workers, and dropping
+// unfinished sync rounds.
 #include "actors/shard/state.hpp"
 
 #include <algorithm>
@@ -66,6 +67,20 @@ caf::error shard_state::load(const state_snapshot& snap) {
     s.step = rec.step;
   }
   return caf::none;
+}
+
+void shard_state::clear_pending() {
+  if (!cfg.sync)
+    return;
+  for (auto& kvp : slices) {
+    auto& sl = kvp.second;
+    sl.rounds.clear();
+    // Every worker is back at the first round not applied.
+    for (auto& n : sl.pushes_of)
+      n = sl.rounds_done;
+    // Pulls that waited for a dropped round get the last applied value.
+    release_waiting(sl, std::numeric_limits<uint64_t>::max());
+  }
 }
 
 caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {

@@ -200,6 +200,10 @@ struct shard_state {
   // worker's clock allows now.
   void advance_rounds(slice_state& s);
 
+  // Drops the pushes of every sync round not applied yet (see
+  // kvstore::clear_pending).
+  void clear_pending();
+
   // Bounded staleness: the lowest clock of a live worker on `s` (no live
   // worker: no bound).
   uint64_t slowest_clock(const slice_state& s) const;

@@ -467,13 +467,21 @@ void add_train_options(po::options_description& desc, train_options& opts,
     text("cosine (the learning rate falls to 0 along half a cosine over "
          "all epochs, on the shards) or constant")
       .c_str())("seed", po::value(&opts.seed)->default_value(opts.seed),
-                text("seed of the initialization and the shuffling").c_str());
+                text("seed of the initialization and the shuffling").c_str())(
+    "push-every", po::value(&opts.push_every)->default_value(opts.push_every),
+    text("steps between exchanges with the store: 1 pushes gradients every "
+         "step; K > 1 trains K steps of local SGD with momentum and pushes "
+         "the weights' change, which the shards average (local SGD, "
+         "Elephas' update frequency; K >= an epoch's steps: once per epoch)")
+      .c_str());
 }
 
 std::optional<int> check(const std::string& app, const train_options& opts) {
   if (auto rc = check_range(app, "epochs", opts.epochs, 1, 100000))
     return rc;
   if (auto rc = check_range(app, "batch", opts.batch, 1, 1000000))
+    return rc;
+  if (auto rc = check_range(app, "push-every", opts.push_every, 1, 100000000))
     return rc;
   if (!(std::isfinite(opts.learning_rate) && opts.learning_rate > 0))
     return fail(app,

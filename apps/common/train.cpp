@@ -35,6 +35,14 @@ optimizer_config sgd_momentum(const train_options& opts, float rescale,
 
 optimizer_config server_optimizer(const train_options& opts, bool sync,
                                   uint32_t workers, uint64_t train_size) {
+  if (opts.push_every > 1) {
+    // The pushes are weight deltas: the shards move by their mean.
+    optimizer_config cfg;
+    cfg.name = "sgd";
+    cfg.learning_rate = 1.0f;
+    cfg.rescale_grad = 1.0f / static_cast<float>(workers);
+    return cfg;
+  }
   auto steps = train_size / workers / std::max<uint32_t>(opts.batch, 1);
   auto updates = uint64_t{opts.epochs} * steps;
   if (sync) {
@@ -55,7 +63,9 @@ optimizer_config server_optimizer(const train_options& opts, bool sync,
 
 optimizer_config baseline_optimizer(const train_options& opts,
                                     uint64_t train_size) {
-  return server_optimizer(opts, false, 1, train_size);
+  auto one = opts;
+  one.push_every = 1;
+  return server_optimizer(one, false, 1, train_size);
 }
 
 namespace {
@@ -85,6 +95,50 @@ struct epoch_clock {
 
   double seconds() const {
     return std::chrono::duration<double>(clock_type::now() - start).count();
+  }
+};
+
+// A worker's own SGD with momentum between exchanges (push_every > 1).
+struct local_sgd {
+  bool on = false;
+  optimizer_config cfg;
+  std::vector<Eigen::MatrixXf> states;
+  std::vector<Eigen::MatrixXf> anchor;
+  uint64_t updates = 0;
+
+  local_sgd(const train_options& opts, const std::vector<Eigen::MatrixXf>& ps,
+            uint64_t steps_per_epoch)
+    : on(opts.push_every > 1) {
+    if (!on)
+      return;
+    auto one = opts;
+    one.push_every = 1;
+    // One worker's updates over the run: steps_per_epoch x epochs.
+    cfg = server_optimizer(one, true, 1, steps_per_epoch * one.batch);
+    for (auto& p : ps)
+      states.emplace_back(Eigen::MatrixXf::Zero(p.rows(), p.cols()));
+    anchor = ps;
+  }
+
+  void step(std::vector<Eigen::MatrixXf>& ps,
+            std::vector<Eigen::MatrixXf>& grads) {
+    for (size_t i = 0; i < ps.size(); ++i)
+      core::apply_update(cfg, ps[i].data(), grads[i].data(), states[i].data(),
+                         static_cast<size_t>(ps[i].size()), updates);
+    ++updates;
+  }
+
+  // What to push: the change since the last exchange, as a "gradient"
+  // (anchor - now), into `grads`.
+  void deltas(const std::vector<Eigen::MatrixXf>& ps,
+              std::vector<Eigen::MatrixXf>& grads) const {
+    for (size_t i = 0; i < ps.size(); ++i)
+      grads[i] = anchor[i] - ps[i];
+  }
+
+  // `ps` now holds the store's weights: the next deltas start there.
+  void exchanged(const std::vector<Eigen::MatrixXf>& ps) {
+    anchor = ps;
   }
 };
 
@@ -157,12 +211,17 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
   Eigen::MatrixXf x;
   std::vector<uint8_t> y;
   step_counter steps_done;
+  // Local SGD (push_every > 1): this worker's own optimizer and the weights
+  // of the last exchange.
+  local_sgd local{opts, params, steps};
   for (uint32_t epoch = 1; epoch <= opts.epochs; ++epoch) {
     std::mt19937 rng{opts.seed + 1000 * epoch + rank};
     std::shuffle(shard.begin(), shard.end(), rng);
     epoch_clock clock;
     if (auto problem = pull_all(); !problem.empty())
       return problem;
+    if (local.on)
+      local.exchanged(params);
     for (uint64_t step = 0; step < steps; ++step) {
       gather(train, shard, step * opts.batch, opts.batch, x, y);
       auto loss = model.gradients(x, y.data(), grads);
@@ -170,19 +229,32 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
       ++clock.steps;
       if (rank == 0)
         steps_done.report(cb, epoch, loss);
-      // One push_pull per layer: the same per-key order as pushing every
-      // layer and then pulling every layer, in half the requests.
-      std::vector<pull_ticket> tickets;
-      for (size_t i = 0; i < layers; ++i) {
-        auto t = kv.push_pull(names[i], flat(grads[i]), flat(params[i]),
-                              priority(i));
-        if (!t)
-          return fail("push_pull " + names[i], t.error());
-        tickets.push_back(*t);
+      // Local SGD: a step of its own, and an exchange every K steps (and at
+      // the epoch's end) of the weights' change since the last one.
+      bool exchange = true;
+      if (local.on) {
+        local.step(params, grads);
+        exchange = (step + 1) % opts.push_every == 0 || step + 1 == steps;
+        if (exchange)
+          local.deltas(params, grads);
       }
-      for (auto& t : tickets)
-        if (auto err = kv.wait(t))
-          return fail("push_pull", err);
+      if (exchange) {
+        // One push_pull per layer: the same per-key order as pushing every
+        // layer and then pulling every layer, in half the requests.
+        std::vector<pull_ticket> tickets;
+        for (size_t i = 0; i < layers; ++i) {
+          auto t = kv.push_pull(names[i], flat(grads[i]), flat(params[i]),
+                                priority(i));
+          if (!t)
+            return fail("push_pull " + names[i], t.error());
+          tickets.push_back(*t);
+        }
+        for (auto& t : tickets)
+          if (auto err = kv.wait(t))
+            return fail("push_pull", err);
+        if (local.on)
+          local.exchanged(params);
+      }
       if (rank == 0 && cb.on_progress
           && ((step + 1) % 20 == 0 || step + 1 == steps)) {
         auto done = (step + 1) * opts.batch * workers;

@@ -27,6 +27,15 @@ struct train_options {
   /// "cosine" (down to 0 over all epochs' updates) or "constant".
   std::string lr_schedule = "cosine";
   uint32_t seed = 42;
+  /// Steps between two exchanges with the store (Elephas' update
+  /// frequency). 1: every step pushes its gradients (the default). K > 1:
+  /// local SGD: each worker runs SGD with momentum on its own copy for K
+  /// steps and pushes the difference of its weights since the last
+  /// exchange; the shards average them (sync: the mean of the workers'
+  /// deltas; async: each delta divided by the number of workers). An
+  /// epoch's end is always an exchange, so K >= the steps of an epoch
+  /// means once per epoch (Elephas' frequency='epoch').
+  uint32_t push_every = 1;
 };
 
 /// One epoch's outcome, as rank 0 (or the baseline) saw it.
@@ -69,7 +78,9 @@ struct train_callbacks {
 };
 
 /// The optimizer the shards run for `opts` with `workers` workers on
-/// `train_size` samples: SGD with momentum and the learning-rate schedule
+/// `train_size` samples. With `opts.push_every` > 1: SGD with learning rate
+/// 1 and no momentum on the workers' weight deltas, rescaled by 1/W (model
+/// averaging). Otherwise: SGD with momentum and the learning-rate schedule
 /// spanning all epochs' updates of a slice (sync: one per step, async: one
 /// per step and worker); sync stores rescale the summed gradients by 1/W,
 /// async stores lower the momentum to max(0, 1 - W * (1 - momentum)), since

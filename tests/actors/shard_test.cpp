@@ -705,3 +705,57 @@ TEST_CASE("shard: staleness 0 waits as BSP does, a large bound never waits",
     }
   }
 }
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: clear_pending drops the unfinished round and "
+                 "releases its pulls",
+                 "[shard]") {
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(set_optimizer(acc));
+  REQUIRE(init(slice_a, {0, 0}));
+  // Round 0 completes; round 1 has only worker 0's push.
+  REQUIRE(push(slice_a, 0, 0, {1, 1}));
+  REQUIRE(push(slice_a, 1, 0, {2, 2}));
+  REQUIRE(push(slice_a, 0, 1, {10, 10}));
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 2});
+  run();
+  CHECK(no_reply());
+  self->send(shard, command_atom::value, command_head::clear_pending,
+             std::string{});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  // The waiting pull gets the last applied round's value.
+  auto value = reply<shared_floats>();
+  REQUIRE(value);
+  CHECK(value->vec() == std::vector<float>{3, 3});
+  // Worker 1's push does not complete the dropped round: worker 0 pushes
+  // for it again, and only then is the round applied.
+  REQUIRE(push(slice_a, 1, 1, {20, 20}));
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 1, 2});
+  run();
+  CHECK(no_reply());
+  REQUIRE(push(slice_a, 0, 3, {30, 30}));
+  value = reply<shared_floats>();
+  REQUIRE(value);
+  CHECK(value->vec() == std::vector<float>{53, 53});
+  // Other negative heads are reserved.
+  self->send(shard, command_atom::value, int32_t{-2}, std::string{});
+  run();
+  require_error(reply<caf::ok_atom>(), errc::bad_config);
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: clear_pending changes nothing in async mode",
+                 "[shard]") {
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(set_optimizer(acc));
+  REQUIRE(init(slice_a, {0, 0}));
+  REQUIRE(push(slice_a, 0, 0, {1, 2}));
+  self->send(shard, command_atom::value, command_head::clear_pending,
+             std::string{});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  CHECK(pull(slice_a, 0, 1) == std::vector<float>{1, 2});
+}

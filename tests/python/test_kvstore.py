@@ -656,3 +656,33 @@ def test_ssp_store_bounds_staleness_and_sums_exactly():
         assert kv.staleness == -1
     with pytest.raises(ValueError, match="staleness"):
         actorps.KVStore.create("local_ssp", staleness=-1)
+
+
+def test_clear_pending_drops_an_unfinished_sync_round():
+    import threading
+    with actorps.KVStore.create("local_sync", num_workers=2) as kv:
+        kv.set_optimizer("accumulate")
+        kv.init("w", np.zeros(1, np.float32))
+        w1 = kv.worker(1)
+        # Worker 0 pushes into round 0; worker 1 never does: dropped.
+        kv.push("w", f32(5.0))
+        kv.wait_all()
+        kv.clear_pending()
+        out = np.zeros(1, np.float32)
+        kv.wait(kv.pull("w", out))
+        assert out[0] == 0.0
+        # The round starts anew: both push, the sum is applied once.
+        done = threading.Event()
+
+        def other():
+            w1.push("w", f32(2.0))
+            w1.wait_all()
+            done.set()
+
+        t = threading.Thread(target=other)
+        t.start()
+        kv.push("w", f32(1.0))
+        kv.wait(kv.pull("w", out))
+        t.join()
+        assert done.is_set()
+        assert out[0] == 3.0
