@@ -56,6 +56,19 @@ dataset make_data(Eigen::Index n, uint32_t seed) {
   return d;
 }
 
+// The epochs' reports of training through `kv` (the baseline if null).
+std::vector<epoch_report> epochs_of(kvstore* kv, const dataset& train,
+                                    const dataset& test,
+                                    const train_options& opts) {
+  std::vector<epoch_report> reports;
+  train_callbacks cb;
+  cb.on_epoch = [&](const epoch_report& r) { reports.push_back(r); };
+  auto problem = kv ? train_worker(*kv, train, test, opts, cb)
+                    : train_baseline(train, test, opts, cb);
+  CHECK(problem.empty());
+  return reports;
+}
+
 } // namespace
 
 TEST_CASE("mnist: written splits read back exactly", "[apps]") {
@@ -201,15 +214,7 @@ TEST_CASE("train: a store with one worker follows the baseline exactly",
   opts.epochs = 3;
   opts.batch = 16;
   REQUIRE(opts.lr_schedule == "cosine");
-  auto run = [&](kvstore* kv) {
-    std::vector<epoch_report> reports;
-    train_callbacks cb;
-    cb.on_epoch = [&](const epoch_report& r) { reports.push_back(r); };
-    auto problem = kv ? train_worker(*kv, train, test, opts, cb)
-                      : train_baseline(train, test, opts, cb);
-    CHECK(problem.empty());
-    return reports;
-  };
+  auto run = [&](kvstore* kv) { return epochs_of(kv, train, test, opts); };
   store_options so;
   so.num_workers = 1;
   so.num_shards = 2;
@@ -244,15 +249,7 @@ TEST_CASE("train: local SGD (--push-every) with one worker follows the "
   opts.epochs = 3;
   opts.batch = 16;
   opts.push_every = 4;
-  auto run = [&](kvstore* kv) {
-    std::vector<epoch_report> reports;
-    train_callbacks cb;
-    cb.on_epoch = [&](const epoch_report& r) { reports.push_back(r); };
-    auto problem = kv ? train_worker(*kv, train, test, opts, cb)
-                      : train_baseline(train, test, opts, cb);
-    CHECK(problem.empty());
-    return reports;
-  };
+  auto run = [&](kvstore* kv) { return epochs_of(kv, train, test, opts); };
   store_options so;
   so.num_workers = 1;
   so.threads = 2;
