@@ -18,6 +18,7 @@
 #include "actors/node.hpp"
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
+#include "core/checkpoint_dir.hpp"
 #include "core/join_tally.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
@@ -160,6 +161,9 @@ caf::error run_coordinator(const coordinator_options& opts,
   cc.transport = opts.transport;
   cc.on_done = caf::actor_cast<caf::actor>(self);
   cc.address_of = peer_address;
+  if (!opts.checkpoint_dir.empty())
+    cc.checkpoint_every = std::max(opts.checkpoint_every,
+                                   std::chrono::milliseconds{0});
   auto coord = spawn_coordinator(sys, cc);
   // Only the gate listens: a peer reaches the coordinator itself once it
   // proved the token (see actors/gate.hpp).
@@ -226,6 +230,24 @@ caf::error run_coordinator(const coordinator_options& opts,
     [&](join_atom, uint32_t, uint8_t role_id, uint32_t rank) {
       if (tally.add(role_id, rank))
         status();
+    },
+    [&](save_atom, uint64_t number, state_snapshot& snap) {
+      std::string path;
+      auto st = core::write_numbered_checkpoint(
+        opts.checkpoint_dir, number, snap, opts.checkpoint_keep, path);
+      if (opts.on_checkpoint)
+        opts.on_checkpoint(
+          st.ok()
+            ? "checkpoint at barrier " + std::to_string(number) + ": " + path
+                + " (" + std::to_string(snap.slices.size()) + " slices)"
+            : st.message,
+          st.ok());
+    },
+    [&](save_atom, uint64_t number, caf::error& err) {
+      if (opts.on_checkpoint)
+        opts.on_checkpoint("checkpoint at barrier " + std::to_string(number)
+                             + " failed: " + render(err),
+                           false);
     },
     caf::after(idle) >>
       [&] {

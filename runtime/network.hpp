@@ -76,6 +76,19 @@ struct coordinator_options {
   metrics_options metrics;
   /// Gets the metrics port once it listens (caller's thread).
   std::function<void(uint16_t)> on_metrics;
+  /// Periodic checkpoints into this folder (none if empty): at the first
+  /// barrier after `checkpoint_every` passed since the last one (0: at
+  /// every barrier), with every worker waiting there, the coordinator
+  /// gathers every shard's state and writes checkpoint-N.actorps (N: the
+  /// barrier's number; the format of save_optimizer_states, which
+  /// load_optimizer_states and --resume read), atomically, keeping the
+  /// newest `checkpoint_keep`.
+  std::string checkpoint_dir;
+  std::chrono::milliseconds checkpoint_every{0};
+  uint32_t checkpoint_keep = 2;
+  /// Gets a line for each checkpoint written (`ok`) or failed (caller's
+  /// thread).
+  std::function<void(const std::string& line, bool ok)> on_checkpoint;
 };
 
 /// Runs the coordinator: publishes it, calls `on_listening` with the port it

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
+#include "actors/coordinator/shards.hpp"
 #include "actors/coordinator/state.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -30,6 +32,8 @@ namespace actorps {
 namespace {
 
 using self_ptr = coordinator_ptr;
+using detail::broadcast;
+using detail::gather_snapshot;
 
 std::string quoted(const std::string& key) {
   return "'" + key + "'";
@@ -57,41 +61,6 @@ constexpr size_t max_observers = 256;
 
 // The largest number of slices one key may be cut into.
 constexpr uint64_t max_key_slices = uint64_t{1} << 20;
-
-// Sends `msg...` to every shard and delivers `finish()` once all answered.
-// With `live_only`, dead shards are skipped; otherwise a dead shard fails the
-// whole operation at once.
-template <class Reply, class Promise, class Finish, class OnReply, class... Ts>
-void broadcast(self_ptr self, Promise rp, Finish finish, OnReply on_reply,
-               bool live_only, Ts... xs) {
-  auto& st = self->state;
-  auto& shards = st.cfg.shards;
-  std::vector<size_t> targets;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    if (i < st.shard_dead.size() && st.shard_dead[i]) {
-      if (live_only)
-        continue;
-      rp.deliver(
-        make_error(errc::dead_node, "shard " + std::to_string(i) + " is dead"));
-      return;
-    }
-    targets.push_back(i);
-  }
-  if (targets.empty()) {
-    rp.deliver(finish());
-    return;
-  }
-  detail::fan_in<Promise> fan{std::move(rp), targets.size()};
-  for (auto i : targets)
-    self->request(shards[i], st.timeout(), xs...)
-      .then(
-        [=](Reply& reply) mutable {
-          on_reply(i, reply);
-          if (fan.arrive())
-            fan.promise().deliver(finish());
-        },
-        [=](caf::error& err) { fan.fail(std::move(err)); });
-}
 
 // A worker leaves the job (`why`: its job failed).
 caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
@@ -247,7 +216,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       st.at_barrier[rank] = true;
       auto rp = self->make_response_promise<caf::ok_atom>();
       st.barrier_waiters.push_back(rp);
-      st.check_barrier();
+      release_barrier(self);
       return rp;
     },
     [self](leave_atom, uint32_t rank) -> caf::result<caf::ok_atom> {
@@ -275,41 +244,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
         return err;
       auto rp = self->make_response_promise<state_snapshot>();
-      auto merged = std::make_shared<state_snapshot>();
-      broadcast<state_snapshot>(
-        self, rp,
-        [self, merged] {
-          auto& st = self->state;
-          merged->optimizer = st.optimizer;
-          // Shards report ids only; skip records this coordinator never
-          // registered (a shard that outlived an earlier coordinator).
-          auto known = [&](const slice_record& rec) {
-            if (rec.key_id >= st.names_by_id.size())
-              return false;
-            auto& info = st.keys[st.names_by_id[rec.key_id]].info;
-            return rec.part < info.slices.size();
-          };
-          auto& recs = merged->slices;
-          recs.erase(
-            std::remove_if(recs.begin(), recs.end(),
-                           [&](const slice_record& r) { return !known(r); }),
-            recs.end());
-          for (auto& rec : recs) {
-            auto& info = st.keys[st.names_by_id[rec.key_id]].info;
-            rec.key = info.name;
-            rec.offset = info.slices[rec.part].offset;
-          }
-          std::sort(merged->slices.begin(), merged->slices.end(),
-                    [](const slice_record& a, const slice_record& b) {
-                      return std::tie(a.key, a.part) < std::tie(b.key, b.part);
-                    });
-          return std::move(*merged);
-        },
-        [merged](size_t, state_snapshot& part) {
-          for (auto& rec : part.slices)
-            merged->slices.push_back(std::move(rec));
-        },
-        false, save_atom::value);
+      gather_snapshot(self, rp);
       return rp;
     },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {

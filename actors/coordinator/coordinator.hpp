@@ -149,6 +149,13 @@ struct coordinator_config {
   /// or died) and
   /// `(join_atom, node_id, role, rank)` for every node admitted.
   caf::actor on_done;
+  /// Periodic checkpoints: when a barrier is complete and this much time
+  /// passed since the last checkpoint (0: at every barrier; negative: never),
+  /// the coordinator gathers every shard's state first (no worker pushes
+  /// while all wait at the barrier, so every slice is at the same round),
+  /// sends `(save_atom, barrier_number, state_snapshot)` to `on_done`, and
+  /// only then releases the barrier (barriers count from 1).
+  std::chrono::milliseconds checkpoint_every{-1};
   /// "host:port" a node's connection comes from (for the status); may be
   /// empty.
   std::function<std::string(const caf::node_id&)> address_of;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The coordinator's record of the job's nodes: who is live, when the job is
 // done, what happens when a node goes down, and the routing table.
+#include "actors/coordinator/shards.hpp"
 #include "actors/coordinator/state.hpp"
 
 #include <algorithm>
@@ -61,7 +62,7 @@ void drop_worker(coordinator_ptr self, uint32_t rank) {
   if (rank >= st.live.size() || !st.live[rank])
     return;
   st.live[rank] = false;
-  st.check_barrier();
+  release_barrier(self);
   announce_workers(self);
   check_done(self);
 }
@@ -261,6 +262,39 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
             arrive();
           });
   return rp;
+}
+
+void release_barrier(coordinator_ptr self) {
+  auto& st = self->state;
+  if (st.checkpointing || !st.barrier_complete())
+    return;
+  if (!st.checkpoint_due()) {
+    st.check_barrier();
+    return;
+  }
+  // Every live worker waits here, none pushes: every slice is at the same
+  // round. Gather it, hand it on, then release.
+  st.checkpointing = true;
+  auto number = st.barriers_done + 1;
+  auto done = [self] {
+    auto& st = self->state;
+    st.checkpointing = false;
+    st.last_checkpoint = caf::make_timestamp();
+    st.check_barrier();
+  };
+  detail::callback_promise<state_snapshot> cb;
+  cb.ok = [self, number, done](state_snapshot&& snap) {
+    caf::anon_send(self->state.cfg.on_done, save_atom::value, number,
+                   std::move(snap));
+    done();
+  };
+  cb.failed = [self, number, done](caf::error err) {
+    // The job goes on without this checkpoint; the runner says why.
+    caf::anon_send(self->state.cfg.on_done, save_atom::value, number,
+                   std::move(err));
+    done();
+  };
+  detail::gather_snapshot(self, std::move(cb));
 }
 
 } // namespace actorps

@@ -82,6 +82,10 @@ struct coordinator_state {
   // status and nothing else.
   std::set<caf::node_id> observers;
   uint64_t barriers_done = 0;
+  // Periodic checkpoints: one is being gathered (the barrier waits), and
+  // when the last one was taken.
+  bool checkpointing = false;
+  caf::timestamp last_checkpoint = caf::make_timestamp();
 
   bool distributed() const {
     return cfg.num_servers > 0;
@@ -91,13 +95,27 @@ struct coordinator_state {
     return caf::duration{cfg.timeout};
   }
 
-  // Releases the barrier once every live worker is in it.
-  void check_barrier() {
+  // True once every live worker waits at the barrier.
+  bool barrier_complete() const {
     if (barrier_waiters.empty())
-      return;
+      return false;
     for (size_t r = 0; r < live.size(); ++r)
       if (live[r] && !at_barrier[r])
-        return;
+        return false;
+    return true;
+  }
+
+  // True if the complete barrier must wait for a checkpoint first.
+  bool checkpoint_due() const {
+    return cfg.checkpoint_every.count() >= 0 && cfg.on_done
+           && caf::make_timestamp() - last_checkpoint >= cfg.checkpoint_every;
+  }
+
+  // Releases the barrier once every live worker is in it (not while a
+  // checkpoint is being gathered).
+  void check_barrier() {
+    if (checkpointing || !barrier_complete())
+      return;
     for (auto& w : barrier_waiters)
       w.deliver(caf::ok_atom::value);
     barrier_waiters.clear();
@@ -143,6 +161,10 @@ void send_admissions(coordinator_ptr self, uint32_t rank);
 /// Answers the routing requests that wait, if routing is complete and every
 /// live server knows every admitted node.
 void release_routing(coordinator_ptr self);
+
+/// Releases a complete barrier, first taking a checkpoint when one is due
+/// (coordinator_config::checkpoint_every).
+void release_barrier(coordinator_ptr self);
 
 /// The job's status (`status_atom`): membership from the state, counters
 /// from every shard that answers within a few seconds.

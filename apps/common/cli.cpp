@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "apps/common/train.hpp"
+#include "core/checkpoint_dir.hpp"
 #include "core/file_system.hpp"
 
 namespace po = boost::program_options;
@@ -468,12 +469,28 @@ void add_train_options(po::options_description& desc, train_options& opts,
          "all epochs, on the shards) or constant")
       .c_str())("seed", po::value(&opts.seed)->default_value(opts.seed),
                 text("seed of the initialization and the shuffling").c_str())(
+    "resume", po::value(&opts.resume),
+    text("a checkpoint file, or a folder of the coordinator's periodic "
+         "checkpoints (the newest whole one is taken): rank 0 loads it "
+         "before the first step, and training goes on from its weights and "
+         "optimizer state")
+      .c_str())(
     "push-every", po::value(&opts.push_every)->default_value(opts.push_every),
     text("steps between exchanges with the store: 1 pushes gradients every "
          "step; K > 1 trains K steps of local SGD with momentum and pushes "
          "the weights' change, which the shards average (local SGD, "
          "Elephas' update frequency; K >= an epoch's steps: once per epoch)")
       .c_str());
+}
+
+std::optional<int> resolve_resume(const std::string& app, train_options& opts) {
+  if (opts.resume.empty())
+    return std::nullopt;
+  std::string file;
+  if (auto st = core::latest_checkpoint(opts.resume, file); !st.ok())
+    return fail(app, "--resume: " + st.message, 2);
+  opts.resume = file;
+  return std::nullopt;
 }
 
 std::optional<int> check(const std::string& app, const train_options& opts) {

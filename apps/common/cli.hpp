@@ -157,6 +157,10 @@ void add_train_options(boost::program_options::options_description& desc,
 /// if a value is bad.
 std::optional<int> check(const std::string& app, const train_options& opts);
 
+/// Replaces a --resume folder by its newest whole checkpoint file; exit
+/// code 2 after one line on stderr if there is none.
+std::optional<int> resolve_resume(const std::string& app, train_options& opts);
+
 /// Adds --compression (text into `text`) to `desc`.
 void add_compression_option(boost::program_options::options_description& desc,
                             std::string& text);

@@ -179,6 +179,9 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
           server_optimizer(opts, kv.synchronous(), workers,
                            static_cast<uint64_t>(train.size()))))
       return fail("set_optimizer", err);
+  if (rank == 0 && !opts.resume.empty())
+    if (auto err = kv.load_optimizer_states(opts.resume))
+      return fail("resume from " + opts.resume, err);
   if (auto err = kv.barrier())
     return fail("barrier", err);
   // This worker's shard of the training set; every shard yields the same

@@ -36,6 +36,11 @@ struct train_options {
   /// epoch's end is always an exchange, so K >= the steps of an epoch
   /// means once per epoch (Elephas' frequency='epoch').
   uint32_t push_every = 1;
+  /// A checkpoint file (save_optimizer_states, or the coordinator's
+  /// periodic ones) that rank 0 loads after init and set_optimizer, before
+  /// the first step: the run goes on from its weights, optimizer and
+  /// optimizer state (its epochs count from 1 again). Empty: none.
+  std::string resume;
 };
 
 /// One epoch's outcome, as rank 0 (or the baseline) saw it.

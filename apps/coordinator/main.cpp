@@ -27,6 +27,7 @@ int run(int argc, char** argv) {
   long timeout_ms = 60000;
   long status_ms = 5000;
   std::string port_file;
+  double checkpoint_every_s = 0;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   std::string bind;
@@ -38,6 +39,18 @@ int run(int argc, char** argv) {
     "give one of the two")(
     "port", po::value(&port)->default_value(port),
     "port to listen on; 0 picks a free one (printed at start)")(
+    "checkpoint-dir", po::value(&opts.checkpoint_dir),
+    "periodic checkpoints into this folder: at the first barrier after "
+    "--checkpoint-every seconds, with every worker waiting there, every "
+    "shard's state is written as checkpoint-N.actorps (N: the barrier's "
+    "number), atomically; the newest --checkpoint-keep stay. A worker "
+    "resumes with --resume DIR")(
+    "checkpoint-every",
+    po::value(&checkpoint_every_s)->default_value(checkpoint_every_s),
+    "seconds between checkpoints (0: at every barrier)")(
+    "checkpoint-keep",
+    po::value(&opts.checkpoint_keep)->default_value(opts.checkpoint_keep),
+    "checkpoints kept (1..1000)")(
     "port-file", po::value(&port_file),
     "once listening, write the port (digits and a newline) to this file, "
     "atomically: a script may wait for the file and read it")(
@@ -118,6 +131,23 @@ int run(int argc, char** argv) {
                      2);
   if (auto rc = cli::check_range(app, "staleness", staleness, 0, 1000000))
     return *rc;
+  if (!(checkpoint_every_s >= 0 && checkpoint_every_s <= 1e7))
+    return cli::fail(app, "--checkpoint-every must be 0..1e7 seconds", 2);
+  if (auto rc = cli::check_range(app, "checkpoint-keep", opts.checkpoint_keep,
+                                 1, 1000))
+    return *rc;
+  if (!opts.checkpoint_dir.empty())
+    if (auto e = cli::prepare_output(opts.checkpoint_dir + "/probe");
+        !e.empty())
+      return cli::fail(app, "--checkpoint-dir: " + e, 2);
+  opts.checkpoint_every = std::chrono::milliseconds{
+    static_cast<long long>(checkpoint_every_s * 1000)};
+  opts.on_checkpoint = [](const std::string& line, bool ok) {
+    if (ok)
+      cli::log_info(line);
+    else
+      cli::log_error(line);
+  };
   if (port > 65535 || timeout_ms <= 0 || status_ms < 0)
     return cli::fail(app,
                      "--port must be 0..65535, --timeout-ms > 0 and "

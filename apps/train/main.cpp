@@ -81,6 +81,12 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check(app, train))
     return *rc;
+  if (auto rc = cli::resolve_resume(app, train))
+    return *rc;
+  if (!train.resume.empty() && baseline)
+    return cli::fail(app, "--resume needs a store (not --baseline)", 2);
+  if (!train.resume.empty())
+    std::printf("resuming from %s\n", train.resume.c_str());
   if (auto rc = cli::check_compression(app, compression_text,
                                        store.compression))
     return *rc;

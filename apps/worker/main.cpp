@@ -117,6 +117,10 @@ int run(int argc, char** argv) {
       "--job: unknown job '" + job_name + "' (expected synthetic or mnist)", 2);
   if (auto rc = cli::check(app, train))
     return *rc;
+  if (auto rc = cli::resolve_resume(app, train))
+    return *rc;
+  if (!train.resume.empty() && job_name != "mnist")
+    return cli::fail(app, "--resume needs --job mnist", 2);
   if (auto rc = cli::check_compression(app, compression_text,
                                        store.compression))
     return *rc;
@@ -187,6 +191,8 @@ int run(int argc, char** argv) {
         step_log->add(r);
       };
     }
+    if (kv->rank() == 0 && !train.resume.empty() && info)
+      cli::log_info("resuming from " + train.resume);
     problem = actorps::apps::train_worker(*kv, train_set, test_set, train, cb);
     if (problem.empty() && kv->rank() == 0) {
       auto e = cli::write_csv(stem + ".csv", reports);

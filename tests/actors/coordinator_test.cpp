@@ -2,6 +2,7 @@
 #include "actors/coordinator/coordinator.hpp"
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -30,13 +31,20 @@ struct local_fixture : test::deterministic_fixture {
       sc.num_workers = workers;
       shards.push_back(guard(spawn_shard(sys, sc)));
     }
-    coordinator_config cc;
     cc.num_workers = workers;
     cc.bigarray_bound = bigarray_bound;
     cc.slice_floats = bigarray_bound;
     cc.shards = shards;
     coord = guard(spawn_coordinator(sys, cc));
   }
+
+  // Replaces the coordinator by one whose configuration `tweak` changed.
+  void respawn(const std::function<void(coordinator_config&)>& tweak) {
+    tweak(cc);
+    coord = guard(spawn_coordinator(sys, cc));
+  }
+
+  coordinator_config cc;
 
   caf::expected<key_info> declare(const std::string& key,
                                   std::vector<uint64_t> shape, uint32_t rank) {
@@ -547,4 +555,58 @@ TEST_CASE("coordinator: a dist_ssp job tells its bound and refuses other "
   auto w1 = join(join_mode::any);
   REQUIRE(w1);
   CHECK(w1->staleness == 3);
+}
+
+TEST_CASE("coordinator: a due checkpoint is taken at a complete barrier",
+          "[coordinator]") {
+  local_fixture f{2};
+  caf::scoped_actor watcher{f.sys, true};
+  f.respawn([&](coordinator_config& cc) {
+    cc.on_done = caf::actor_cast<caf::actor>(watcher);
+    cc.checkpoint_every = std::chrono::milliseconds{0};
+  });
+  f.init_key("w", iota(6));
+  caf::scoped_actor r1{f.sys, true};
+  auto checkpoint = [&]() {
+    std::optional<std::pair<uint64_t, state_snapshot>> got;
+    watcher->receive(
+      [&](save_atom, uint64_t n, state_snapshot& snap) {
+        got.emplace(n, std::move(snap));
+      },
+      [](save_atom, uint64_t, caf::error& err) { FAIL(render(err)); },
+      caf::after(std::chrono::seconds{0}) >> [] {});
+    return got;
+  };
+  for (uint64_t barrier = 1; barrier <= 2; ++barrier) {
+    INFO("barrier " << barrier);
+    f.self->send(f.coord, barrier_atom::value, uint32_t{0});
+    f.run();
+    // One worker is not there yet: no checkpoint, no release.
+    CHECK(f.no_reply());
+    CHECK_FALSE(checkpoint());
+    r1->send(f.coord, barrier_atom::value, uint32_t{1});
+    f.run();
+    CHECK(f.reply<caf::ok_atom>());
+    CHECK(f.reply<caf::ok_atom>(r1));
+    auto cp = checkpoint();
+    REQUIRE(cp);
+    CHECK(cp->first == barrier);
+    std::vector<float> saved;
+    for (auto& rec : cp->second.slices) {
+      CHECK(rec.key == "w");
+      saved.insert(saved.end(), rec.value.data.begin(), rec.value.data.end());
+    }
+    CHECK(saved == iota(6));
+  }
+  SECTION("not before the interval passed") {
+    f.respawn([&](coordinator_config& cc) {
+      cc.checkpoint_every = std::chrono::hours{1};
+    });
+    f.self->send(f.coord, barrier_atom::value, uint32_t{0});
+    r1->send(f.coord, barrier_atom::value, uint32_t{1});
+    f.run();
+    CHECK(f.reply<caf::ok_atom>());
+    CHECK(f.reply<caf::ok_atom>(r1));
+    CHECK_FALSE(checkpoint());
+  }
 }

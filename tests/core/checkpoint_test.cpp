@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/checkpoint.hpp"
+#include "core/checkpoint_dir.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -652,4 +653,55 @@ TEST_CASE("checkpoint: reslice cuts saved slices to another slicing",
     CHECK(out[1].value.data == later.value.data);
     CHECK(out[1].state.data == later.state.data);
   }
+}
+
+TEST_CASE("checkpoint folder: numbered files, the newest kept, the newest "
+          "whole one resumed",
+          "[core]") {
+  temp_dir tmp;
+  auto dir = tmp.path() + "/ckpt";
+  auto snap_of = [](float x) {
+    state_snapshot snap;
+    snap.optimizer.name = "accumulate";
+    slice_record rec;
+    rec.key = "w";
+    rec.value.data = {x, x + 1};
+    snap.slices.push_back(rec);
+    return snap;
+  };
+  std::string path;
+  for (uint64_t n : {3, 7, 12}) {
+    REQUIRE(
+      core::write_numbered_checkpoint(dir, n, snap_of(float(n)), 2, path).ok());
+    CHECK(path == dir + "/" + core::checkpoint_name(n));
+  }
+  CHECK(core::checkpoint_name(7) == "checkpoint-000007.actorps");
+  // The two newest stay; other files in the folder are left alone.
+  std::ofstream{dir + "/notes.txt"} << "x";
+  CHECK_FALSE(fs::exists(dir + "/" + core::checkpoint_name(3)));
+  CHECK(fs::exists(dir + "/" + core::checkpoint_name(7)));
+  std::string latest;
+  REQUIRE(core::latest_checkpoint(dir, latest).ok());
+  CHECK(latest == dir + "/" + core::checkpoint_name(12));
+  // A newest file cut short by a crash is skipped for the one before.
+  fs::resize_file(latest, fs::file_size(latest) / 2);
+  REQUIRE(core::latest_checkpoint(dir, latest).ok());
+  CHECK(latest == dir + "/" + core::checkpoint_name(7));
+  std::vector<char> bytes;
+  REQUIRE(core::read_file(latest, bytes).ok());
+  state_snapshot back;
+  REQUIRE(core::decode_checkpoint(bytes, back).ok());
+  CHECK(back.slices.at(0).value.data == std::vector<float>{7, 8});
+  // A file names itself; nothing usable is a clear error.
+  REQUIRE(core::latest_checkpoint(latest, path).ok());
+  CHECK(path == latest);
+  fs::resize_file(latest, 3);
+  auto st = core::latest_checkpoint(dir, path);
+  CHECK(st.code == errc::checkpoint_corrupt);
+  CHECK_THAT(st.message, Catch::Contains("reads back whole"));
+  fs::create_directories(tmp.path() + "/empty");
+  CHECK(core::latest_checkpoint(tmp.path() + "/empty", path).code
+        == errc::checkpoint_io);
+  CHECK(core::latest_checkpoint(tmp.path() + "/nothing", path).code
+        == errc::checkpoint_io);
 }
