@@ -18,8 +18,8 @@ namespace {
 constexpr const char* prefix = "checkpoint-";
 constexpr const char* suffix = ".actorps";
 
-// The numbered checkpoint files in `dir`, newest first.
-std::vector<fs::path> numbered(const fs::path& dir) {
+// The numbered checkpoint files in `dir` with their numbers, newest first.
+std::vector<std::pair<uint64_t, fs::path>> listed(const fs::path& dir) {
   std::vector<std::pair<uint64_t, fs::path>> found;
   std::error_code ec;
   for (auto& entry : fs::directory_iterator{dir, ec}) {
@@ -37,13 +37,23 @@ std::vector<fs::path> numbered(const fs::path& dir) {
   }
   std::sort(found.begin(), found.end(),
             [](auto& a, auto& b) { return a.first > b.first; });
+  return found;
+}
+
+// The numbered checkpoint files in `dir`, newest first.
+std::vector<fs::path> numbered(const fs::path& dir) {
   std::vector<fs::path> out;
-  for (auto& f : found)
+  for (auto& f : listed(dir))
     out.push_back(f.second);
   return out;
 }
 
 } // namespace
+
+uint64_t highest_checkpoint_number(const std::string& dir) {
+  auto found = listed(dir);
+  return found.empty() ? 0 : found.front().first;
+}
 
 std::string checkpoint_name(uint64_t number) {
   char buf[64];

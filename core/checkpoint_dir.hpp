@@ -15,6 +15,11 @@ namespace actorps::core {
 /// (zero-padded, so that names sort as numbers).
 std::string checkpoint_name(uint64_t number);
 
+/// The highest number of a checkpoint file in `dir` (0 if none or no such
+/// folder): a new job that checkpoints into the same folder numbers its
+/// checkpoints after it, so that pruning keeps the newest.
+uint64_t highest_checkpoint_number(const std::string& dir);
+
 /// Writes `snap` as checkpoint `number` into `dir` (created if missing),
 /// atomically, then removes the oldest checkpoints beyond the newest
 /// `keep` (at least 1). `path` gets the file written. Errors:

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,8 @@ namespace net = caf::io::network;
 struct address_book {
   std::mutex mtx;
   std::map<caf::node_id, std::string> by_node;
+  // Nodes in the order they were first recorded: the oldest goes first.
+  std::deque<caf::node_id> order;
 };
 
 address_book& addresses() {
@@ -53,8 +56,13 @@ constexpr size_t max_addresses = 4096;
 void remember_address(const caf::node_id& node, std::string where) {
   auto& book = addresses();
   std::lock_guard<std::mutex> guard{book.mtx};
-  if (book.by_node.size() >= max_addresses && book.by_node.count(node) == 0)
-    book.by_node.erase(book.by_node.begin());
+  if (book.by_node.count(node) == 0) {
+    if (book.by_node.size() >= max_addresses) {
+      book.by_node.erase(book.order.front());
+      book.order.pop_front();
+    }
+    book.order.push_back(node);
+  }
   book.by_node[node] = std::move(where);
 }
 

@@ -196,6 +196,12 @@ caf::error run_coordinator(const coordinator_options& opts,
       return make_error(errc::bad_config, "coordinator: " + why);
     }
   }
+  // Checkpoints of this job come after those already in the folder (an
+  // earlier run of the job, resumed from them), so that pruning keeps ours.
+  auto checkpoint_base
+    = opts.checkpoint_dir.empty()
+        ? uint64_t{0}
+        : core::highest_checkpoint_number(opts.checkpoint_dir);
   on_listening(*port);
   if (metrics && opts.on_metrics)
     opts.on_metrics(metrics->port());
@@ -233,8 +239,9 @@ caf::error run_coordinator(const coordinator_options& opts,
     },
     [&](save_atom, uint64_t number, state_snapshot& snap) {
       std::string path;
-      auto st = core::write_numbered_checkpoint(
-        opts.checkpoint_dir, number, snap, opts.checkpoint_keep, path);
+      auto st = core::write_numbered_checkpoint(opts.checkpoint_dir,
+                                                checkpoint_base + number, snap,
+                                                opts.checkpoint_keep, path);
       if (opts.on_checkpoint)
         opts.on_checkpoint(
           st.ok()

@@ -78,13 +78,15 @@ struct coordinator_options {
   std::function<void(uint16_t)> on_metrics;
   /// Periodic checkpoints into this folder (none if empty): at the first
   /// barrier after `checkpoint_every` passed since the last one (0: at
-  /// every barrier), with every worker waiting there, the coordinator
+  /// every barrier; the first one at the first barrier after the interval),
+  /// with every worker waiting there, the coordinator
   /// gathers every shard's state and writes checkpoint-N.actorps (N: the
-  /// barrier's number; the format of save_optimizer_states, which
+  /// barrier's number, after the highest already in the folder; the
+  /// format of save_optimizer_states, which
   /// load_optimizer_states and --resume read), atomically, keeping the
   /// newest `checkpoint_keep`.
   std::string checkpoint_dir;
-  std::chrono::milliseconds checkpoint_every{0};
+  std::chrono::milliseconds checkpoint_every{60000};
   uint32_t checkpoint_keep = 2;
   /// Gets a line for each checkpoint written (`ok`) or failed (caller's
   /// thread).

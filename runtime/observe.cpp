@@ -15,10 +15,10 @@ namespace {
 // Asks `whom` (`Handle` cast) for `Reply` with `xs...`; `on_reply` gets it.
 template <class Handle, class Reply, class OnReply, class... Ts>
 void ask(caf::scoped_actor& self, const caf::actor& whom, OnReply on_reply,
-         Ts... xs) {
+         std::chrono::seconds wait, Ts... xs) {
   if (!whom)
     return;
-  self->request(caf::actor_cast<Handle>(whom), observe_wait, xs...)
+  self->request(caf::actor_cast<Handle>(whom), wait, xs...)
     .receive([&](Reply& x) { on_reply(x); }, [](caf::error&) {});
 }
 
@@ -37,7 +37,7 @@ void gather_shards(caf::actor_system& sys,
         for (auto& w : s.by_worker)
           c.shard_traffic += w;
       },
-      stats_atom::value);
+      observe_wait, stats_atom::value);
   sum.answered = sum.shards == shards.size();
   c.shards = sum;
 }
@@ -49,15 +49,17 @@ void gather_workers(caf::actor_system& sys,
   for (auto& x : workers)
     ask<worker_actor, worker_stats>(
       self, x, [&](worker_stats& s) { c.workers.push_back(std::move(s)); },
-      stats_atom::value);
+      observe_wait, stats_atom::value);
 }
 
 void gather_job(caf::actor_system& sys, const caf::actor& coordinator,
                 process_counters& c) {
   caf::scoped_actor self{sys};
+  // The coordinator itself waits observe_wait for its shards: wait longer,
+  // so that a slow shard leaves the job's section partial, not missing.
   ask<coordinator_actor, job_status>(
     self, coordinator, [&](job_status& s) { c.job = std::move(s); },
-    status_atom::value);
+    std::chrono::seconds{5}, status_atom::value);
 }
 
 } // namespace actorps

@@ -399,6 +399,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       // server's shards learn it before any worker gets the routing table.
       if (auto& sender = self->current_sender(); sender) {
         node.node = sender->node();
+        if (st.cfg.address_of)
+          node.address = st.cfg.address_of(node.node);
         st.trusted.add(node.node);
         ++st.admit_version;
         for (uint32_t r = 0; r < st.server_relays.size(); ++r)

@@ -16,6 +16,7 @@
 #include "caf/typed_event_based_actor.hpp"
 
 #include "actors/node.hpp"
+#include "messages/errors.hpp"
 
 namespace actorps {
 
@@ -186,10 +187,28 @@ shards_by_server(const coordinator_state& st) {
 // How long the status waits for a shard's counters.
 constexpr auto status_wait = std::chrono::seconds{2};
 
+// Status requests that may wait for one gathering.
+constexpr size_t max_status_waiters = 1024;
+
 } // namespace
 
 caf::result<job_status> job_status_of(coordinator_ptr self) {
   auto& st = self->state;
+  // One gathering at a time answers every request that came meanwhile, so
+  // that many requests never mean many requests to every shard.
+  if (st.status_waiters.size() >= max_status_waiters)
+    return make_error(errc::bad_config,
+                      "status: too many status requests at once");
+  auto rp = self->make_response_promise<job_status>();
+  st.status_waiters.push_back(rp);
+  if (st.status_waiters.size() > 1)
+    return rp;
+  auto answer = [self](const job_status& x) {
+    auto waiters = std::move(self->state.status_waiters);
+    self->state.status_waiters.clear();
+    for (auto& w : waiters)
+      w.deliver(x);
+  };
   auto s = std::make_shared<job_status>();
   s->sync = st.cfg.sync;
   s->staleness = st.cfg.sync ? -1 : st.cfg.staleness;
@@ -207,8 +226,8 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
     x.rank = n.rank;
     if (n.role == role::server && n.rank < st.server_endpoints.size())
       x.address = st.server_endpoints[n.rank];
-    if (x.address.empty() && st.cfg.address_of && n.node)
-      x.address = st.cfg.address_of(n.node);
+    if (x.address.empty())
+      x.address = n.address;
     auto age = std::chrono::duration_cast<std::chrono::milliseconds>(
       now - n.last_seen);
     x.last_seen_ms = static_cast<uint64_t>(std::max<int64_t>(age.count(), 0));
@@ -236,13 +255,14 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
       groups[r].clear();
     total += r < groups.size() ? groups[r].size() : 0;
   }
-  if (total == 0)
-    return std::move(*s);
-  auto rp = self->make_response_promise<job_status>();
+  if (total == 0) {
+    answer(*s);
+    return rp;
+  }
   auto remaining = std::make_shared<size_t>(total);
-  auto arrive = [s, remaining, rp]() mutable {
+  auto arrive = [s, remaining, answer]() mutable {
     if (--*remaining == 0)
-      rp.deliver(std::move(*s));
+      answer(*s);
   };
   for (uint32_t r = 0; r < groups.size() && r < s->servers.size(); ++r)
     for (auto& shard : groups[r])
@@ -279,7 +299,7 @@ void release_barrier(coordinator_ptr self) {
   auto done = [self] {
     auto& st = self->state;
     st.checkpointing = false;
-    st.last_checkpoint = caf::make_timestamp();
+    st.last_checkpoint = std::chrono::steady_clock::now();
     st.check_barrier();
   };
   detail::callback_promise<state_snapshot> cb;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -53,6 +54,8 @@ struct coordinator_state {
     bool dead = false;
     bool left = false;
     caf::timestamp last_seen;
+    // Where its connection came from, as seen at its join.
+    std::string address;
   };
 
   std::map<uint32_t, node_entry> nodes;
@@ -82,10 +85,13 @@ struct coordinator_state {
   // status and nothing else.
   std::set<caf::node_id> observers;
   uint64_t barriers_done = 0;
+  // Status requests answered by the gathering in flight (one at a time).
+  std::vector<caf::typed_response_promise<job_status>> status_waiters;
   // Periodic checkpoints: one is being gathered (the barrier waits), and
   // when the last one was taken.
   bool checkpointing = false;
-  caf::timestamp last_checkpoint = caf::make_timestamp();
+  std::chrono::steady_clock::time_point last_checkpoint
+    = std::chrono::steady_clock::now();
 
   bool distributed() const {
     return cfg.num_servers > 0;
@@ -108,7 +114,8 @@ struct coordinator_state {
   // True if the complete barrier must wait for a checkpoint first.
   bool checkpoint_due() const {
     return cfg.checkpoint_every.count() >= 0 && cfg.on_done
-           && caf::make_timestamp() - last_checkpoint >= cfg.checkpoint_every;
+           && std::chrono::steady_clock::now() - last_checkpoint
+                >= cfg.checkpoint_every;
   }
 
   // Releases the barrier once every live worker is in it (not while a

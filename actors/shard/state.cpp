@@ -101,12 +101,23 @@ uint64_t shard_state::slowest_clock(const slice_state& s) const {
 
 void shard_state::release_waiting(slice_state& s, uint64_t reached) {
   auto ready = [&](const waiting_pull& p) { return p.min_rounds <= reached; };
+  std::vector<uint32_t> released;
   for (auto& p : s.waiting)
-    if (ready(p))
+    if (ready(p)) {
       p.target.pulled(s.value);
+      released.push_back(p.worker);
+    }
   auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
   stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
   s.waiting.erase(first, s.waiting.end());
+  if (!cfg.ssp())
+    return;
+  // Bounded staleness: the operations each released worker issued after
+  // its pull run now, in order (they may wait again).
+  for (auto w : released)
+    s.pull_waiting[w] = false;
+  for (auto w : released)
+    drain(s, s.id, w);
 }
 
 void shard_state::advance_rounds(slice_state& s) {
@@ -187,8 +198,10 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
     wait = slowest_clock(s) < need;
   }
   if (wait) {
-    s.waiting.push_back(waiting_pull{need, std::move(t)});
+    s.waiting.push_back(waiting_pull{need, std::move(t), worker});
     ++stats.waiting_pulls;
+    if (cfg.ssp())
+      s.pull_waiting[worker] = true;
     return;
   }
   t.pulled(s.value);
@@ -214,6 +227,8 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
 
 void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
   for (;;) {
+    if (cfg.ssp() && s.pull_waiting[worker])
+      return;
     auto i = s.stash.find({worker, s.next_seq[worker]});
     if (i == s.stash.end())
       return;
@@ -277,7 +292,7 @@ caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
       std::string{op} + ": sequence number " + std::to_string(seq)
         + " of worker " + std::to_string(worker) + " on " + slice_name(id)
         + " was used before (next is " + std::to_string(expected_seq) + ")");
-  if (seq == expected_seq) {
+  if (seq == expected_seq && !(cfg.ssp() && s.pull_waiting[worker])) {
     ++s.next_seq[worker];
     return true;
   }
@@ -299,8 +314,10 @@ caf::error shard_state::init(slice_init& msg) {
   auto& s = slices[msg.slice];
   s.value = shared_floats{std::move(msg.value.data)};
   s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+  s.id = msg.slice;
   s.next_seq.assign(cfg.num_workers, 0);
   s.pushes_of.assign(cfg.num_workers, 0);
+  s.pull_waiting.assign(cfg.num_workers, false);
   ++stats.slices;
   stats.floats_stored += s.value.size();
   return caf::none;

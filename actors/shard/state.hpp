@@ -122,6 +122,7 @@ struct stashed_op {
 struct waiting_pull {
   uint64_t min_rounds = 0;
   op_target target;
+  uint32_t worker = 0;
 };
 
 // Aggregation of one sync round of one slice.
@@ -132,6 +133,7 @@ struct round_sum {
 };
 
 struct slice_state {
+  slice_id id = 0;
   shared_floats value;
   std::vector<float> opt_state;
   uint64_t step = 0;
@@ -140,7 +142,10 @@ struct slice_state {
   // Operations that arrived early, by (worker, seq).
   std::map<std::pair<uint32_t, uint64_t>, stashed_op> stash;
   // Sync mode: pushes each worker contributed, rounds applied, open rounds.
-  // Bounded staleness: pushes_of is each worker's clock on this slice.
+  // Bounded staleness: pushes_of is each worker's clock on this slice, and
+  // a worker whose pull waits has its later operations held (stashed) until
+  // the pull is answered, so that it never sees a push issued after it.
+  std::vector<bool> pull_waiting;
   std::vector<uint64_t> pushes_of;
   uint64_t rounds_done = 0;
   std::map<uint64_t, round_sum> rounds;

@@ -27,7 +27,7 @@ int run(int argc, char** argv) {
   long timeout_ms = 60000;
   long status_ms = 5000;
   std::string port_file;
-  double checkpoint_every_s = 0;
+  double checkpoint_every_s = 60;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   std::string bind;

@@ -759,3 +759,28 @@ TEST_CASE_METHOD(shard_fixture,
   REQUIRE(reply<caf::ok_atom>());
   CHECK(pull(slice_a, 0, 1) == std::vector<float>{1, 2});
 }
+
+TEST_CASE("shard: with bounded staleness a waiting pull never sees its "
+          "worker's later pushes",
+          "[shard]") {
+  // s = 0: worker 0 pushes, pulls (waits for workers 1 and 2), and pushes
+  // again before its pull was answered.
+  ssp_fixture f{0};
+  REQUIRE(f.push(slice_a, 0, f.next(0), {1}));
+  f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, f.next(0)});
+  f.send_push(slice_a, 0, f.next(0), {5});
+  f.run();
+  // Neither the pull nor the later push is answered yet: the push waits
+  // behind the pull, in issue order.
+  CHECK(f.no_reply());
+  REQUIRE(f.push(slice_a, 1, f.next(1), {10}));
+  REQUIRE(f.push(slice_a, 2, f.next(2), {100}));
+  auto value = f.reply<shared_floats>();
+  REQUIRE(value);
+  CHECK(value->vec() == std::vector<float>{111});
+  // Then the held push runs.
+  REQUIRE(f.reply<caf::ok_atom>());
+  REQUIRE(f.push(slice_a, 1, f.next(1), {10}));
+  REQUIRE(f.push(slice_a, 2, f.next(2), {100}));
+  CHECK(f.pull(slice_a, 0, f.next(0)) == std::vector<float>{226});
+}

@@ -68,7 +68,8 @@ TEST_CASE("dist: checkpoints at barriers hold the job's weights, and a new "
   };
   std::string first_out;
   {
-    dist_job job{"dist_sync", 1, 1, {"--checkpoint-dir", dir}};
+    dist_job job{
+      "dist_sync", 1, 1, {"--checkpoint-dir", dir, "--checkpoint-every", "0"}};
     job.add_server();
     auto args = worker_args("a");
     args.insert(args.end(),
@@ -106,7 +107,11 @@ TEST_CASE("dist: checkpoints at barriers hold the job's weights, and a new "
   CHECK(saved == exported);
   // A new job resumes from the folder: rank 0 takes the newest checkpoint
   // and trains on from it, so its first epoch starts from trained weights.
-  dist_job job{"dist_sync", 1, 1};
+  // It checkpoints into the same folder: its checkpoints are numbered
+  // after the first job's, so pruning keeps them, not the old ones.
+  auto old_newest = std::stoull(files.back().substr(11, 6));
+  dist_job job{
+    "dist_sync", 1, 1, {"--checkpoint-dir", dir, "--checkpoint-every", "0"}};
   job.add_server();
   auto args = worker_args("b");
   args.insert(args.end(), {"--epochs", "1", "--resume", dir});
@@ -115,6 +120,13 @@ TEST_CASE("dist: checkpoints at barriers hold the job's weights, and a new "
   CHECK_THAT(w.output(),
              Catch::Contains("resuming from " + dir + "/" + files.back()));
   CHECK(first_loss(w.output()) < first_loss(first_out));
+  REQUIRE(job.coordinator->wait_exit(job_time));
+  std::vector<std::string> after;
+  for (auto& e : fs::directory_iterator{dir})
+    after.push_back(e.path().filename().string());
+  REQUIRE(after.size() == 2);
+  for (auto& name : after)
+    CHECK(std::stoull(name.substr(11, 6)) > old_newest);
   // A folder without checkpoints is refused before anything runs.
   fs::create_directories(tmp.path() + "/none");
   auto bad_args = worker_args("c");

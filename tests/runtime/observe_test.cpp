@@ -276,12 +276,11 @@ TEST_CASE("status: an observer sees the job and can do nothing else",
     auto waiting = std::async(std::launch::async,
                               [&] { return kv->barrier(); });
     auto s = query_status(q);
-    // The barrier may not have reached the coordinator yet: ask again
-    // until it did (bounded).
-    for (int i = 0; s && !s->barrier_open && i < 100; ++i) {
-      std::this_thread::sleep_for(50ms);
+    // The barrier may not have reached the coordinator yet: ask again until
+    // it did (each answer is a round trip to the job; bounded by a deadline).
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (s && !s->barrier_open && std::chrono::steady_clock::now() < deadline)
       s = query_status(q);
-    }
     INFO((s ? format_status(*s) : render(s.error())));
     REQUIRE(s);
     CHECK(s->sync);
