@@ -92,6 +92,19 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
       if (!other.dead && other.agent)
         self->send(caf::actor_cast<node_actor>(other.agent),
                    node_down_atom::value, node_id, role_of);
+    // A checkpoint being gathered from a dead server would hold the barrier
+    // until its requests time out: give it up and let the barrier go.
+    if (role_of == role::server && st.checkpointing) {
+      ++st.checkpoint_generation;
+      st.checkpointing = false;
+      if (st.cfg.on_done)
+        caf::anon_send(st.cfg.on_done, save_atom::value, st.barriers_done + 1,
+                       make_error(errc::dead_node,
+                                  "checkpoint: server node "
+                                    + std::to_string(node_id)
+                                    + " went down while it was gathered"));
+      st.check_barrier();
+    }
     release_routing(self);
     if (st.cfg.on_done && !st.finished) {
       // Lost: a worker that went down without leaving, a server before the
@@ -296,6 +309,7 @@ void release_barrier(coordinator_ptr self) {
   // round. Gather it, hand it on, then release.
   st.checkpointing = true;
   auto number = st.barriers_done + 1;
+  auto generation = st.checkpoint_generation;
   auto done = [self] {
     auto& st = self->state;
     st.checkpointing = false;
@@ -303,12 +317,16 @@ void release_barrier(coordinator_ptr self) {
     st.check_barrier();
   };
   detail::callback_promise<state_snapshot> cb;
-  cb.ok = [self, number, done](state_snapshot&& snap) {
+  cb.ok = [self, number, done, generation](state_snapshot&& snap) {
+    if (generation != self->state.checkpoint_generation)
+      return;
     caf::anon_send(self->state.cfg.on_done, save_atom::value, number,
                    std::move(snap));
     done();
   };
-  cb.failed = [self, number, done](caf::error err) {
+  cb.failed = [self, number, done, generation](caf::error err) {
+    if (generation != self->state.checkpoint_generation)
+      return;
     // The job goes on without this checkpoint; the runner says why.
     caf::anon_send(self->state.cfg.on_done, save_atom::value, number,
                    std::move(err));

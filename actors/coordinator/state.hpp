@@ -90,6 +90,9 @@ struct coordinator_state {
   // Periodic checkpoints: one is being gathered (the barrier waits), and
   // when the last one was taken.
   bool checkpointing = false;
+  // Bumped when a gathering is given up (a server died during it): its
+  // late answer is then ignored.
+  uint64_t checkpoint_generation = 0;
   std::chrono::steady_clock::time_point last_checkpoint
     = std::chrono::steady_clock::now();
 

@@ -610,3 +610,75 @@ TEST_CASE("coordinator: a due checkpoint is taken at a complete barrier",
     CHECK_FALSE(checkpoint());
   }
 }
+
+TEST_CASE("coordinator: a server that dies during a checkpoint does not "
+          "hold the barrier",
+          "[coordinator]") {
+  test::deterministic_fixture f;
+  caf::scoped_actor watcher{f.sys, true};
+  coordinator_config cc;
+  cc.num_workers = 2;
+  cc.num_servers = 1;
+  cc.token = "tok";
+  cc.sync = true;
+  cc.on_done = caf::actor_cast<caf::actor>(watcher);
+  cc.checkpoint_every = std::chrono::milliseconds{0};
+  auto coord = f.guard(spawn_coordinator(f.sys, cc));
+  // Node agents that drop everything.
+  auto mute = [&] {
+    return f.guard(f.sys.spawn([](caf::event_based_actor* a) -> caf::behavior {
+      a->set_default_handler(caf::drop);
+      return {[](shutdown_atom) {}};
+    }));
+  };
+  auto join = [&](uint8_t role_id, caf::actor agent = caf::actor{}) {
+    f.self->send(coord, join_atom::value, role_id, std::string{"tok"},
+                 agent ? agent : mute(), join_mode::any, wire_version);
+    f.run();
+    auto info = f.reply<job_info>();
+    REQUIRE(info);
+    return *info;
+  };
+  auto server_agent = mute();
+  auto server = join(role::server, server_agent);
+  // Keeps every request unanswered (skip, unlike drop, sends no error).
+  auto shard
+    = f.guard(f.sys.spawn([](caf::event_based_actor* a) -> caf::behavior {
+        a->set_default_handler(caf::skip);
+        return {[](shutdown_atom) {}};
+      }));
+  std::vector<caf::actor> shards{shard};
+  f.self->send(coord, shards_atom::value, server.node_id, shards, shards,
+               std::string{"127.0.0.1:1"}, std::string{});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  join(role::worker);
+  join(role::worker);
+  caf::scoped_actor r1{f.sys, true};
+  f.self->send(coord, barrier_atom::value, uint32_t{0});
+  r1->send(coord, barrier_atom::value, uint32_t{1});
+  f.run();
+  // Complete, but the checkpoint waits for the mute shard.
+  CHECK(f.no_reply());
+  CHECK(f.no_reply(r1));
+  // The server's process dies: its agent goes down (its shard's request
+  // stays unanswered, as CAF 0.17 leaves requests to a dead remote node
+  // until they time out).
+  caf::anon_send_exit(server_agent, caf::exit_reason::kill);
+  f.run();
+  CHECK(f.reply<caf::ok_atom>());
+  CHECK(f.reply<caf::ok_atom>(r1));
+  // The runner hears that this checkpoint failed, and why.
+  bool failed = false;
+  for (int i = 0; i < 16 && !failed; ++i)
+    watcher->receive(
+      [&](save_atom, uint64_t n, caf::error& err) {
+        CHECK(n == 1);
+        INFO(render(err));
+        CHECK(code_of(err) == errc::dead_node);
+        failed = true;
+      },
+      [](save_atom, uint64_t, state_snapshot&) { FAIL("a checkpoint"); },
+      [](caf::message&) {}, caf::after(std::chrono::seconds{0}) >> [] {});
+  CHECK(failed);
+}
