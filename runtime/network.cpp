@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -216,14 +217,18 @@ caf::error run_coordinator(const coordinator_options& opts,
                 ? caf::duration{opts.status_interval}
                 : caf::duration{caf::infinite};
   bool running = true;
-  uint32_t lost_workers = 0;
+  // Worker ranks that went down before they finished and were not
+  // replaced.
+  std::set<uint32_t> lost_ranks;
   uint32_t lost_servers = 0;
   uint32_t failed_workers = 0;
   self->receive_while(running)(
     [&](shutdown_atom) { running = false; },
     [&](node_down_atom, uint32_t node_id, uint8_t role_id, bool lost) {
-      if (lost)
-        ++(role_id == role::worker ? lost_workers : lost_servers);
+      if (lost && role_id == role::worker)
+        lost_ranks.insert((node_id - worker_node_id(0)) / 2);
+      else if (lost)
+        ++lost_servers;
       if (opts.on_event)
         opts.on_event(describe_node(node_id, role_id) + " is down"
                       + (lost ? " (lost: it had not finished)" : ""));
@@ -234,6 +239,11 @@ caf::error run_coordinator(const coordinator_options& opts,
         opts.on_event("worker " + std::to_string(rank) + " failed: " + why);
     },
     [&](join_atom, uint32_t, uint8_t role_id, uint32_t rank) {
+      // A worker that takes a dead rank's place makes up for its loss.
+      if (role_id == role::worker && lost_ranks.erase(rank) > 0
+          && opts.on_event)
+        opts.on_event("worker " + std::to_string(rank)
+                      + " was replaced by a new process");
       if (tally.add(role_id, rank))
         status();
     },
@@ -261,6 +271,7 @@ caf::error run_coordinator(const coordinator_options& opts,
         if (!tally.complete())
           status();
       });
+  auto lost_workers = static_cast<uint32_t>(lost_ranks.size());
   metrics.reset();
   static_cast<void>(sys.middleman().unpublish(gate, *port));
   caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);

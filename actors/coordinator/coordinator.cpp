@@ -360,13 +360,21 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
       info.transport = st.cfg.transport;
       info.data_salt = st.cfg.data_salt;
+      bool replacing = false;
       if (role_id == role::worker) {
-        if (st.workers_joined == st.cfg.num_workers)
-          return make_error(errc::bad_config,
-                            "join: the job already has its "
-                              + std::to_string(st.cfg.num_workers)
-                              + " workers");
-        info.rank = st.workers_joined++;
+        if (st.workers_joined == st.cfg.num_workers) {
+          // A full job: a worker takes the place of the lowest dead rank.
+          auto r = st.dead_worker_rank();
+          if (!r || st.done)
+            return make_error(errc::bad_config,
+                              "join: the job already has its "
+                                + std::to_string(st.cfg.num_workers)
+                                + " workers and none of them died");
+          info.rank = *r;
+          replacing = true;
+        } else {
+          info.rank = st.workers_joined++;
+        }
         info.node_id = worker_node_id(info.rank);
       } else if (role_id == role::server) {
         if (st.servers_joined == st.cfg.num_servers)
@@ -392,6 +400,19 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                           "join: unknown role " + std::to_string(role_id));
       }
       auto& node = st.nodes[info.node_id];
+      if (replacing) {
+        // The dead worker's entry starts afresh; its rank is live again,
+        // and the shards hear it before the new node is admitted, so that
+        // they restart the rank's sequence numbers before its first push.
+        node = coordinator_state::node_entry{};
+        // The new process declares its keys again (and finds them set).
+        for (auto& [name, key] : st.keys)
+          if (info.rank < key.declared.size())
+            key.declared[info.rank] = false;
+        st.live[info.rank] = true;
+        st.at_barrier[info.rank] = false;
+        announce_workers(self);
+      }
       node.role = role_id;
       node.rank = info.rank;
       node.agent = agent;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -131,6 +132,15 @@ struct coordinator_state {
     barrier_waiters.clear();
     ++barriers_done;
     at_barrier.assign(cfg.num_workers, false);
+  }
+
+  // The lowest rank but 0 whose worker died (not left), if any. Rank 0 is
+  // not replaced: it writes every key's first value and the optimizer.
+  std::optional<uint32_t> dead_worker_rank() const {
+    for (auto& [id, n] : nodes)
+      if (n.role == role::worker && n.dead && !n.left && n.rank > 0)
+        return n.rank;
+    return std::nullopt;
   }
 
   std::vector<uint32_t> live_ranks() const {

@@ -100,9 +100,21 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
     auto now = cfg.ssp() ? slowest_clock(sl) : sl.rounds_done;
     if (now == std::numeric_limits<uint64_t>::max())
       now = 0;
-    for (uint32_t w = 0; w < cfg.num_workers; ++w)
-      if (next[w] && !live[w])
-        sl.pushes_of[w] = std::max(sl.pushes_of[w], now);
+    for (uint32_t w = 0; w < cfg.num_workers; ++w) {
+      if (!next[w] || live[w])
+        continue;
+      sl.pushes_of[w] = std::max(sl.pushes_of[w], now);
+      // A new process in the rank (a replacement) numbers its operations
+      // from 0; what the dead one left here is dropped.
+      sl.next_seq[w] = 0;
+      sl.pull_waiting[w] = false;
+      for (auto i = sl.stash.begin(); i != sl.stash.end();)
+        i = i->first.first == w ? sl.stash.erase(i) : std::next(i);
+      auto gone = [w](const waiting_pull& p) { return p.worker == w; };
+      auto first = std::remove_if(sl.waiting.begin(), sl.waiting.end(), gone);
+      stats.waiting_pulls -= static_cast<uint64_t>(sl.waiting.end() - first);
+      sl.waiting.erase(first, sl.waiting.end());
+    }
   }
   live = std::move(next);
   for (auto& kvp : slices)

@@ -682,3 +682,40 @@ TEST_CASE("coordinator: a server that dies during a checkpoint does not "
       [](caf::message&) {}, caf::after(std::chrono::seconds{0}) >> [] {});
   CHECK(failed);
 }
+
+TEST_CASE("coordinator: a worker joining a full job takes a dead rank's "
+          "place",
+          "[coordinator]") {
+  dist_fixture f;
+  auto w0 = f.join(role::worker, "tok", f.agent());
+  auto a1 = f.agent();
+  auto w1 = f.join(role::worker, "tok", a1);
+  REQUIRE(w0);
+  REQUIRE(w1);
+  // Full, nobody dead: refused.
+  CHECK_THAT(require_error(f.join(role::worker, "tok", f.agent()),
+                           errc::bad_config),
+             Catch::Contains("none of them died"));
+  caf::anon_send_exit(a1, caf::exit_reason::kill);
+  f.run();
+  auto dead = f.dead(role::worker);
+  REQUIRE(dead);
+  CHECK(*dead == 1);
+  // The next worker gets rank 1, and rank 1 counts again.
+  auto again = f.join(role::worker, "tok", f.agent());
+  REQUIRE(again);
+  CHECK(again->rank == 1);
+  CHECK(again->node_id == worker_node_id(1));
+  dead = f.dead(role::worker);
+  REQUIRE(dead);
+  CHECK(*dead == 0);
+  // A barrier needs it again.
+  caf::scoped_actor r1{f.sys, true};
+  f.self->send(f.coord, barrier_atom::value, uint32_t{0});
+  f.run();
+  CHECK(f.no_reply());
+  r1->send(f.coord, barrier_atom::value, uint32_t{1});
+  f.run();
+  CHECK(f.reply<caf::ok_atom>());
+  CHECK(f.reply<caf::ok_atom>(r1));
+}

@@ -179,6 +179,54 @@ TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
   CHECK(job.coordinator->output().find("is down") != std::string::npos);
 }
 
+TEST_CASE("dist: a new worker takes a dead worker's place", "[integration]") {
+  // Async: the replacement's own barriers meet the survivor's next ones
+  // (barriers count arrivals); see the README for sync jobs.
+  dist_job job{"dist_async", 2, 1, {"--log-level", "debug"}};
+  job.add_server();
+  std::vector<std::string> args{"--keys",
+                                "2",
+                                "--size",
+                                "1000",
+                                "--rounds",
+                                "300",
+                                "--tolerate-deaths",
+                                "--timeout-ms",
+                                "30000",
+                                "--progress"};
+  auto& first = job.add_worker(args);
+  REQUIRE(first.wait_for(" of 2 (", startup));
+  auto& victim = job.add_worker(args);
+  REQUIRE(victim.wait_for("round 5\n", job_time));
+  std::smatch m;
+  REQUIRE(
+    std::regex_search(victim.output(), m, std::regex{R"(rank (\d) of 2)"}));
+  auto rank = m[1].str();
+  victim.kill9();
+  // The job is full: a new worker gets the dead one's rank, once the
+  // coordinator saw it die, and both finish.
+  auto deadline = std::chrono::steady_clock::now() + job_time;
+  process* replacement = nullptr;
+  for (;;) {
+    auto& w = job.add_worker(args);
+    if (w.wait_for("rank " + rank + " of 2", startup)) {
+      replacement = &w;
+      break;
+    }
+    // Refused while the death was not seen yet: try again.
+    INFO(w.output());
+    REQUIRE(w.output().find("none of them died") != std::string::npos);
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+  }
+  CHECK_EXIT(*replacement, 0, job_time);
+  CHECK(replacement->output().find("all rounds done") != std::string::npos);
+  CHECK_EXIT(first, 0, job_time);
+  CHECK_EXIT(*job.servers[0], 0, job_time);
+  // Replaced, the dead worker is not counted as lost: the job ends cleanly.
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  CHECK(job.coordinator->output().find("was replaced") != std::string::npos);
+}
+
 TEST_CASE("dist: a hung worker is cut off after the connection timeout",
           "[integration]") {
   // SIGSTOP keeps the worker's connections open, so only the heartbeat and
