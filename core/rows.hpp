@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <actorps/core/errc.hpp>
+#include <actorps/core/values.hpp>
+
+/// Row-sparse tables (issue 25, in progress: the CAF-free pieces). A table
+/// of `rows` x `dim` floats is spread over the shards row by row: row r
+/// lives on shard r mod S at local index r div S, so that a batch of random
+/// row ids (or a run of consecutive ones) spreads evenly. A shard keeps its
+/// rows back to back and, per row, the optimizer state of that row
+/// (`state_size(cfg, dim)` floats) and its own step counter, so that an
+/// update touches only the rows pushed (MXNet's lazy_update).
+namespace actorps::core {
+
+struct row_layout {
+  uint64_t rows = 0;
+  uint64_t dim = 0;
+  uint32_t shards = 1;
+
+  uint32_t shard_of(uint64_t row) const noexcept {
+    return static_cast<uint32_t>(row % shards);
+  }
+
+  uint64_t local_of(uint64_t row) const noexcept {
+    return row / shards;
+  }
+
+  /// Rows that shard `s` holds.
+  uint64_t rows_on(uint32_t s) const noexcept {
+    return rows > s ? (rows - s + shards - 1) / shards : 0;
+  }
+};
+
+/// The rows of one request that one shard serves: distinct local indices
+/// in first-seen order, and for each position of the request which of
+/// them it names.
+struct shard_rows {
+  std::vector<uint64_t> local;
+  /// Per request position on this shard: (position, index into `local`).
+  std::vector<std::pair<uint64_t, uint32_t>> uses;
+};
+
+/// Splits the row ids of a request by shard (`out` gets one entry per
+/// shard). Errors: `bad_config` for an empty layout, `unknown_key` naming
+/// the first id out of range.
+status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
+                  std::vector<shard_rows>& out);
+
+/// The values a push sends to one shard: one row of `dim` floats per
+/// distinct local row, the rows of repeated ids summed. `values` holds
+/// `ids.size()` rows back to back, in request order.
+std::vector<float> summed_rows(const shard_rows& rows, const float* values,
+                               uint64_t dim);
+
+/// Writes the rows a shard returned (`pulled`: one row per `rows.local`)
+/// into every request position that names them (`out`: request order).
+void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
+                  float* out);
+
+/// Applies `cfg` to the rows `local` of a shard's table (`table`: all its
+/// rows back to back; `state`: `state_size(cfg, dim)` floats per row;
+/// `steps`: one counter per row), `grads` holding one row per entry of
+/// `local`. Rows not named keep their values, state and steps.
+void apply_rows(const optimizer_config& cfg, float* table, float* state,
+                uint64_t* steps, uint64_t dim,
+                const std::vector<uint64_t>& local, const float* grads);
+
+} // namespace actorps::core

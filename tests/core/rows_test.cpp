@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "core/rows.hpp"
+
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/optimizer.hpp"
+
+using actorps::errc;
+using actorps::optimizer_config;
+namespace core = actorps::core;
+
+TEST_CASE("rows: random and consecutive ids spread evenly over the shards",
+          "[core]") {
+  core::row_layout layout{10'000'000, 16, 4};
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < 4; ++s)
+    total += layout.rows_on(s);
+  CHECK(total == layout.rows);
+  CHECK(core::row_layout{10, 1, 4}.rows_on(1) == 3);
+  CHECK(core::row_layout{10, 1, 4}.rows_on(3) == 2);
+  std::mt19937_64 rng{7};
+  std::vector<uint64_t> ids(4000);
+  for (auto& id : ids)
+    id = rng() % layout.rows;
+  std::vector<core::shard_rows> split;
+  REQUIRE(core::split_rows(layout, ids, split).ok());
+  REQUIRE(split.size() == 4);
+  for (auto& s : split) {
+    // 1000 expected per shard; a shard far off would mean a skewed spread.
+    CHECK(s.uses.size() > 850);
+    CHECK(s.uses.size() < 1150);
+  }
+  std::vector<uint64_t> run(100);
+  for (uint64_t i = 0; i < run.size(); ++i)
+    run[i] = 5000 + i;
+  REQUIRE(core::split_rows(layout, run, split).ok());
+  for (auto& s : split)
+    CHECK(s.uses.size() == 25);
+}
+
+TEST_CASE("rows: repeated ids are summed on push and all filled on pull",
+          "[core]") {
+  core::row_layout layout{8, 2, 2};
+  std::vector<uint64_t> ids{3, 5, 3, 0};
+  std::vector<core::shard_rows> split;
+  REQUIRE(core::split_rows(layout, ids, split).ok());
+  // Shard 1 holds rows 3 and 5 (local 1 and 2), shard 0 row 0.
+  CHECK(split[1].local == std::vector<uint64_t>{1, 2});
+  CHECK(split[0].local == std::vector<uint64_t>{0});
+  std::vector<float> values{1, 2, 10, 20, 100, 200, 7, 8};
+  CHECK(core::summed_rows(split[1], values.data(), 2)
+        == std::vector<float>{101, 202, 10, 20});
+  CHECK(core::summed_rows(split[0], values.data(), 2)
+        == std::vector<float>{7, 8});
+  std::vector<float> pulled1{0.5f, 0.25f, 9, 9};
+  std::vector<float> pulled0{4, 4};
+  std::vector<float> out(ids.size() * 2, -1);
+  core::scatter_rows(split[1], pulled1.data(), 2, out.data());
+  core::scatter_rows(split[0], pulled0.data(), 2, out.data());
+  CHECK(out == std::vector<float>{0.5f, 0.25f, 9, 9, 0.5f, 0.25f, 4, 4});
+  auto st = core::split_rows(layout, {1, 8}, split);
+  CHECK(st.code == errc::unknown_key);
+  CHECK_THAT(st.message, Catch::Contains("row 8 out of range"));
+  CHECK(core::split_rows(core::row_layout{8, 0, 2}, {1}, split).code
+        == errc::bad_config);
+}
+
+TEST_CASE("rows: the lazy update touches only the rows pushed, each with its "
+          "own state and step",
+          "[core]") {
+  optimizer_config adam;
+  adam.name = "adam";
+  adam.learning_rate = 0.1f;
+  const uint64_t dim = 3;
+  const uint64_t rows = 4;
+  auto per_row = core::state_size(adam, dim);
+  std::vector<float> table(rows * dim, 1.0f);
+  std::vector<float> state(rows * per_row, 0.0f);
+  std::vector<uint64_t> steps(rows, 0);
+  std::vector<float> g{0.5f, -1.0f, 2.0f, 3.0f, 3.0f, 3.0f};
+  // Row 2 twice, row 0 once; rows 1 and 3 never.
+  core::apply_rows(adam, table.data(), state.data(), steps.data(), dim, {2, 0},
+                   g.data());
+  core::apply_rows(adam, table.data(), state.data(), steps.data(), dim, {2},
+                   g.data());
+  CHECK(steps == std::vector<uint64_t>{1, 0, 2, 0});
+  // Each row as a dense slice of its own, updated the same times.
+  auto dense = [&](const std::vector<std::vector<float>>& grads) {
+    std::vector<float> w(dim, 1.0f);
+    std::vector<float> s(per_row, 0.0f);
+    uint64_t t = 0;
+    for (auto& x : grads)
+      core::apply_update(adam, w.data(), x.data(), s.data(), dim, t++);
+    return w;
+  };
+  std::vector<float> g0(g.begin(), g.begin() + 3);
+  std::vector<float> g1(g.begin() + 3, g.end());
+  auto row = [&](uint64_t r) {
+    return std::vector<float>(table.begin() + r * dim,
+                              table.begin() + (r + 1) * dim);
+  };
+  CHECK(row(2) == dense({g0, g0}));
+  CHECK(row(0) == dense({g1}));
+  CHECK(row(1) == std::vector<float>(dim, 1.0f));
+  CHECK(row(3) == std::vector<float>(dim, 1.0f));
+  for (uint64_t r : {1, 3})
+    for (uint64_t j = 0; j < per_row; ++j)
+      CHECK(state[r * per_row + j] == 0.0f);
+}
