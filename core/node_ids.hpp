@@ -28,6 +28,16 @@ constexpr uint8_t worker = 4;
 constexpr uint8_t observer = 8;
 } // namespace role
 
+/// The name of a role for people: "server", "worker", "coordinator",
+/// "observer" ("node" for anything else).
+constexpr const char* role_name(uint8_t r) noexcept {
+  return r == role::server        ? "server"
+         : r == role::worker      ? "worker"
+         : r == role::coordinator ? "coordinator"
+         : r == role::observer    ? "observer"
+                                  : "node";
+}
+
 /// Node id of the coordinator.
 constexpr uint32_t coordinator_node_id = 1;
 

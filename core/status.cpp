@@ -28,19 +28,6 @@ uint32_t job_status::dead_nodes() const noexcept {
 
 namespace {
 
-const char* role_name(uint8_t r) {
-  switch (r) {
-    case role::server:
-      return "server";
-    case role::worker:
-      return "worker";
-    case role::coordinator:
-      return "coordinator";
-    default:
-      return "node";
-  }
-}
-
 const char* state_of(const node_status& n) {
   return n.dead ? "dead" : n.left ? "left" : "alive";
 }

@@ -112,8 +112,8 @@ std::string describe_node(uint32_t node_id, uint8_t role_id) {
   if (role_id == role::coordinator)
     return "the coordinator";
   auto rank = (node_id - 8) / 2;
-  return std::string{role_id == role::server ? "server " : "worker "}
-         + std::to_string(rank) + " (node " + std::to_string(node_id) + ")";
+  return std::string{role_name(role_id)} + " " + std::to_string(rank)
+         + " (node " + std::to_string(node_id) + ")";
 }
 
 caf::error run_coordinator(const coordinator_options& opts,

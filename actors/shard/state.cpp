@@ -101,19 +101,19 @@ uint64_t shard_state::slowest_clock(const slice_state& s) const {
 
 void shard_state::release_waiting(slice_state& s, uint64_t reached) {
   auto ready = [&](const waiting_pull& p) { return p.min_rounds <= reached; };
+  // Bounded staleness only: whose held operations may run afterwards.
   std::vector<uint32_t> released;
   for (auto& p : s.waiting)
     if (ready(p)) {
       p.target.pulled(s.value);
-      released.push_back(p.worker);
+      if (cfg.ssp())
+        released.push_back(p.worker);
     }
   auto first = std::remove_if(s.waiting.begin(), s.waiting.end(), ready);
   stats.waiting_pulls -= static_cast<uint64_t>(s.waiting.end() - first);
   s.waiting.erase(first, s.waiting.end());
-  if (!cfg.ssp())
-    return;
-  // Bounded staleness: the operations each released worker issued after
-  // its pull run now, in order (they may wait again).
+  // The operations each released worker issued after its pull run now, in
+  // order (they may wait again).
   for (auto w : released)
     s.pull_waiting[w] = false;
   for (auto w : released)
