@@ -24,8 +24,9 @@ namespace actorps {
 /// only a coordinator of its own version: peers of different versions would
 /// misread each other's messages. 4: the job's data transport, and the
 /// servers' UCX addresses in the routing table. 5: the data salt. 6: the
-/// job's status, shards' counters per worker, bounded staleness.
-constexpr uint32_t wire_version = 6;
+/// job's status, shards' counters per worker, bounded staleness. 7: batch
+/// frames on the UCX plane carry raw values and ids, not CAF's format.
+constexpr uint32_t wire_version = 7;
 
 /// What carries tensor bytes between worker and server processes.
 namespace transport {

@@ -77,6 +77,19 @@ caf::result<Reply> relay_high(relay_ptr self, const shard_actor& shard,
   return rp;
 }
 
+// Passes a data plane's message of this process on with high priority (the
+// shard answers its sink).
+template <class Atom, class Msg>
+void relay_plane(relay_ptr self, const shard_actor& shard, Atom atom, Msg& msg,
+                 plane_reply& r) {
+  auto sender = self->current_sender();
+  if (r.sink == nullptr
+      || (sender != nullptr && sender->node() != self->node()))
+    return;
+  caf::anon_send<caf::message_priority::high>(shard, atom, std::move(msg),
+                                              std::move(r));
+}
+
 // `none` if the sender may use the relay (see trusted_nodes).
 #define ACTORPS_RELAY_CHECK(op)                                                \
   if (auto err = self->state.trusted.check(self, op))                          \
@@ -139,6 +152,18 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
         return err;
       self->state.trusted.add(nodes);
       return self->delegate(shard, a, nodes);
+    },
+    [=](push_atom a, slice_push& msg, plane_reply& r) {
+      relay_plane(self, shard, a, msg, r);
+    },
+    [=](push_pull_atom a, slice_push& msg, plane_reply& r) {
+      relay_plane(self, shard, a, msg, r);
+    },
+    [=](pull_atom a, slice_pull& msg, plane_reply& r) {
+      relay_plane(self, shard, a, msg, r);
+    },
+    [=](batch_atom a, slice_batch& msg, plane_reply& r) {
+      relay_plane(self, shard, a, msg, r);
     },
   };
 }

@@ -36,6 +36,24 @@ push_one(shard_ptr self, const char* op, op_kind kind, slice_push& msg) {
   return rp;
 }
 
+// A data plane's message: it names a sink, and came from this process.
+bool from_plane(shard_ptr self, const plane_reply& r) {
+  auto sender = self->current_sender();
+  return r.sink != nullptr
+         && (sender == nullptr || sender->node() == self->node());
+}
+
+// A push or push_pull from a data plane, answered through its sink.
+void push_from_plane(shard_ptr self, const char* op, op_kind kind,
+                     slice_push& msg, plane_reply& r) {
+  if (!from_plane(self, r))
+    return;
+  op_target t;
+  t.kind = kind;
+  t.direct = std::move(r);
+  self->state.submit(op, msg, std::move(t));
+}
+
 shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   auto& st = self->state;
   st.cfg = cfg;
@@ -83,10 +101,39 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return err;
       // Once a promise exists, a returned error would be dropped: errors go
       // through the promise.
-      auto rp = self->make_response_promise<float_parts>();
-      if (auto err = self->state.batch(msg, rp))
-        rp.deliver(std::move(err));
+      auto reply = std::make_shared<batch_reply>();
+      reply->rp = self->make_response_promise<float_parts>();
+      auto rp = reply->rp;
+      if (auto err = self->state.batch(msg, reply))
+        reply->fail(std::move(err));
       return rp;
+    },
+    // The same operations from a data plane of this process (plane_reply
+    // has no type id: no other node can send one). The plane admitted the
+    // peer; the outcome goes to the sink.
+    [self](push_atom, slice_push& msg, plane_reply& r) {
+      push_from_plane(self, "push", op_kind::push, msg, r);
+    },
+    [self](push_pull_atom, slice_push& msg, plane_reply& r) {
+      push_from_plane(self, "push_pull", op_kind::push_pull, msg, r);
+    },
+    [self](pull_atom, const slice_pull& msg, plane_reply& r) {
+      if (!from_plane(self, r))
+        return;
+      op_target t;
+      t.kind = op_kind::pull;
+      t.direct = std::move(r);
+      auto& st = self->state;
+      st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+                nullptr, 0, std::move(t));
+    },
+    [self](batch_atom, const slice_batch& msg, plane_reply& r) {
+      if (!from_plane(self, r))
+        return;
+      auto reply = std::make_shared<batch_reply>();
+      reply->direct = std::move(r);
+      if (auto err = self->state.batch(msg, reply))
+        reply->fail(std::move(err));
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {

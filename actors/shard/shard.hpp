@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "caf/allowed_unsafe_message_type.hpp"
 #include "caf/fwd.hpp"
 #include "caf/node_id.hpp"
 #include "caf/replies_to.hpp"
@@ -77,6 +79,15 @@
 ///   `shard_config::trusted` may send it: an admitted worker cannot admit
 ///   others.
 ///
+/// - `(push_atom, slice_push, plane_reply)`, `(pull_atom, slice_pull,
+///   plane_reply)`, `(push_pull_atom, slice_push, plane_reply)` and
+///   `(batch_atom, slice_batch, plane_reply)`: the same operations, arrived
+///   over a data plane (runtime/ucx) whose peer proved the job's secret; no
+///   CAF reply: the outcome goes to the `plane_reply`'s sink, on the shard's
+///   thread, so the data plane answers without another actor's hop.
+///   `plane_reply` has no type id, so such a message can only come from the
+///   shard's own process.
+///
 /// Trust: every message is refused with `unauthorized` unless its sender is
 /// in the shard's process, on a node of `shard_config::trusted` or on an
 /// admitted node (an anonymous sender counts as foreign). The first refusal
@@ -121,6 +132,36 @@ struct shard_config {
 };
 
 /// Interface of a shard actor.
+/// Where a shard sends the outcome of an operation that reached it over a
+/// data plane (see the messages above). Called on the shard's thread: it
+/// must not block.
+class reply_sink {
+public:
+  virtual ~reply_sink() = default;
+
+  /// A push completed.
+  virtual void ok(uint64_t peer, uint64_t request) = 0;
+
+  /// A pull or push_pull's value (shared with the shard: copy on write).
+  virtual void value(uint64_t peer, uint64_t request, const shared_floats& x)
+    = 0;
+
+  /// A batch's value, in pieces.
+  virtual void parts(uint64_t peer, uint64_t request, float_parts&& x) = 0;
+
+  /// The operation failed.
+  virtual void fail(uint64_t peer, uint64_t request, const caf::error& err) = 0;
+};
+
+/// The reply address of an operation that arrived over a data plane: the
+/// sink, and what it needs to find the request (the peer it came from and
+/// the peer's request id).
+struct plane_reply {
+  std::shared_ptr<reply_sink> sink;
+  uint64_t peer = 0;
+  uint64_t request = 0;
+};
+
 using shard_actor = caf::typed_actor<
   caf::replies_to<init_atom, slice_init>::with<caf::ok_atom>,
   caf::replies_to<push_atom, slice_push>::with<caf::ok_atom>,
@@ -133,9 +174,16 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<workers_atom, std::vector<uint32_t>>::with<caf::ok_atom>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
-  caf::replies_to<admit_atom, std::vector<caf::node_id>>::with<caf::ok_atom>>;
+  caf::replies_to<admit_atom, std::vector<caf::node_id>>::with<caf::ok_atom>,
+  caf::reacts_to<push_atom, slice_push, plane_reply>,
+  caf::reacts_to<pull_atom, slice_pull, plane_reply>,
+  caf::reacts_to<push_pull_atom, slice_push, plane_reply>,
+  caf::reacts_to<batch_atom, slice_batch, plane_reply>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);
 
 } // namespace actorps
+
+// Local only: no type id, never serialized.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorps::plane_reply)

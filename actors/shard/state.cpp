@@ -323,7 +323,7 @@ caf::error shard_state::init(slice_init& msg) {
   return caf::none;
 }
 
-caf::error shard_state::batch(const slice_batch& msg, batch_promise rp) {
+caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
   auto n = msg.slices.size();
   if (msg.kind > static_cast<uint8_t>(op_kind::push_pull))
     return make_error(errc::bad_config, "batch: unknown operation kind "
@@ -371,8 +371,6 @@ caf::error shard_state::batch(const slice_batch& msg, batch_promise rp) {
                       std::string{op}
                         + ": the pieces of the batch do not cover its values "
                           "in order");
-  auto reply = std::make_shared<batch_reply>();
-  reply->rp = std::move(rp);
   reply->remaining = n;
   if (kind != op_kind::push) {
     reply->shared = core::batching::share(n, total);

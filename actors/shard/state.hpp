@@ -39,6 +39,8 @@ using batch_promise = caf::typed_response_promise<float_parts>;
 // buffer instead: per piece, sharing costs more than copying a few floats.
 struct batch_reply {
   batch_promise rp;
+  // Arrived over a data plane: the reply goes to its sink instead of `rp`.
+  plane_reply direct;
   float_parts out;
   // The copied reply when the slices are short.
   std::vector<float> flat;
@@ -49,28 +51,34 @@ struct batch_reply {
   void arrive() {
     if (failed || --remaining > 0)
       return;
-    if (shared)
-      rp.deliver(std::move(out));
+    auto value = shared ? std::move(out) : float_parts{std::move(flat)};
+    if (direct.sink)
+      direct.sink->parts(direct.peer, direct.request, std::move(value));
     else
-      rp.deliver(float_parts{std::move(flat)});
+      rp.deliver(std::move(value));
   }
 
   void fail(caf::error err) {
     if (failed)
       return;
     failed = true;
-    rp.deliver(std::move(err));
+    if (direct.sink)
+      direct.sink->fail(direct.peer, direct.request, err);
+    else
+      rp.deliver(std::move(err));
   }
 };
 
 using batch_ptr = std::shared_ptr<batch_reply>;
 
 // Where the outcome of one operation goes: the promise of a single push or
-// pull, or a place in a batch reply.
+// pull, the sink of one that arrived over a data plane, or a place in a
+// batch reply.
 struct op_target {
   op_kind kind = op_kind::push;
   ok_promise push_rp;
   pull_promise pull_rp;
+  plane_reply direct;
   batch_ptr batch;
   // Where a pulled value goes in batch->out.
   uint64_t offset = 0;
@@ -78,6 +86,8 @@ struct op_target {
   void pushed() {
     if (batch)
       batch->arrive();
+    else if (direct.sink)
+      direct.sink->ok(direct.peer, direct.request);
     else
       push_rp.deliver(caf::ok_atom::value);
   }
@@ -86,7 +96,10 @@ struct op_target {
   // single pull as its reply, a batch as one piece of its reply.
   void pulled(const shared_floats& value) {
     if (!batch) {
-      pull_rp.deliver(value);
+      if (direct.sink)
+        direct.sink->value(direct.peer, direct.request, value);
+      else
+        pull_rp.deliver(value);
       return;
     }
     if (!batch->failed && !batch->shared) {
@@ -104,6 +117,8 @@ struct op_target {
   void fail(caf::error err) {
     if (batch)
       batch->fail(std::move(err));
+    else if (direct.sink)
+      direct.sink->fail(direct.peer, direct.request, err);
     else if (kind == op_kind::push)
       push_rp.deliver(std::move(err));
     else
@@ -255,8 +270,10 @@ struct shard_state {
   // Stores the initial value of a slice (its buffer is taken over).
   caf::error init(slice_init& msg);
 
-  // Checks a batch and submits its operations; `rp` gets the reply.
-  caf::error batch(const slice_batch& msg, batch_promise rp);
+  // Checks a batch and submits its operations, whose outcome goes to
+  // `reply` (fresh: its promise or its sink set). An error returned here
+  // submitted nothing: the caller fails `reply` with it.
+  caf::error batch(const slice_batch& msg, const batch_ptr& reply);
 
   // -- saving and loading (snapshot.cpp) --------------------------------------
 

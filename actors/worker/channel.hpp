@@ -36,18 +36,30 @@ struct data_request {
   uint64_t request = 0;
   /// > 0: overtakes the shard's normal backlog.
   int32_t priority = 0;
-  /// push, push_pull and pull: the fields of `slice_push` / `slice_pull`.
+  /// push, push_pull and pull: the fields of `slice_push` / `slice_pull`;
+  /// batch: the worker.
   uint64_t slice = 0;
   uint32_t worker = 0;
   uint64_t seq = 0;
-  /// push and push_pull: `count` values, laid out in `data` by `encoding`
-  /// (core/compression.hpp; raw float32 when uncompressed).
+  /// batch: the `op_kind` of its operations, and how many there are.
+  uint8_t op = 0;
+  uint32_t slices = 0;
+  /// Pushes: `count` values, laid out by `encoding` (core/compression.hpp;
+  /// raw float32 when uncompressed).
   compression encoding{};
   uint64_t count = 0;
-  /// The bytes: push kinds, the encoded values; batch, the `slice_batch` in
-  /// CAF's binary format; pull, none. Valid while `keep` lives.
-  const void* data = nullptr;
-  std::size_t size = 0;
+
+  /// A run of bytes.
+  struct piece {
+    const void* data = nullptr;
+    std::size_t size = 0;
+  };
+
+  /// The bytes, sent back to back: push kinds, the encoded values; batch,
+  /// the encoded values (if it pushes), then its slice ids, then their
+  /// sequence numbers (64-bit little-endian words); pull, none. Valid while
+  /// `keep` lives.
+  std::vector<piece> pieces;
   std::shared_ptr<const void> keep;
 };
 

@@ -387,16 +387,14 @@ caf::error to_request(caf::actor_system&, slice_push& msg, data_request& out) {
   out.count = n;
   if (out.encoding.kind == codec::none) {
     auto keep = std::make_shared<std::vector<float>>(std::move(msg.grad.data));
-    out.data = keep->data();
-    out.size = n * sizeof(float);
+    out.pieces.push_back({keep->data(), n * sizeof(float)});
     out.keep = std::move(keep);
     return caf::none;
   }
   auto keep
     = std::make_shared<std::vector<uint8_t>>(encoded_size(out.encoding, n));
   encode(out.encoding, msg.grad.data.data(), n, keep->data());
-  out.data = keep->data();
-  out.size = keep->size();
+  out.pieces.push_back({keep->data(), keep->size()});
   out.keep = std::move(keep);
   return caf::none;
 }
@@ -408,14 +406,48 @@ caf::error to_request(caf::actor_system&, slice_pull& msg, data_request& out) {
   return caf::none;
 }
 
-caf::error to_request(caf::actor_system& sys, slice_batch& msg,
-                      data_request& out) {
-  auto keep = std::make_shared<std::vector<char>>();
-  caf::binary_serializer sink{sys, *keep};
-  if (auto err = sink(msg))
-    return err;
-  out.data = keep->data();
-  out.size = keep->size();
+caf::error to_request(caf::actor_system&, slice_batch& msg, data_request& out) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "batch frames carry the ids as they lie in memory");
+  struct held {
+    slice_batch msg;
+    std::vector<uint8_t> encoded;
+    std::vector<uint64_t> ids;
+  };
+  auto keep = std::make_shared<held>();
+  keep->msg = std::move(msg);
+  auto& b = keep->msg;
+  auto n = b.slices.size();
+  if (n == 0 || n != b.seqs.size())
+    return make_error(errc::bad_config,
+                      "batch: " + std::to_string(n) + " slices and "
+                        + std::to_string(b.seqs.size())
+                        + " sequence numbers (need as many, at least one)");
+  out.worker = b.worker;
+  out.op = b.kind;
+  out.slices = static_cast<uint32_t>(n);
+  // The pushed values: uncompressed pieces where they lie, one buffer of
+  // floats, or that buffer encoded.
+  if (b.parts.size > 0) {
+    out.count = b.parts.size;
+    for (const auto& p : b.parts.pieces)
+      out.pieces.push_back(
+        {b.parts.buffers[p.buffer].data() + p.from, p.length * sizeof(float)});
+  } else if (!b.data.data.empty()) {
+    out.encoding = b.data.encoding;
+    out.count = b.data.data.size();
+    if (out.encoding.kind == codec::none) {
+      out.pieces.push_back({b.data.data.data(), out.count * sizeof(float)});
+    } else {
+      keep->encoded.resize(encoded_size(out.encoding, out.count));
+      encode(out.encoding, b.data.data.data(), out.count, keep->encoded.data());
+      out.pieces.push_back({keep->encoded.data(), keep->encoded.size()});
+    }
+  }
+  keep->ids.reserve(2 * n);
+  keep->ids.insert(keep->ids.end(), b.slices.begin(), b.slices.end());
+  keep->ids.insert(keep->ids.end(), b.seqs.begin(), b.seqs.end());
+  out.pieces.push_back({keep->ids.data(), keep->ids.size() * sizeof(uint64_t)});
   out.keep = std::move(keep);
   return caf::none;
 }

@@ -25,7 +25,8 @@ namespace actorps {
 /// Fills the slice's fields and the bytes of data request `out` from
 /// `msg`, whose buffers it takes over (uncompressed values travel straight
 /// from them; compressed ones are encoded once, into a buffer of their
-/// own; a batch is written in CAF's binary format).
+/// own; a batch's values travel as they lie, its slice ids and sequence
+/// numbers behind them, see runtime/ucx/frames.hpp).
 caf::error to_request(caf::actor_system& sys, slice_push& msg,
                       data_request& out);
 caf::error to_request(caf::actor_system& sys, slice_pull& msg,

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "actors/worker/channel.hpp"
+#include "core/values.hpp"
 
 namespace actorps::ucx {
 
@@ -23,6 +24,7 @@ namespace {
 constexpr std::size_t header_size = 1 + 8 + 4 + 4;
 constexpr std::size_t pull_meta_size = 8 + 4 + 8;
 constexpr std::size_t push_meta_size = pull_meta_size + 1 + 4 + 8;
+constexpr std::size_t batch_meta_size = 4 + 1 + 4 + 1 + 4 + 8;
 
 bool pushes(frame_kind k) {
   return k == frame_kind::push || k == frame_kind::push_pull;
@@ -34,6 +36,8 @@ std::size_t size_of(frame_kind k) {
     return header_size + push_meta_size;
   if (k == frame_kind::pull)
     return header_size + pull_meta_size;
+  if (k == frame_kind::batch)
+    return header_size + batch_meta_size;
   return header_size;
 }
 
@@ -51,6 +55,28 @@ T get(const std::vector<char>& in, std::size_t at) {
     u |= static_cast<uint64_t>(static_cast<unsigned char>(in[at + i]))
          << (8 * i);
   return static_cast<T>(u);
+}
+
+void put_encoding(std::vector<char>& out, const compression& c) {
+  put(out, static_cast<uint8_t>(c.kind));
+  uint32_t bits = 0;
+  std::memcpy(&bits, &c.threshold, sizeof(bits));
+  put(out, bits);
+}
+
+// The codec at `at` (5 bytes), or none if it is unknown or ill-formed.
+std::optional<compression> get_encoding(const std::vector<char>& bytes,
+                                        std::size_t at) {
+  auto kind = get<uint8_t>(bytes, at);
+  if (kind > static_cast<uint8_t>(codec::two_bit))
+    return std::nullopt;
+  compression c;
+  c.kind = static_cast<codec>(kind);
+  auto bits = get<uint32_t>(bytes, at + 1);
+  std::memcpy(&c.threshold, &bits, sizeof(bits));
+  if (!check(c).empty())
+    return std::nullopt;
+  return c;
 }
 
 bool known(uint8_t kind) {
@@ -85,12 +111,25 @@ std::vector<char> encode(const frame_header& x, const slice_meta& meta) {
   put(out, meta.worker);
   put(out, meta.seq);
   if (pushes(x.kind)) {
-    put(out, static_cast<uint8_t>(meta.encoding.kind));
-    uint32_t bits = 0;
-    std::memcpy(&bits, &meta.encoding.threshold, sizeof(bits));
-    put(out, bits);
+    put_encoding(out, meta.encoding);
     put(out, meta.count);
   }
+  return out;
+}
+
+uint64_t body_size(const batch_meta& meta) {
+  return encoded_size(meta.encoding, meta.count)
+         + 2 * uint64_t{meta.slices} * sizeof(uint64_t);
+}
+
+std::vector<char> encode(const frame_header& x, const batch_meta& meta) {
+  auto out = encode(x);
+  out.reserve(header_size + batch_meta_size);
+  put(out, meta.worker);
+  put(out, meta.op);
+  put(out, meta.slices);
+  put_encoding(out, meta.encoding);
+  put(out, meta.count);
   return out;
 }
 
@@ -120,15 +159,31 @@ std::optional<slice_meta> decode_meta(const std::vector<char>& bytes) {
   if (!pushes(h->kind))
     return m;
   at += pull_meta_size;
-  auto kind = get<uint8_t>(bytes, at);
-  if (kind > static_cast<uint8_t>(codec::two_bit))
+  auto c = get_encoding(bytes, at);
+  if (!c)
     return std::nullopt;
-  m.encoding.kind = static_cast<codec>(kind);
-  auto bits = get<uint32_t>(bytes, at + 1);
-  std::memcpy(&m.encoding.threshold, &bits, sizeof(bits));
-  if (!check(m.encoding).empty())
-    return std::nullopt;
+  m.encoding = *c;
   m.count = get<uint64_t>(bytes, at + 5);
+  return m;
+}
+
+std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes) {
+  auto h = decode(bytes);
+  if (!h || h->kind != frame_kind::batch)
+    return std::nullopt;
+  batch_meta m;
+  std::size_t at = header_size;
+  m.worker = get<uint32_t>(bytes, at);
+  m.op = get<uint8_t>(bytes, at + 4);
+  m.slices = get<uint32_t>(bytes, at + 5);
+  auto c = get_encoding(bytes, at + 9);
+  if (!c)
+    return std::nullopt;
+  m.encoding = *c;
+  m.count = get<uint64_t>(bytes, at + 14);
+  if (m.op > static_cast<uint8_t>(op_kind::push_pull) || m.slices == 0
+      || m.slices > (uint32_t{1} << 24) || m.count > (uint64_t{1} << 40))
+    return std::nullopt;
   return m;
 }
 

@@ -7,7 +7,9 @@
 // - push, push_pull: the pushed values, as their codec lays them out
 //   (core/compression.hpp: raw float32 when uncompressed);
 // - pull: none;
-// - batch: the `slice_batch` in CAF's binary format;
+// - batch: the pushed values as their codec lays them out (none for a
+//   batch of pulls), then the slice ids, then the sequence numbers (each
+//   `batch_meta::slices` little-endian 64-bit words);
 // - reply: the values, raw float32 (none for `ok_atom`);
 // - failure: a `caf::error` in CAF's binary format.
 // No CAF here.
@@ -59,12 +61,31 @@ struct slice_meta {
   uint64_t count = 0;
 };
 
+/// What follows the fixed part of a batch request's header: the fields of
+/// `slice_batch` but the slices, their sequence numbers and the values.
+struct batch_meta {
+  uint32_t worker = 0;
+  /// An `op_kind`, as its number.
+  uint8_t op = 0;
+  /// Operations in the batch (at least one).
+  uint32_t slices = 0;
+  /// How the body lays out the pushed values, and how many there are.
+  compression encoding{};
+  uint64_t count = 0;
+};
+
+/// Bytes of a batch body that `meta` describes.
+uint64_t body_size(const batch_meta& meta);
+
 /// The header's bytes (little-endian, 17 bytes).
 std::vector<char> encode(const frame_header& x);
 
 /// The header's bytes followed by `meta`'s (push kinds: 50 bytes in all;
 /// pull: 37, without the encoding and count).
 std::vector<char> encode(const frame_header& x, const slice_meta& meta);
+
+/// The header's bytes followed by `meta`'s (39 bytes in all).
+std::vector<char> encode(const frame_header& x, const batch_meta& meta);
 
 /// The fixed part of the header in `bytes`, or none if they are not one
 /// (too short, unknown kind, or more bytes than the kind carries).
@@ -74,5 +95,10 @@ std::optional<frame_header> decode(const std::vector<char>& bytes);
 /// request's header, or none if they are not there (wrong size, unknown
 /// codec, a threshold that is no finite number > 0).
 std::optional<slice_meta> decode_meta(const std::vector<char>& bytes);
+
+/// The batch's fields after the fixed part of a batch request's header, or
+/// none if they are not there (wrong size, unknown codec or operation, no
+/// slices, more than 2^24 of them or more than 2^40 values).
+std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes);
 
 } // namespace actorps::ucx

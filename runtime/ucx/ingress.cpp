@@ -2,6 +2,7 @@
 #include "runtime/ucx/ingress.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <set>
@@ -34,15 +35,32 @@ void frame_queue::set_target(caf::actor target) {
     caf::anon_send(target_, ucx_atom::value);
 }
 
-void frame_queue::push(frame x) {
-  caf::actor wake;
+void frame_queue::set_handler(std::function<void(frame&)> fn) {
+  std::vector<frame> early;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (items_.empty())
-      wake = target_;
-    items_.push_back(std::move(x));
+    handler_ = std::make_shared<std::function<void(frame&)>>(std::move(fn));
+    early = std::exchange(items_, {});
   }
-  if (wake)
+  for (auto& x : early)
+    (*handler_)(x);
+}
+
+void frame_queue::push(frame x) {
+  caf::actor wake;
+  std::shared_ptr<std::function<void(frame&)>> handler;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    handler = handler_;
+    if (!handler) {
+      if (items_.empty())
+        wake = target_;
+      items_.push_back(std::move(x));
+    }
+  }
+  if (handler)
+    (*handler)(x);
+  else if (wake)
     caf::anon_send(wake, ucx_atom::value);
 }
 
@@ -68,10 +86,112 @@ start_plane(const std::string& token, const std::string& salt,
 
 namespace {
 
+std::vector<char> reply_header(frame_kind kind, uint64_t request) {
+  frame_header h;
+  h.kind = kind;
+  h.request = request;
+  return encode(h);
+}
+
+// Sends the shards' outcomes back over the plane, on the shards' threads.
+class plane_sink : public reply_sink {
+public:
+  plane_sink(caf::actor_system& sys, std::weak_ptr<plane> out)
+    : sys_(sys), out_(std::move(out)) {
+    // nop
+  }
+
+  void ok(uint64_t peer, uint64_t request) override {
+    send(peer, frame_kind::reply, request, payload{});
+  }
+
+  void value(uint64_t peer, uint64_t request, const shared_floats& x) override {
+    auto keep = std::make_shared<shared_floats>(x);
+    send(peer, frame_kind::reply, request,
+         payload{keep->data(), keep->size() * sizeof(float), keep});
+  }
+
+  // The pieces of a pulled value, in the value's order, sent as they lie in
+  // the shards' buffers.
+  void parts(uint64_t peer, uint64_t request, float_parts&& x) override {
+    auto keep = std::make_shared<float_parts>(std::move(x));
+    auto order = keep->pieces;
+    std::sort(order.begin(), order.end(),
+              [](const float_piece& a, const float_piece& b) {
+                return a.at < b.at;
+              });
+    std::vector<payload::piece> pieces;
+    pieces.reserve(order.size());
+    for (const auto& p : order)
+      pieces.push_back(payload::piece{keep->buffers[p.buffer].data() + p.from,
+                                      p.length * sizeof(float)});
+    send(peer, frame_kind::reply, request,
+         payload{std::move(pieces), std::move(keep)});
+  }
+
+  void fail(uint64_t peer, uint64_t request, const caf::error& err) override {
+    auto buf = std::make_shared<std::vector<char>>();
+    caf::binary_serializer sink{sys_, *buf};
+    auto copy = err;
+    if (sink(copy))
+      buf->clear();
+    send(peer, frame_kind::failure, request,
+         payload{buf->data(), buf->size(), buf});
+  }
+
+private:
+  void send(uint64_t peer, frame_kind kind, uint64_t request, payload body) {
+    if (auto out = out_.lock())
+      out->send(peer, reply_header(kind, request), std::move(body));
+  }
+
+  caf::actor_system& sys_;
+  std::weak_ptr<plane> out_;
+};
+
+// The `slice_batch` of a batch request, or none if its header and body do
+// not make one. Uncompressed values are taken over from the body.
+std::optional<slice_batch> decode_batch(const std::vector<char>& header,
+                                        buffer& body) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "batch frames carry the ids as they lie in memory");
+  auto m = decode_batch_meta(header);
+  if (!m || body.size() != body_size(*m)
+      || (m->op == static_cast<uint8_t>(op_kind::pull) && m->count != 0))
+    return std::nullopt;
+  slice_batch b;
+  b.worker = m->worker;
+  b.kind = m->op;
+  auto n = std::size_t{m->slices};
+  auto values = encoded_size(m->encoding, m->count);
+  b.slices.resize(n);
+  b.seqs.resize(n);
+  std::memcpy(b.slices.data(), body.data() + values, n * sizeof(uint64_t));
+  std::memcpy(b.seqs.data(), body.data() + values + n * sizeof(uint64_t),
+              n * sizeof(uint64_t));
+  if (m->count == 0)
+    return b;
+  b.data.encoding = m->encoding;
+  if (m->encoding.kind == codec::none) {
+    // The ids behind the values are 8-byte words: the body is whole floats.
+    if (!body.take_floats(b.data.data))
+      return std::nullopt;
+    b.data.data.resize(m->count);
+    return b;
+  }
+  b.data.data.resize(m->count);
+  decode(m->encoding, reinterpret_cast<const uint8_t*>(body.data()), m->count,
+         b.data.data.data());
+  return b;
+}
+
+// Turns request frames into the shards' typed messages, on the plane's
+// progress thread; the shards answer through the sink.
 struct ingress {
-  caf::event_based_actor* self;
-  std::shared_ptr<plane> out;
+  std::weak_ptr<plane> out;
   std::map<uint32_t, shard_actor> shards;
+  std::shared_ptr<plane_sink> sink;
+  std::mutex mtx;
   // The peers each worker rank sent requests from, to drop them when the
   // worker's node goes down.
   std::map<uint32_t, std::set<peer_id>> peers_of;
@@ -79,60 +199,27 @@ struct ingress {
   void seen(uint32_t worker, peer_id from) {
     // A dropped peer's frames no longer arrive; a rank beyond any job's
     // (the shard refuses it) is not recorded.
-    if (worker < (uint32_t{1} << 20))
-      peers_of[worker].insert(from);
+    if (worker >= (uint32_t{1} << 20))
+      return;
+    std::lock_guard<std::mutex> guard{mtx};
+    peers_of[worker].insert(from);
   }
 
   // Worker `rank`'s node went down: its peers are dropped, so that replies
   // still owed to it fail instead of waiting on a peer that never reads.
   void worker_down(uint32_t rank) {
-    auto i = peers_of.find(rank);
-    if (i == peers_of.end())
-      return;
-    for (auto peer : i->second)
-      out->drop(peer, "UCX: worker " + std::to_string(rank) + " is down");
-    peers_of.erase(i);
-  }
-
-  void send(peer_id to, frame_kind kind, uint64_t request, payload body) {
-    frame_header h;
-    h.kind = kind;
-    h.request = request;
-    out->send(to, encode(h), std::move(body));
-  }
-
-  void fail(peer_id to, uint64_t request, const caf::error& err) {
-    auto buf = std::make_shared<std::vector<char>>();
-    caf::binary_serializer sink{self->system(), *buf};
-    auto copy = err;
-    if (sink(copy))
-      buf->clear();
-    payload body{buf->data(), buf->size(), buf};
-    send(to, frame_kind::failure, request, std::move(body));
-  }
-
-  void floats_back(peer_id to, uint64_t request, const float* data,
-                   std::size_t n, std::shared_ptr<const void> keep) {
-    send(to, frame_kind::reply, request,
-         payload{data, n * sizeof(float), std::move(keep)});
-  }
-
-  // The pieces of a pulled value, in the value's order, sent as they lie
-  // in the shards' buffers.
-  void parts_back(peer_id to, uint64_t request, float_parts& v) {
-    auto keep = std::make_shared<float_parts>(std::move(v));
-    auto order = keep->pieces;
-    std::sort(order.begin(), order.end(),
-              [](const float_piece& x, const float_piece& y) {
-                return x.at < y.at;
-              });
-    std::vector<payload::piece> pieces;
-    pieces.reserve(order.size());
-    for (const auto& p : order)
-      pieces.push_back(payload::piece{keep->buffers[p.buffer].data() + p.from,
-                                      p.length * sizeof(float)});
-    send(to, frame_kind::reply, request,
-         payload{std::move(pieces), std::move(keep)});
+    std::set<peer_id> peers;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      auto i = peers_of.find(rank);
+      if (i == peers_of.end())
+        return;
+      peers = std::move(i->second);
+      peers_of.erase(i);
+    }
+    if (auto plane = out.lock())
+      for (auto peer : peers)
+        plane->drop(peer, "UCX: worker " + std::to_string(rank) + " is down");
   }
 
   // The values of a push frame's body, or none if the body is not
@@ -155,17 +242,13 @@ struct ingress {
     return out;
   }
 
-  template <class OnOk, class... Ts>
-  void ask(const shard_actor& shard, int32_t priority, OnOk on_ok,
-           std::function<void(caf::error&)> on_err, Ts&&... xs) {
+  template <class... Ts>
+  static void tell(const shard_actor& shard, int32_t priority, Ts&&... xs) {
     if (priority > 0)
-      self
-        ->request<caf::message_priority::high>(shard, caf::infinite,
-                                               std::forward<Ts>(xs)...)
-        .then(std::move(on_ok), std::move(on_err));
+      caf::anon_send<caf::message_priority::high>(shard,
+                                                  std::forward<Ts>(xs)...);
     else
-      self->request(shard, caf::infinite, std::forward<Ts>(xs)...)
-        .then(std::move(on_ok), std::move(on_err));
+      caf::anon_send(shard, std::forward<Ts>(xs)...);
   }
 
   void serve(frame& x) {
@@ -176,23 +259,19 @@ struct ingress {
     auto request = h->request;
     auto i = shards.find(h->shard);
     if (i == shards.end()) {
-      fail(from, request,
-           make_error(errc::bad_config, "ucx: no shard "
-                                          + std::to_string(h->shard)
-                                          + " on this server"));
+      sink->fail(from, request,
+                 make_error(errc::bad_config, "ucx: no shard "
+                                                + std::to_string(h->shard)
+                                                + " on this server"));
       return;
     }
     auto& shard = i->second;
-    std::function<void(caf::error&)> on_err
-      = [this, from, request](caf::error& err) { fail(from, request, err); };
-    auto on_floats = [this, from, request](shared_floats& v) {
-      auto keep = std::make_shared<shared_floats>(v);
-      floats_back(from, request, keep->data(), keep->size(), keep);
-    };
     auto bad_body = [&] {
-      fail(from, request,
-           make_error(errc::bad_config, "ucx: a request body does not decode"));
+      sink->fail(from, request,
+                 make_error(errc::bad_config,
+                            "ucx: a request body does not decode"));
     };
+    plane_reply reply{sink, from, request};
     switch (h->kind) {
       case frame_kind::push:
       case frame_kind::push_pull: {
@@ -205,15 +284,11 @@ struct ingress {
         seen(meta->worker, from);
         slice_push p{meta->slice, meta->worker, meta->seq, std::move(*values)};
         if (h->kind == frame_kind::push)
-          ask(
-            shard, h->priority,
-            [this, from, request](caf::ok_atom) {
-              send(from, frame_kind::reply, request, payload{});
-            },
-            on_err, push_atom::value, std::move(p));
+          tell(shard, h->priority, push_atom::value, std::move(p),
+               std::move(reply));
         else
-          ask(shard, h->priority, on_floats, on_err, push_pull_atom::value,
-              std::move(p));
+          tell(shard, h->priority, push_pull_atom::value, std::move(p),
+               std::move(reply));
         return;
       }
       case frame_kind::pull: {
@@ -221,23 +296,18 @@ struct ingress {
         if (!meta || x.body.size() != 0)
           return bad_body();
         seen(meta->worker, from);
-        ask(shard, h->priority, on_floats, on_err, pull_atom::value,
-            slice_pull{meta->slice, meta->worker, meta->seq});
+        tell(shard, h->priority, pull_atom::value,
+             slice_pull{meta->slice, meta->worker, meta->seq},
+             std::move(reply));
         return;
       }
       case frame_kind::batch: {
-        slice_batch b;
-        caf::binary_deserializer source{self->system(), x.body.data(),
-                                        x.body.size()};
-        if (source(b) || source.remaining() != 0)
+        auto b = decode_batch(x.header, x.body);
+        if (!b)
           return bad_body();
-        seen(b.worker, from);
-        ask(
-          shard, h->priority,
-          [this, from, request](float_parts& v) {
-            parts_back(from, request, v);
-          },
-          on_err, batch_atom::value, std::move(b));
+        seen(b->worker, from);
+        tell(shard, h->priority, batch_atom::value, std::move(*b),
+             std::move(reply));
         return;
       }
       default:
@@ -282,17 +352,22 @@ public:
     h.request = x.request;
     h.shard = x.shard;
     h.priority = x.priority;
-    auto header = x.kind == data_kind::batch
-                    ? encode(h)
-                    : encode(h, slice_meta{x.slice, x.worker, x.seq, x.encoding,
-                                           x.count});
+    auto header
+      = x.kind == data_kind::batch
+          ? encode(h, batch_meta{x.worker, x.op, x.slices, x.encoding, x.count})
+          : encode(h,
+                   slice_meta{x.slice, x.worker, x.seq, x.encoding, x.count});
+    std::vector<payload::piece> pieces;
+    pieces.reserve(x.pieces.size());
+    for (const auto& p : x.pieces)
+      pieces.push_back(payload::piece{p.data, p.size});
     auto& sys = sys_;
     auto replies = replies_;
     auto request = x.request;
     auto shard = x.shard;
     out_->send(
       peers_.at(shard), std::move(header),
-      payload{x.data, x.size, std::move(x.keep)},
+      payload{std::move(pieces), std::move(x.keep)},
       [&sys, replies, request, shard](const std::string& why) {
         if (why.empty())
           return;
@@ -362,24 +437,21 @@ caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
                          std::map<uint32_t, shard_actor> shards) {
-  auto actor = sys.spawn(
-    [queue, plane, shards](caf::event_based_actor* self) -> caf::behavior {
-      auto state = std::make_shared<ingress>(ingress{self, plane, shards, {}});
-      return {
-        // Only wakes it: what it serves comes from the queue, which only the
-        // plane fills, with frames of peers that proved the job's secret.
-        [queue, state](ucx_atom) {
-          for (auto& x : queue->take())
-            state->serve(x);
-        },
-        // From the server's runner (this actor is not published).
-        [state](node_down_atom, uint32_t worker_rank) {
-          state->worker_down(worker_rank);
-        },
-      };
-    });
-  queue->set_target(actor);
-  return actor;
+  // The plane's handlers hold the queue, whose handler holds this: only
+  // weak references back to the plane.
+  auto state = std::make_shared<ingress>();
+  state->out = plane;
+  state->shards = std::move(shards);
+  state->sink = std::make_shared<plane_sink>(sys, plane);
+  queue->set_handler([state](frame& x) { state->serve(x); });
+  return sys.spawn([state](caf::event_based_actor*) -> caf::behavior {
+    return {
+      // From the server's runner (this actor is not published).
+      [state](node_down_atom, uint32_t worker_rank) {
+        state->worker_down(worker_rank);
+      },
+    };
+  });
 }
 
 } // namespace actorps::ucx

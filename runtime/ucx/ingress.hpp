@@ -3,22 +3,25 @@
 
 // Where the UCX plane meets the actors. Internal to runtime/.
 //
-// The plane's progress thread never blocks on an actor: it queues what
-// arrives in a `frame_queue`, which wakes one actor with `(ucx_atom)` when
-// it stops being empty; the actor takes the whole queue.
+// The plane's progress thread never blocks on an actor: it hands what
+// arrives to a `frame_queue`, which either wakes one actor with
+// `(ucx_atom)` when it stops being empty (the actor takes the whole queue),
+// or serves each frame at once with a handler that only sends messages.
 //
 // On a worker, the data channel (actors/worker/channel.hpp) sends request
 // frames and hands the worker the reply frames.
 //
-// On a server, the ingress actor turns request frames into the shards'
-// typed requests and sends each reply back as a frame:
-// - `push` (`slice_push`) -> `(push_atom, slice_push)`, replied `ok_atom`;
-// - `pull` (`slice_pull`) -> `(pull_atom, slice_pull)`, replied with the
-//   slice's floats;
-// - `push_pull` (`slice_push`) -> `(push_pull_atom, slice_push)`, replied
-//   with the floats;
-// - `batch` (`slice_batch`) -> `(batch_atom, slice_batch)`, replied with
-//   the value's floats in order;
+// On a server, the ingress turns request frames, on the plane's thread,
+// into the shards' typed messages with a `plane_reply` (shard.hpp), and the
+// shards send each reply back as a frame themselves, on their own thread:
+// - `push` (`slice_push`) -> `(push_atom, slice_push, plane_reply)`,
+//   replied with no values;
+// - `pull` (`slice_pull`) -> `(pull_atom, slice_pull, plane_reply)`,
+//   replied with the slice's floats;
+// - `push_pull` (`slice_push`) -> `(push_pull_atom, slice_push,
+//   plane_reply)`, replied with the floats;
+// - `batch` -> `(batch_atom, slice_batch, plane_reply)`, replied with the
+//   value's floats in order;
 // priority > 0 is sent with CAF's high priority (the shard is local, so its
 // urgent queue sees it). A request that does not decode (frames.hpp), or
 // names a shard this server does not host, is answered with a `failure`
@@ -27,6 +30,7 @@
 // uncompressed; replies go out straight from the shards' buffers.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,7 +59,12 @@ public:
   /// The actor to wake; frames pushed before it is set wait.
   void set_target(caf::actor target);
 
-  /// Queues `x`; wakes the target if the queue was empty.
+  /// Serves every frame with `fn`, on the thread that pushes it (the
+  /// plane's), instead of queueing it; frames queued before are served
+  /// first, on the caller's thread. Set it before peers know the plane.
+  void set_handler(std::function<void(frame&)> fn);
+
+  /// Queues `x` and wakes the target if the queue was empty, or serves it.
   void push(frame x);
 
   /// Takes everything queued.
@@ -63,6 +72,7 @@ public:
 
 private:
   std::mutex mtx_;
+  std::shared_ptr<std::function<void(frame&)>> handler_;
   caf::actor target_;
   std::vector<frame> items_;
 };
@@ -77,10 +87,10 @@ start_plane(const std::string& token, const std::string& salt,
 
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the
-/// job's routing table. `(node_down_atom, worker_rank)` tells it a worker's
-/// node went down: it drops the peers that worker's requests came from,
-/// failing the replies in flight to them (on one host UCX would not notice:
-/// see plane_options).
+/// job's routing table, as its handler. The actor it returns takes
+/// `(node_down_atom, worker_rank)`, a worker's node went down: it drops the
+/// peers that worker's requests came from, failing the replies in flight to
+/// them (on one host UCX would not notice: see plane_options).
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,

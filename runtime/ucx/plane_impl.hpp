@@ -52,7 +52,8 @@ struct plane::impl {
     peer_id to = 0;
     std::vector<char> header;
     payload body;
-    std::vector<ucp_dt_iov_t> iov;
+    // A body of several pieces, copied into one run.
+    std::vector<char> gathered;
     std::function<void(const std::string&)> done;
     // Failed by `mark_down` while UCX still holds it: UCX's completion only
     // frees it.

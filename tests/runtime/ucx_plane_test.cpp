@@ -404,17 +404,32 @@ TEST_CASE("ucx: frame headers carry a slice's fields and refuse what is "
   m.encoding.threshold = -1.0f;
   CHECK_FALSE(decode_meta(encode(h, m)));
   CHECK_FALSE(decode_meta(encode(frame_header{frame_kind::batch})));
+  // A batch's fields; its body holds the values, then 16 bytes per slice.
+  frame_header b;
+  b.kind = frame_kind::batch;
+  batch_meta bm{3, static_cast<uint8_t>(op_kind::push), 10,
+                compression{codec::fp16}, 40};
+  auto batch_bytes = encode(b, bm);
+  CHECK(batch_bytes.size() == 39);
+  auto got = decode_batch_meta(batch_bytes);
+  REQUIRE(got);
+  CHECK(got->worker == 3);
+  CHECK(got->op == bm.op);
+  CHECK(got->slices == 10);
+  CHECK(got->encoding == bm.encoding);
+  CHECK(got->count == 40);
+  CHECK(body_size(bm) == encoded_size(bm.encoding, 40) + 160);
+  CHECK_FALSE(decode_batch_meta(encode(b)));
+  CHECK_FALSE(decode_meta(batch_bytes));
+  // Refused: no slices, an unknown operation.
+  bm.slices = 0;
+  CHECK_FALSE(decode_batch_meta(encode(b, bm)));
+  bm.slices = 1;
+  bm.op = 3;
+  CHECK_FALSE(decode_batch_meta(encode(b, bm)));
 }
 
 namespace {
-
-template <class T>
-std::vector<char> serialized(caf::actor_system& sys, T x) {
-  std::vector<char> buf;
-  caf::binary_serializer sink{sys, buf};
-  REQUIRE_FALSE(sink(x));
-  return buf;
-}
 
 std::vector<float> as_floats(const std::vector<char>& body) {
   std::vector<float> out(body.size() / sizeof(float));
@@ -500,16 +515,12 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   inbox client_box;
   auto client = start("s", client_box);
   auto to_server = client->connect(server->address());
-  // Sends a request frame (with the slice's fields, if given) and waits
-  // for the frame that answers it.
-  auto request = [&](frame_kind kind, uint64_t req, uint32_t shard,
-                     std::optional<slice_meta> meta, std::vector<char> body) {
-    frame_header h;
-    h.kind = kind;
-    h.request = req;
-    h.shard = shard;
+  // Sends a request frame and waits for the frame that answers it.
+  auto send_frame = [&](uint64_t req, std::vector<char> header,
+                        std::vector<char> body) {
+    INFO("request " << req);
     auto keep = std::make_shared<std::vector<char>>(std::move(body));
-    client->send(to_server, meta ? encode(h, *meta) : encode(h),
+    client->send(to_server, std::move(header),
                  payload{keep->data(), keep->size(), keep});
     REQUIRE(client_box.wait([&](inbox& x) {
       for (auto& [from, header] : x.headers)
@@ -523,6 +534,16 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
         return std::make_pair(r->kind, client_box.bodies[i]);
     FAIL("no reply");
     return std::make_pair(frame_kind::failure, std::vector<char>{});
+  };
+  // The same, with the slice's fields, if given.
+  auto request = [&](frame_kind kind, uint64_t req, uint32_t shard,
+                     std::optional<slice_meta> meta, std::vector<char> body) {
+    frame_header h;
+    h.kind = kind;
+    h.request = req;
+    h.shard = shard;
+    return send_frame(req, meta ? encode(h, *meta) : encode(h),
+                      std::move(body));
   };
   auto raw = [](const std::vector<float>& xs) {
     std::vector<char> out(xs.size() * sizeof(float));
@@ -582,14 +603,29 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
              [&](caf::error& err) { want_err = std::move(err); });
   REQUIRE(want_err);
   CHECK(error_of(b3) == want_err);
-  // A batch travels in CAF's binary format.
+  // A batch: its values, then its slice ids and sequence numbers.
   slice_batch batch;
   batch.kind = static_cast<uint8_t>(op_kind::pull);
   batch.slices = {id};
   batch.seqs = {3};
-  auto [k4, b4] = request(frame_kind::batch, 7, 7, std::nullopt,
-                          serialized(f.sys, batch));
+  frame_header bh;
+  bh.kind = frame_kind::batch;
+  bh.request = 7;
+  bh.shard = 7;
+  std::vector<char> ids(2 * sizeof(uint64_t));
+  std::memcpy(ids.data(), &id, sizeof(uint64_t));
+  uint64_t seq = 3;
+  std::memcpy(ids.data() + sizeof(uint64_t), &seq, sizeof(uint64_t));
+  auto [k4, b4] = send_frame(7, encode(bh, batch_meta{0, batch.kind, 1, {}, 0}),
+                             ids);
   CHECK(k4 == frame_kind::reply);
+  // A batch body one id short is refused.
+  ids.resize(sizeof(uint64_t));
+  bh.request = 8;
+  auto [k5, b5] = send_frame(8, encode(bh, batch_meta{0, batch.kind, 1, {}, 0}),
+                             ids);
+  CHECK(k5 == frame_kind::failure);
+  CHECK(code_of(error_of(b5)) == errc::bad_config);
   auto batch_want = ask<float_parts>(self, reference, batch_atom::value, batch);
   CHECK(as_floats(b4) == batch_want.flatten());
   client->close();
