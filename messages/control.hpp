@@ -25,7 +25,8 @@ namespace actorps {
 /// misread each other's messages. 4: the job's data transport, and the
 /// servers' UCX addresses in the routing table. 5: the data salt. 6: the
 /// job's status, shards' counters per worker, bounded staleness. 7: batch
-/// frames on the UCX plane carry raw values and ids, not CAF's format.
+/// frames on the UCX plane carry raw values and ids, not CAF's format; the
+/// join's expectation names a transport too (join_mode::expect).
 constexpr uint32_t wire_version = 7;
 
 /// What carries tensor bytes between worker and server processes.
@@ -36,13 +37,33 @@ constexpr uint8_t caf = 0;
 constexpr uint8_t ucx = 1;
 } // namespace transport
 
-/// The mode a joining node expects of the job.
+/// What a joining node expects of the job: a mode (the low 4 bits of the
+/// join's expectation byte) and a transport (the high 4 bits).
 namespace join_mode {
 constexpr uint8_t any = 0;
 constexpr uint8_t sync = 1;
 constexpr uint8_t async = 2;
 /// Bounded staleness (dist_ssp).
 constexpr uint8_t ssp = 3;
+
+/// The expectation byte of a node that expects `mode` (one of the above)
+/// and, unless `transport` is `any_transport`, data over `transport`.
+constexpr uint8_t any_transport = 0xFF;
+constexpr uint8_t expect(uint8_t mode, uint8_t transport) {
+  auto wish = transport == any_transport ? 0 : transport + 1;
+  return static_cast<uint8_t>((mode & 0x0F) | (wish << 4));
+}
+
+/// The mode an expectation byte names.
+constexpr uint8_t mode_of(uint8_t expectation) {
+  return expectation & 0x0F;
+}
+
+/// The transport an expectation byte names, or `any_transport`.
+constexpr uint8_t transport_of(uint8_t expectation) {
+  auto wish = expectation >> 4;
+  return wish == 0 ? any_transport : static_cast<uint8_t>(wish - 1);
+}
 } // namespace join_mode
 
 /// What the coordinator tells a node that joined the job.

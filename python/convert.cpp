@@ -320,6 +320,8 @@ store_options options_of(const py::dict& kwargs) {
       o.coordinator = v.cast<std::string>();
     else if (name == "token")
       o.token = v.cast<std::string>();
+    else if (name == "transport")
+      o.transport = v.cast<std::string>();
     else if (name == "connect_timeout")
       o.connect_timeout = seconds_of(v, "connect_timeout");
     else if (name == "heartbeat")
@@ -350,7 +352,7 @@ store_options options_of(const py::dict& kwargs) {
           "slice_floats, timeout, barrier_timeout, max_bytes_in_flight, "
           "compression, staleness, max_pending, threads, scheduler, "
           "keep_freed_memory, "
-          "coordinator, token, connect_timeout, heartbeat, "
+          "coordinator, token, transport, connect_timeout, heartbeat, "
           "connection_timeout, tls_cert, tls_key, tls_ca, on_command, "
           "metrics_port, metrics_host)");
   }

@@ -145,6 +145,10 @@ public:
     return kv_.staleness();
   }
 
+  std::string transport() const {
+    return kv_.transport();
+  }
+
   uint16_t metrics_port() const {
     return kv_.metrics_port();
   }
@@ -461,6 +465,9 @@ PYBIND11_MODULE(_actorps, m) {
     .def_property_readonly("staleness", &store::staleness,
                            "the bound of a local_ssp or dist_ssp store; -1 "
                            "for others")
+    .def_property_readonly("transport", &store::transport,
+                           "what carries tensor bytes between processes: "
+                           "caf or ucx (dist stores, the job's), local")
     .def_property_readonly("metrics_port", &store::metrics_port,
                            "port of this process's /metrics (0: none; "
                            "see the metrics_port option)")

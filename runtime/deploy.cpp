@@ -174,6 +174,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   rt->num_workers = job.num_workers;
   rt->sync = job.sync;
   rt->staleness = job.sync ? -1 : job.staleness;
+  rt->transport = job.transport;
   rt->opts.bigarray_bound = job.bigarray_bound;
   // UCX transport: the data requests travel over a plane connected to
   // every server's address (one peer per server).

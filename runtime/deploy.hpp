@@ -35,6 +35,8 @@ struct store_runtime {
   bool sync = false;
   /// Bounded staleness (>= 0; see shard_config::staleness), else -1.
   int32_t staleness = -1;
+  /// Distributed stores: the job's transport (messages/control.hpp).
+  uint8_t transport = transport::caf;
   /// How the workers batch slices; the facade lays values out by it.
   core::batching batching{};
   /// Local stores: the shards (for the metrics).
@@ -74,7 +76,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
                                           int32_t staleness = -1);
 
 /// Joins the distributed job at `o.coordinator` as one worker, expecting
-/// `mode` (a `join_mode`: any takes the job's); fails with `dead_node` when
+/// `mode` (a `join_mode::expect` byte: "any" takes the job's); fails with `dead_node` when
 /// the coordinator or a server cannot be reached, or with the coordinator's
 /// refusal. The runtime's `sync` is the job's mode.
 caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,

@@ -87,6 +87,19 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
     return make_error(errc::bad_config, "create: timeouts must be > 0");
   if (auto why = check(opts.compression); !why.empty())
     return make_error(errc::bad_config, "create: " + why);
+  auto carrier = join_mode::any_transport;
+  if (opts.transport == "caf")
+    carrier = transport::caf;
+  else if (opts.transport == "ucx")
+    carrier = transport::ucx;
+  else if (!opts.transport.empty())
+    return make_error(errc::bad_config,
+                      "create: unknown transport '" + opts.transport
+                        + "' (expected caf, ucx, or none: the job's)");
+  if (!dist && !opts.transport.empty())
+    return make_error(errc::bad_config,
+                      "create: a transport applies to dist stores only (a "
+                      "local store's tensors never leave the process)");
   if (opts.metrics.enabled() && opts.metrics.port > 65535)
     return make_error(errc::bad_config, "create: metrics port "
                                           + std::to_string(opts.metrics.port)
@@ -97,7 +110,7 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
       return err;
     return kvstore{std::make_unique<impl>(std::move(rt), type, 0)};
   }
-  auto rt = make_dist(opts, mode);
+  auto rt = make_dist(opts, join_mode::expect(mode, carrier));
   if (!rt)
     return std::move(rt.error());
   if (auto err = start_metrics(**rt, {}))
@@ -112,6 +125,13 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
 
 int32_t kvstore::staleness() const {
   return impl_->rt->staleness;
+}
+
+std::string kvstore::transport() const {
+  auto& rt = *impl_->rt;
+  if (impl_->type.rfind("dist", 0) != 0)
+    return "local";
+  return rt.transport == transport::ucx ? "ucx" : "caf";
 }
 
 uint16_t kvstore::metrics_port() const {

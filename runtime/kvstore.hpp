@@ -77,6 +77,10 @@ struct store_options {
   std::string coordinator;
   /// Distributed stores: the job token.
   std::string token;
+  /// Distributed stores: what must carry tensor bytes between this worker
+  /// and the servers, "caf" or "ucx"; a job whose coordinator chose the
+  /// other refuses the join. Empty: whatever the job uses.
+  std::string transport;
   /// Distributed stores: how long to keep trying to reach the coordinator.
   std::chrono::milliseconds connect_timeout{5000};
   /// Distributed stores: CAF's heartbeat interval on each connection.
@@ -160,6 +164,11 @@ public:
 
   /// The staleness bound of a local_ssp or dist_ssp store; -1 for others.
   int32_t staleness() const;
+
+  /// What carries this store's tensor bytes between processes: "caf" or
+  /// "ucx" (distributed stores, as the job's coordinator chose), "local"
+  /// (local stores: none leave the process).
+  std::string transport() const;
 
   /// This handle's worker rank, 0..num_workers()-1.
   uint32_t rank() const;

@@ -347,10 +347,23 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                : m == join_mode::ssp ? "dist_ssp"
                                      : "dist_async";
       };
-      if (mode != join_mode::any && mode != job_mode)
+      auto wanted = join_mode::mode_of(mode);
+      if (wanted != join_mode::any && wanted != job_mode)
         return make_error(errc::bad_config,
                           std::string{"join: this job runs "} + name(job_mode)
-                            + ", the node asked for " + name(mode));
+                            + ", the node asked for " + name(wanted));
+      auto carrier = join_mode::transport_of(mode);
+      auto transport_name = [](uint8_t t) {
+        return t == transport::ucx ? "ucx" : "caf";
+      };
+      if (carrier != join_mode::any_transport && carrier != st.cfg.transport)
+        return make_error(
+          errc::bad_config,
+          std::string{"join: this job's tensors travel over "}
+            + transport_name(st.cfg.transport) + ", the node asked for "
+            + (carrier == transport::ucx || carrier == transport::caf
+                 ? transport_name(carrier)
+                 : "an unknown transport"));
       job_info info;
       info.num_workers = st.cfg.num_workers;
       info.num_servers = st.cfg.num_servers;

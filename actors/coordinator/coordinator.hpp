@@ -68,11 +68,12 @@
 /// Distributed jobs (num_servers > 0) add membership and supervision:
 /// - `(join_atom, role, token, agent, mode, version)` -> `job_info`: a server
 ///   or worker node joins with its job token and its node agent; ranks count
-///   up from 0 per role in order of joining. `mode` is the mode the node
-///   expects (join_mode), `version` the `wire_version` it speaks: a mismatch
-///   of either is refused before any rank is given out. Errors:
-///   `unauthorized` (wrong token), `bad_config` (another wire version, role
-///   full, unknown role, mode mismatch, or a local coordinator). The reply
+///   up from 0 per role in order of joining. `mode` is what the node
+///   expects of the job (join_mode::expect: a mode and a transport, either
+///   may be "any"), `version` the `wire_version` it speaks: a mismatch of
+///   any is refused before any rank is given out. Errors: `unauthorized`
+///   (wrong token), `bad_config` (another wire version, role full, unknown
+///   role, mode or transport mismatch, or a local coordinator). The reply
 ///   carries the coordinator's handle: nodes reach the coordinator through
 ///   its gate (actors/gate.hpp), which answers nothing but the join.
 ///   The joining node (the sender's CAF node) is admitted, and every

@@ -64,7 +64,10 @@ int run(int argc, char** argv) {
     "synthetic: push+pull rounds")("progress", po::bool_switch(&job.progress),
                                    "synthetic: print a line after every round")(
     "tolerate-deaths", po::bool_switch(&job.tolerate_deaths),
-    "synthetic: skip the value checks (other workers may be killed)");
+    "synthetic: skip the value checks (other workers may be killed)")(
+    "transport", po::value(&store.transport),
+    "caf or ucx: what must carry tensor bytes to the servers (the join is "
+    "refused if the coordinator chose the other); default: the job's");
   cli::add_timeout_options(desc, connect_timeout_ms, timeout_ms,
                            "bound on every push, pull and control call, in "
                            "ms");
@@ -111,6 +114,12 @@ int run(int argc, char** argv) {
       "--mode must be dist_sync, dist_async, dist_ssp or job, got '" + mode
         + "'",
       2);
+  if (!store.transport.empty() && store.transport != "caf"
+      && store.transport != "ucx")
+    return cli::fail(app,
+                     "--transport must be caf or ucx, got '" + store.transport
+                       + "'",
+                     2);
   if (job_name != "synthetic" && job_name != "mnist")
     return cli::fail(
       app,

@@ -372,7 +372,8 @@ struct dist_fixture : test::deterministic_fixture {
 
 } // namespace
 
-TEST_CASE("coordinator: joining needs the token, the mode and the version",
+TEST_CASE("coordinator: joining needs the token, the mode, the transport and "
+          "the version",
           "[coordinator]") {
   dist_fixture f;
   auto msg = require_error(f.join(role::worker, "guess-1234", f.agent()),
@@ -389,8 +390,19 @@ TEST_CASE("coordinator: joining needs the token, the mode and the version",
                            errc::bad_config);
   CHECK_THAT(ver, Catch::Contains(std::to_string(wire_version + 1)));
   require_error(f.join(uint8_t{3}, "tok", f.agent()), errc::bad_config);
+  // The job's tensors travel over CAF (the fixture's default).
+  CHECK_THAT(require_error(f.join(role::worker, "tok", f.agent(),
+                                  join_mode::expect(join_mode::sync,
+                                                    transport::ucx)),
+                           errc::bad_config),
+             Catch::Contains("travel over caf, the node asked for ucx"));
+  CHECK_THAT(require_error(f.join(role::worker, "tok", f.agent(),
+                                  join_mode::expect(join_mode::any, 9)),
+                           errc::bad_config),
+             Catch::Contains("asked for an unknown transport"));
   // Refusals gave out no rank: the first accepted worker is rank 0.
-  auto w0 = f.join(role::worker, "tok", f.agent(), join_mode::sync);
+  auto w0 = f.join(role::worker, "tok", f.agent(),
+                   join_mode::expect(join_mode::sync, transport::caf));
   REQUIRE(w0);
   CHECK(w0->rank == 0);
   CHECK(w0->node_id == worker_node_id(0));

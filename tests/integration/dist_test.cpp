@@ -410,8 +410,8 @@ TEST_CASE("dist: a server listens on --bind and gives workers --host",
   CHECK(both.output().find("not both") != std::string::npos);
 }
 
-TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "
-          "takes the job's",
+TEST_CASE("dist: a wrong token, mode or transport is refused, a worker "
+          "without a mode takes the job's",
           "[integration]") {
   auto transport = TRANSPORT();
   INFO(transport);
@@ -424,10 +424,18 @@ TEST_CASE("dist: a wrong token or mode is refused, a worker without a mode "
                       "--token", token(), "--mode", "dist_sync"}};
   CHECK_EXIT(wrong_mode, 1, startup);
   CHECK(wrong_mode.output().find("dist_async") != std::string::npos);
+  auto other = std::string{transport == "ucx" ? "caf" : "ucx"};
+  process wrong_transport{{ACTORPS_WORKER_BIN, "--coordinator", job.address,
+                           "--token", token(), "--transport", other}};
+  CHECK_EXIT(wrong_transport, 1, startup);
+  CHECK(wrong_transport.output().find("travel over " + transport
+                                      + ", the node asked for " + other)
+        != std::string::npos);
   job.add_server();
-  // No --mode: the worker takes the job's.
+  // No --mode: the worker takes the job's; its own --transport matches.
   process w{{ACTORPS_WORKER_BIN, "--coordinator", job.address, "--token",
-             token(), "--rounds", "5", "--size", "100"}};
+             token(), "--rounds", "5", "--size", "100", "--transport",
+             transport}};
   CHECK_EXIT(w, 0, job_time);
   CHECK(w.output().find("(dist_async)") != std::string::npos);
   CHECK_EXIT(*job.coordinator, 0, job_time);

@@ -654,6 +654,9 @@ def test_ssp_store_bounds_staleness_and_sums_exactly():
         assert list(out) == [60.0, 60.0]
     with actorps.KVStore.create("local") as kv:
         assert kv.staleness == -1
+        assert kv.transport == "local"
+    with pytest.raises(ValueError, match="dist stores only"):
+        actorps.KVStore.create("local", transport="ucx")
     with pytest.raises(ValueError, match="staleness"):
         actorps.KVStore.create("local_ssp", staleness=-1)
 
