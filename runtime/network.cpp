@@ -116,6 +116,18 @@ std::string describe_node(uint32_t node_id, uint8_t role_id) {
          + " (node " + std::to_string(node_id) + ")";
 }
 
+bool built_with_ucx() {
+#ifdef ACTORPS_HAVE_UCX
+  return true;
+#else
+  return false;
+#endif
+}
+
+uint8_t default_transport(bool tls) {
+  return built_with_ucx() && !tls ? transport::ucx : transport::caf;
+}
+
 caf::error run_coordinator(const coordinator_options& opts,
                            std::function<void(uint16_t)> on_listening) {
   if (opts.num_workers == 0 || opts.num_servers == 0)

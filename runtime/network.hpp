@@ -93,6 +93,15 @@ struct coordinator_options {
   std::function<void(const std::string& line, bool ok)> on_checkpoint;
 };
 
+/// True if this build can carry tensors over UCX (built with libucx-dev).
+bool built_with_ucx();
+
+/// The transport of a job whose coordinator names none: `transport::ucx`
+/// when built with UCX and the job runs without TLS (UCX encrypts nothing;
+/// it was faster than CAF in every case of docs/benchmarks.md), else
+/// `transport::caf`.
+uint8_t default_transport(bool tls);
+
 /// Runs the coordinator: publishes it, calls `on_listening` with the port it
 /// listens on, and returns once every worker left or died (then every server
 /// has been told to shut down). Errors: `bad_config` (cannot listen),

@@ -31,7 +31,7 @@ int run(int argc, char** argv) {
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   std::string bind;
-  std::string transport = "caf";
+  std::string transport = "auto";
   desc.add_options()("host", po::value(&opts.host)->default_value(opts.host),
                      "address to listen on (\"\" for every interface)")(
     "bind", po::value(&bind),
@@ -77,9 +77,10 @@ int run(int argc, char** argv) {
     "timeout of the coordinator's requests to shards, in ms")(
     "transport", po::value(&transport)->default_value(transport),
     "what carries tensor bytes between workers and servers: caf (CAF's "
-    "connections, with TLS when set) or ucx (the UCX data plane: shared "
-    "memory on one host, TCP or RDMA between hosts; unencrypted); every "
-    "node follows the coordinator");
+    "connections, with TLS when set), ucx (the UCX data plane: shared "
+    "memory on one host, TCP or RDMA between hosts; unencrypted) or auto "
+    "(ucx when built with UCX and no TLS is set, else caf); every node "
+    "follows the coordinator");
   cli::add_threads_option(desc, opts.system.threads);
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
@@ -119,11 +120,19 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check_threads(app, opts.system.threads))
     return *rc;
-  if (transport != "caf" && transport != "ucx")
+  if (transport != "caf" && transport != "ucx" && transport != "auto")
     return cli::fail(
-      app, "--transport must be caf or ucx, got '" + transport + "'", 2);
-  opts.transport = transport == "ucx" ? actorps::transport::ucx
-                                      : actorps::transport::caf;
+      app, "--transport must be caf, ucx or auto, got '" + transport + "'", 2);
+  if (transport == "ucx" && !actorps::built_with_ucx())
+    return cli::fail(app,
+                     "--transport ucx: this build has no UCX (Debian: "
+                     "libucx-dev, then rebuild)",
+                     2);
+  opts.transport
+    = transport == "ucx"   ? actorps::transport::ucx
+      : transport == "caf" ? actorps::transport::caf
+                           : actorps::default_transport(net.tls.enabled());
+  transport = opts.transport == actorps::transport::ucx ? "ucx" : "caf";
   if (mode != "dist_sync" && mode != "dist_async" && mode != "dist_ssp")
     return cli::fail(app,
                      "--mode must be dist_sync, dist_async or dist_ssp, got '"
@@ -188,7 +197,8 @@ int run(int argc, char** argv) {
         cli::log_error("--port-file: " + e);
     // Printed at every log level: scripts read the port from it.
     cli::log_always("listening on " + (opts.host.empty() ? "*" : opts.host)
-                    + ":" + std::to_string(p) + " (" + mode + ", "
+                    + ":" + std::to_string(p) + " (" + mode + " over "
+                    + transport + ", "
                     + std::to_string(opts.num_workers) + " workers, "
                     + std::to_string(opts.num_servers) + " servers)");
   });

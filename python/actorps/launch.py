@@ -196,7 +196,8 @@ def _parse(argv):
                    choices=["dist_sync", "dist_async", "dist_ssp"])
     p.add_argument("--staleness", type=int, default=2,
                    help="dist_ssp: the staleness bound (README)")
-    p.add_argument("--transport", default="caf", choices=["caf", "ucx"])
+    p.add_argument("--transport", default="auto", choices=["auto", "caf", "ucx"],
+                   help="what carries tensor bytes (auto: ucx unless TLS)")
     p.add_argument("--host", default=None,
                    help="address the coordinator and servers listen on "
                    "(default 127.0.0.1; with --slurm every interface)")

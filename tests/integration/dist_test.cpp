@@ -355,6 +355,9 @@ TEST_CASE("dist: a job over mutual TLS computes exact sums, and nodes "
                                     "--tls-ca",   ca + "/ca.pem"};
   };
   dist_job job{"dist_sync", 2, 1, tls(job_ca, "coordinator", job_ca)};
+  // Under TLS the default transport is CAF's (UCX encrypts nothing).
+  CHECK(job.coordinator->output().find("(dist_sync over caf, ")
+        != std::string::npos);
   // Refused before they reach any actor: a plain node, and nodes holding
   // another CA's certificate.
   std::vector<std::vector<std::string>> intruders{
@@ -571,6 +574,12 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     std::ofstream{out} << "a file, not a folder";
     expect({ACTORPS_TRAIN_BIN, "--out", out.string()}, "--out");
     fs::remove(out);
+    expect({ACTORPS_COORDINATOR_BIN, "--workers", "1", "--servers", "1",
+             "--transport", "rdma"},
+           "--transport must be caf, ucx or auto, got 'rdma'");
+    expect({ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--transport",
+            "auto"},
+           "--transport must be caf or ucx, got 'auto'");
   }
   SECTION("a config file sets the same options as the flags") {
     auto path = "/tmp/actorps-coordinator-" + std::to_string(::getpid())
@@ -582,7 +591,8 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     }
     process p{{ACTORPS_COORDINATOR_BIN, "--config", path}};
     CHECK(p.wait_for("5 servers)", startup));
-    CHECK(p.output().find("dist_async, 7 workers") != std::string::npos);
+    CHECK(p.output().find("(dist_async over ") != std::string::npos);
+    CHECK(p.output().find(", 7 workers, 5 servers)") != std::string::npos);
     p.kill9();
     ::unlink(path.c_str());
   }
