@@ -76,9 +76,9 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
                                           int32_t staleness = -1);
 
 /// Joins the distributed job at `o.coordinator` as one worker, expecting
-/// `mode` (a `join_mode::expect` byte: "any" takes the job's); fails with `dead_node` when
-/// the coordinator or a server cannot be reached, or with the coordinator's
-/// refusal. The runtime's `sync` is the job's mode.
+/// `mode` (a `join_mode::expect` byte: "any" takes the job's); fails with
+/// `dead_node` when the coordinator or a server cannot be reached, or with the
+/// coordinator's refusal. The runtime's `sync` is the job's mode.
 caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                                                         uint8_t mode);
 

@@ -128,10 +128,10 @@ int run(int argc, char** argv) {
                      "--transport ucx: this build has no UCX (Debian: "
                      "libucx-dev, then rebuild)",
                      2);
-  opts.transport
-    = transport == "ucx"   ? actorps::transport::ucx
-      : transport == "caf" ? actorps::transport::caf
-                           : actorps::default_transport(net.tls.enabled());
+  opts.transport = transport == "ucx" ? actorps::transport::ucx
+                   : transport == "caf"
+                     ? actorps::transport::caf
+                     : actorps::default_transport(net.tls.enabled());
   transport = opts.transport == actorps::transport::ucx ? "ucx" : "caf";
   if (mode != "dist_sync" && mode != "dist_async" && mode != "dist_ssp")
     return cli::fail(app,
@@ -198,9 +198,9 @@ int run(int argc, char** argv) {
     // Printed at every log level: scripts read the port from it.
     cli::log_always("listening on " + (opts.host.empty() ? "*" : opts.host)
                     + ":" + std::to_string(p) + " (" + mode + " over "
-                    + transport + ", "
-                    + std::to_string(opts.num_workers) + " workers, "
-                    + std::to_string(opts.num_servers) + " servers)");
+                    + transport + ", " + std::to_string(opts.num_workers)
+                    + " workers, " + std::to_string(opts.num_servers)
+                    + " servers)");
   });
   // 3: the job ran, but nodes were lost (as a worker whose job failed).
   if (err && actorps::code_of(err) == actorps::errc::dead_node)

@@ -116,10 +116,8 @@ int run(int argc, char** argv) {
       2);
   if (!store.transport.empty() && store.transport != "caf"
       && store.transport != "ucx")
-    return cli::fail(app,
-                     "--transport must be caf or ucx, got '" + store.transport
-                       + "'",
-                     2);
+    return cli::fail(
+      app, "--transport must be caf or ucx, got '" + store.transport + "'", 2);
   if (job_name != "synthetic" && job_name != "mnist")
     return cli::fail(
       app,

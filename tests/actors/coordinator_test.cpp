@@ -391,11 +391,11 @@ TEST_CASE("coordinator: joining needs the token, the mode, the transport and "
   CHECK_THAT(ver, Catch::Contains(std::to_string(wire_version + 1)));
   require_error(f.join(uint8_t{3}, "tok", f.agent()), errc::bad_config);
   // The job's tensors travel over CAF (the fixture's default).
-  CHECK_THAT(require_error(f.join(role::worker, "tok", f.agent(),
-                                  join_mode::expect(join_mode::sync,
-                                                    transport::ucx)),
-                           errc::bad_config),
-             Catch::Contains("travel over caf, the node asked for ucx"));
+  CHECK_THAT(
+    require_error(f.join(role::worker, "tok", f.agent(),
+                         join_mode::expect(join_mode::sync, transport::ucx)),
+                  errc::bad_config),
+    Catch::Contains("travel over caf, the node asked for ucx"));
   CHECK_THAT(require_error(f.join(role::worker, "tok", f.agent(),
                                   join_mode::expect(join_mode::any, 9)),
                            errc::bad_config),

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // libFuzzer target: what an admitted UCX peer sends before any value is
-// read: a frame's header (fixed part and slice fields) and a plane's
+// read: a frame's header (fixed part, slice or batch fields) and a plane's
 // address (as a hello carries it). Whatever decodes must encode back to
-// the same fields, and a push's body size must be computable for it.
+// the same bytes, and a request's body size must be computable for it.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // The ingress bounds count before it sizes anything by it.
       auto n = std::min<uint64_t>(meta->count, uint64_t{1} << 40);
       static_cast<void>(encoded_size(meta->encoding, n));
+    } else if (auto batch = decode_batch_meta(bytes)) {
+      if (encode(*h, *batch) != bytes)
+        __builtin_trap();
+      // Bounded by the decoder: no overflow.
+      if (body_size(*batch) < 16 * uint64_t{batch->slices})
+        __builtin_trap();
     } else if (bytes.size() == encode(*h).size()) {
       if (encode(*h) != bytes)
         __builtin_trap();

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// libFuzzer target: the wire decoding of every actorps message type that
-// carries no actor handle (job_info and routing_table need CAF's proxy
-// registry; their other fields are plain integers and strings). The first
-// byte picks the type; the rest is what a peer sent. A decoded value is
-// encoded again, which must work.
+// libFuzzer target: the wire decoding of every actorps message type. The
+// first byte picks the type; the rest is what a peer sent. A decoded value
+// is encoded again, which must work. The types that carry actor handles
+// (job_info, routing_table) decode in an actor system without CAF's
+// network layer: a handle of this node is looked up in its registry, one of
+// another node fails to decode (no proxy registry), as it would for a node
+// that BASP does not know.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
 #include "caf/binary_deserializer.hpp"
 #include "caf/binary_serializer.hpp"
 #include "caf/deserializer.hpp"
@@ -31,6 +35,30 @@ void decode(const uint8_t* data, size_t size) {
     __builtin_trap();
 }
 
+// The actor system the handles decode in (one per process: starting one
+// per input would dwarf the decoding). Never destroyed: its threads still
+// run when libFuzzer exits, and static destruction would pull the system
+// from under them.
+caf::actor_system& system() {
+  static auto* cfg = new caf::actor_system_config;
+  static auto* sys = new caf::actor_system{*cfg};
+  return *sys;
+}
+
+template <class T>
+void decode_with_handles(const uint8_t* data, size_t size) {
+  auto& sys = system();
+  T x{};
+  caf::binary_deserializer source{sys, reinterpret_cast<const char*>(data),
+                                  size};
+  if (source(x))
+    return;
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  if (sink(x))
+    __builtin_trap();
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -39,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto rest = data + 1;
   auto n = size - 1;
   using namespace actorps;
-  switch (data[0] % 18) {
+  switch (data[0] % 22) {
     case 0:
       decode<compression>(rest, n);
       break;
@@ -91,8 +119,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 16:
       decode<std::vector<caf::node_id>>(rest, n);
       break;
-    default:
+    case 17:
       decode<std::vector<slice_range>>(rest, n);
+      break;
+    case 18:
+      decode<job_status>(rest, n);
+      break;
+    case 19:
+      decode<worker_stats>(rest, n);
+      break;
+    case 20:
+      decode_with_handles<job_info>(rest, n);
+      break;
+    default:
+      decode_with_handles<routing_table>(rest, n);
       break;
   }
   return 0;

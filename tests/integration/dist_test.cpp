@@ -575,7 +575,7 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     expect({ACTORPS_TRAIN_BIN, "--out", out.string()}, "--out");
     fs::remove(out);
     expect({ACTORPS_COORDINATOR_BIN, "--workers", "1", "--servers", "1",
-             "--transport", "rdma"},
+            "--transport", "rdma"},
            "--transport must be caf, ucx or auto, got 'rdma'");
     expect({ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--transport",
             "auto"},

@@ -269,3 +269,35 @@ TEST_CASE("optimizer_config: an infinite parameter is refused when decoded "
     }
   }
 }
+
+TEST_CASE("op_stats: a latency sum that is no finite number >= 0 is refused "
+          "when decoded (found by fuzzing)",
+          "[payload]") {
+  // The wire image of an op_stats whose latency sum has the bits `sum_bits`
+  // (CAF 0.17 writes a double as its IEEE 754 bits).
+  auto image = [](uint64_t sum_bits) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{nullptr, buf};
+    std::vector<uint64_t> buckets{1, 2};
+    REQUIRE_FALSE(sink(uint64_t{3}, uint64_t{0}, uint64_t{4}, uint64_t{5},
+                       buckets, sum_bits));
+    return buf;
+  };
+  // 1.5, +infinity, NaN, -1.0
+  for (uint64_t bits :
+       {uint64_t{0x3ff8000000000000}, uint64_t{0x7ff0000000000000},
+        uint64_t{0x7ff8000000000000}, uint64_t{0xbff0000000000000}}) {
+    auto buf = image(bits);
+    caf::binary_deserializer source{nullptr, buf};
+    op_stats out;
+    auto err = source(out);
+    INFO(bits);
+    if (bits == 0x3ff8000000000000) {
+      CHECK_FALSE(err);
+      CHECK(out.latency_sum_s == 1.5);
+      CHECK(out.buckets == std::vector<uint64_t>{1, 2});
+    } else {
+      CHECK(err);
+    }
+  }
+}
