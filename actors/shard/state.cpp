@@ -78,6 +78,15 @@ void shard_state::apply(slice_state& s, std::vector<float>&& merged) {
     apply(s, merged.data());
     return;
   }
+  // A short value nobody else holds is overwritten in place: cheaper than
+  // a new shared buffer (many small keys).
+  if (merged.size() <= core::min_shared_floats && s.value.unique()
+      && s.value.size() == merged.size()) {
+    std::copy(merged.begin(), merged.end(), s.value.mutate().begin());
+    ++s.step;
+    ++stats.updates;
+    return;
+  }
   s.value = shared_floats{std::move(merged)};
   ++s.step;
   ++stats.updates;
@@ -85,7 +94,7 @@ void shard_state::apply(slice_state& s, std::vector<float>&& merged) {
 
 bool shard_state::round_complete(const round_sum& r) const {
   for (uint32_t w = 0; w < cfg.num_workers; ++w)
-    if (live[w] && !r.contributed[w])
+    if (live[w] && !r.contributed(w))
       return false;
   // A round with no live contributor at all has nothing to apply yet.
   return r.contributors > 0;
@@ -170,12 +179,10 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
       r.sum = std::move(*owned);
     else
       r.sum.assign(g, g + n);
-    r.contributed.assign(cfg.num_workers, false);
   } else {
     core::accumulate_into(r.sum.data(), g, n);
   }
-  r.contributed[worker] = true;
-  ++r.contributors;
+  r.add(worker);
   return caf::none;
 }
 

@@ -143,8 +143,28 @@ struct waiting_pull {
 // Aggregation of one sync round of one slice.
 struct round_sum {
   std::vector<float> sum;
-  std::vector<bool> contributed;
+  // Who contributed: bits for ranks below 64 (no allocation per round in
+  // jobs of up to 64 workers), a vector beyond.
+  uint64_t low = 0;
+  std::vector<bool> high;
   uint32_t contributors = 0;
+
+  bool contributed(uint32_t worker) const {
+    if (worker < 64)
+      return (low >> worker) & 1;
+    return worker - 64 < high.size() && high[worker - 64];
+  }
+
+  void add(uint32_t worker) {
+    if (worker < 64) {
+      low |= uint64_t{1} << worker;
+    } else {
+      if (high.size() <= worker - 64)
+        high.resize(worker - 63, false);
+      high[worker - 64] = true;
+    }
+    ++contributors;
+  }
 };
 
 struct slice_state {

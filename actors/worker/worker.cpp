@@ -176,9 +176,9 @@ via_coordinator(worker_ptr self, caf::duration timeout, Ts&&... xs) {
   return rp;
 }
 
-// The routes of `keys` (all known), each key looked up once; nothing if
-// `keys` names a key more than once (seen by the call's stamp on each
-// route, without hashing the key list again).
+// The routes of `keys`, each key looked up once; nothing if one is not
+// known or `keys` names a key more than once (seen by the call's stamp on
+// each route, without hashing the key list again).
 std::optional<std::vector<route*>>
 distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
   auto& st = self->state;
@@ -186,11 +186,11 @@ distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
   std::vector<route*> rs;
   rs.reserve(keys.size());
   for (auto& k : keys) {
-    auto* r = &st.routes.at(k);
-    if (r->named_in == call)
+    auto i = st.routes.find(k);
+    if (i == st.routes.end() || i->second.named_in == call)
       return std::nullopt;
-    r->named_in = call;
-    rs.push_back(r);
+    i->second.named_in = call;
+    rs.push_back(&i->second);
   }
   return rs;
 }
@@ -217,20 +217,28 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
   // a large call) is not copied.
   auto ks = std::make_shared<const std::vector<std::string>>(std::move(keys));
   auto sent = data.size;
-  auto run = [self, kind, ks, priority, rp, fail, since, sent, &counters,
+  auto done = [rp, since, sent, &counters](float_parts out) mutable {
+    counters.record(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
+        .count());
+    counters.floats_out += sent;
+    counters.floats_in += out.size;
+    if constexpr (std::is_same_v<Promise,
+                                 caf::typed_response_promise<float_parts>>)
+      rp.deliver(std::move(out));
+    else
+      rp.deliver(caf::ok_atom::value);
+  };
+  // The common case: no lookup in flight (which later calls must queue
+  // behind), every key known and named once: started at once.
+  if (!self->state.stalled)
+    if (auto rs = distinct_routes(self, *ks)) {
+      start_ops(self, kind, std::move(*rs), priority, std::move(data),
+                std::move(done), fail);
+      return;
+    }
+  auto run = [self, kind, ks, priority, fail, done,
               data = std::move(data)]() mutable {
-    auto done = [rp, since, sent, &counters](float_parts out) mutable {
-      counters.record(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
-          .count());
-      counters.floats_out += sent;
-      counters.floats_in += out.size;
-      if constexpr (std::is_same_v<Promise,
-                                   caf::typed_response_promise<float_parts>>)
-        rp.deliver(std::move(out));
-      else
-        rp.deliver(caf::ok_atom::value);
-    };
     if (auto rs = distinct_routes(self, *ks)) {
       start_ops(self, kind, std::move(*rs), priority, std::move(data),
                 std::move(done), fail);

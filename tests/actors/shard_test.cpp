@@ -553,6 +553,29 @@ TEST_CASE_METHOD(sync_fixture,
   CHECK(second->flatten() == std::vector<float>{22});
 }
 
+TEST_CASE("shard: a sync round of 70 workers waits for the ranks past 64 too",
+          "[shard]") {
+  // Ranks below 64 and beyond are recorded differently (round_sum).
+  shard_fixture f{test::shard_cfg(0, 70, true)};
+  REQUIRE(f.init(slice_a, {0}));
+  for (uint32_t w = 0; w < 70; ++w) {
+    if (w == 65)
+      continue;
+    REQUIRE(f.push(slice_a, w, 0, {1}));
+  }
+  // Every rank but 65 pushed: the round is still open.
+  f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, 1});
+  f.run();
+  CHECK(f.no_reply());
+  REQUIRE(f.push(slice_a, 65, 0, {1}));
+  auto value = f.reply<shared_floats>();
+  REQUIRE(value);
+  CHECK(value->vec() == std::vector<float>{70});
+  // A second push of rank 65 goes to the next round, not this one.
+  REQUIRE(f.push(slice_a, 65, 1, {5}));
+  CHECK(f.pull(slice_a, 69, 1) == std::vector<float>{70});
+}
+
 TEST_CASE_METHOD(shard_fixture, "shard: save and load state", "[shard]") {
   optimizer_config mom;
   mom.name = "sgd";
