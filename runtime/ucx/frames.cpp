@@ -164,6 +164,8 @@ std::optional<slice_meta> decode_meta(const std::vector<char>& bytes) {
     return std::nullopt;
   m.encoding = *c;
   m.count = get<uint64_t>(bytes, at + 5);
+  if (m.count > max_frame_floats)
+    return std::nullopt;
   return m;
 }
 
@@ -182,7 +184,7 @@ std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes) {
   m.encoding = *c;
   m.count = get<uint64_t>(bytes, at + 14);
   if (m.op > static_cast<uint8_t>(op_kind::push_pull) || m.slices == 0
-      || m.slices > (uint32_t{1} << 24) || m.count > (uint64_t{1} << 40))
+      || m.slices > (uint32_t{1} << 24) || m.count > max_frame_floats)
     return std::nullopt;
   return m;
 }

@@ -22,6 +22,12 @@
 
 namespace actorps::ucx {
 
+/// Most values one request frame may carry: as many floats as the plane's
+/// largest body holds raw (plane_options::max_body, 1 GiB), so that a
+/// compressed body (fp16: 2x, 2-bit: 16x) never decodes into more memory
+/// than a raw one could take.
+constexpr uint64_t max_frame_floats = (uint64_t{1} << 30) / sizeof(float);
+
 /// What a frame carries.
 enum class frame_kind : uint8_t {
   /// `slice_push`, answered with `ok_atom`.
@@ -93,12 +99,13 @@ std::optional<frame_header> decode(const std::vector<char>& bytes);
 
 /// The slice's fields after the fixed part of a push, push_pull or pull
 /// request's header, or none if they are not there (wrong size, unknown
-/// codec, a threshold that is no finite number > 0).
+/// codec, a threshold that is no finite number > 0, more than
+/// `max_frame_floats` values).
 std::optional<slice_meta> decode_meta(const std::vector<char>& bytes);
 
 /// The batch's fields after the fixed part of a batch request's header, or
 /// none if they are not there (wrong size, unknown codec or operation, no
-/// slices, more than 2^24 of them or more than 2^40 values).
+/// slices, more than 2^24 of them or more than `max_frame_floats` values).
 std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes);
 
 } // namespace actorps::ucx

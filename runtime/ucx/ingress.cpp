@@ -227,8 +227,7 @@ struct ingress {
   static std::optional<floats> values_of(const slice_meta& meta, buffer& body) {
     floats out;
     out.encoding = meta.encoding;
-    if (meta.count > (uint64_t{1} << 40)
-        || body.size() != encoded_size(meta.encoding, meta.count))
+    if (body.size() != encoded_size(meta.encoding, meta.count))
       return std::nullopt;
     if (meta.encoding.kind == codec::none) {
       if (!body.take_floats(out.data))

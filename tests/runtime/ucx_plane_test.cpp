@@ -403,6 +403,13 @@ TEST_CASE("ucx: frame headers carry a slice's fields and refuse what is "
   CHECK_FALSE(decode_meta(bad_codec));
   m.encoding.threshold = -1.0f;
   CHECK_FALSE(decode_meta(encode(h, m)));
+  // No more values than a raw body of the plane's largest size holds, in
+  // any codec: a 2-bit body must not decode into 16x its bytes.
+  m.encoding = compression{codec::two_bit};
+  m.count = max_frame_floats;
+  CHECK(decode_meta(encode(h, m)));
+  m.count = max_frame_floats + 1;
+  CHECK_FALSE(decode_meta(encode(h, m)));
   CHECK_FALSE(decode_meta(encode(frame_header{frame_kind::batch})));
   // A batch's fields; its body holds the values, then 16 bytes per slice.
   frame_header b;
@@ -421,7 +428,10 @@ TEST_CASE("ucx: frame headers carry a slice's fields and refuse what is "
   CHECK(body_size(bm) == encoded_size(bm.encoding, 40) + 160);
   CHECK_FALSE(decode_batch_meta(encode(b)));
   CHECK_FALSE(decode_meta(batch_bytes));
-  // Refused: no slices, an unknown operation.
+  // Refused: too many values, no slices, an unknown operation.
+  bm.count = max_frame_floats + 1;
+  CHECK_FALSE(decode_batch_meta(encode(b, bm)));
+  bm.count = 40;
   bm.slices = 0;
   CHECK_FALSE(decode_batch_meta(encode(b, bm)));
   bm.slices = 1;
