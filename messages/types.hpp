@@ -117,6 +117,73 @@ typename Inspector::result_type inspect(Inspector& f, slice_pull& x) {
   return f(caf::meta::type_name("slice_pull"), x.slice, x.worker, x.seq);
 }
 
+/// Creates the slice of a row-sparse table that one shard holds: `rows`
+/// rows of `dim` floats, local row i being the table's row
+/// `first + i * stride` (row r of a table over S shards lives on shard
+/// r mod S, see core/rows.hpp). Every value starts at `low` (rule
+/// `constant`), or drawn uniformly from [low, high) by a generator seeded
+/// with `seed` and the row's id in the table (rule `uniform`), so that a
+/// table starts the same whatever the number of shards. No values travel:
+/// a table of 10M rows is made where it lives.
+struct table_init {
+  enum rule_kind : uint8_t { constant = 0, uniform = 1 };
+  slice_id slice = 0;
+  uint64_t rows = 0;
+  uint64_t dim = 0;
+  uint64_t first = 0;
+  uint64_t stride = 1;
+  uint8_t rule = constant;
+  float low = 0.0f;
+  float high = 0.0f;
+  uint64_t seed = 0;
+};
+
+/// Decoding refuses bounds that are no finite numbers (see
+/// optimizer_config).
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, table_init& x) {
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    if (!std::isfinite(x.low) || !std::isfinite(x.high))
+      return caf::make_error(caf::sec::invalid_argument,
+                             "table_init: a bound is not finite");
+    return caf::none;
+  });
+  return f(caf::meta::type_name("table_init"), x.slice, x.rows, x.dim, x.first,
+           x.stride, x.rule, x.low, x.high, x.seed, load);
+}
+
+/// Pushes to some rows of a table slice: `values` holds one row of the
+/// table's `dim` floats per entry of `rows` (local row indices, each at
+/// most once), in that order; `seq` as in `slice_push` (a table slice's
+/// operations are ordered with the worker's others on that slice).
+struct rows_push {
+  slice_id slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+  std::vector<uint64_t> rows;
+  floats values;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rows_push& x) {
+  return f(caf::meta::type_name("rows_push"), x.slice, x.worker, x.seq, x.rows,
+           x.values);
+}
+
+/// Reads some rows of a table slice (local indices, in the order the
+/// reply lays them out); `seq` as in `slice_push`.
+struct rows_pull {
+  slice_id slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+  std::vector<uint64_t> rows;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rows_pull& x) {
+  return f(caf::meta::type_name("rows_pull"), x.slice, x.worker, x.seq, x.rows);
+}
+
 /// Several operations of one worker on slices of one shard, carried by one
 /// message and answered by one reply (as ps-lite batches a key list per
 /// server). Operation i acts on `slices[i]` with sequence number `seqs[i]`

@@ -53,6 +53,14 @@ slice_id first_slice(const slice_pull& x) {
   return x.slice;
 }
 
+slice_id first_slice(const rows_push& x) {
+  return x.slice;
+}
+
+slice_id first_slice(const rows_pull& x) {
+  return x.slice;
+}
+
 slice_id first_slice(const slice_batch& x) {
   return x.slices.empty() ? 0 : x.slices.front();
 }
@@ -121,6 +129,17 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
     },
     [=](batch_atom a, slice_batch& msg) {
       return relay_high<float_parts>(self, shard, observer, a, std::move(msg));
+    },
+    [=](init_atom a, table_init& msg) -> ok_result {
+      ACTORPS_RELAY_CHECK("init")
+      return self->delegate(shard, a, std::move(msg));
+    },
+    [=](push_atom a, rows_push& msg) {
+      return relay_high<caf::ok_atom>(self, shard, observer, a, std::move(msg));
+    },
+    [=](pull_atom a, rows_pull& msg) {
+      return relay_high<shared_floats>(self, shard, observer, a,
+                                       std::move(msg));
     },
     [=](set_opt_atom a, const optimizer_config& opt) -> ok_result {
       ACTORPS_RELAY_CHECK("set_optimizer")

@@ -135,6 +135,42 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (auto err = self->state.batch(msg, reply))
         reply->fail(std::move(err));
     },
+    [self](init_atom, const table_init& msg) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "init"))
+        return err;
+      if (auto err = self->state.init(msg))
+        return err;
+      return caf::ok_atom::value;
+    },
+    [self](push_atom, rows_push& msg) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "push_rows"))
+        return err;
+      op_target t;
+      t.kind = op_kind::push;
+      t.table = true;
+      t.rows = std::move(msg.rows);
+      t.push_rp = self->make_response_promise<caf::ok_atom>();
+      auto rp = t.push_rp;
+      auto& st = self->state;
+      auto& g = msg.values.data;
+      st.submit("push_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+                g.data(), g.size(), std::move(t), &g);
+      return rp;
+    },
+    [self](pull_atom, rows_pull& msg) -> caf::result<shared_floats> {
+      if (auto err = self->state.trusted.check(self, "pull_rows"))
+        return err;
+      op_target t;
+      t.kind = op_kind::pull;
+      t.table = true;
+      t.rows = std::move(msg.rows);
+      t.pull_rp = self->make_response_promise<shared_floats>();
+      auto rp = t.pull_rp;
+      auto& st = self->state;
+      st.submit("pull_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+                nullptr, 0, std::move(t));
+      return rp;
+    },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "set_optimizer"))

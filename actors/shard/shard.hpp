@@ -56,6 +56,23 @@
 ///   floats or the pieces of `parts` leave gaps, `bad_config` for values in
 ///   both); the first error of an operation fails the whole batch (earlier
 ///   operations stay applied).
+/// - `(init_atom, table_init)` -> `ok_atom`: creates this shard's part of a
+///   row-sparse table (its rows made here, see `table_init`). Errors:
+///   `already_initialized`, `shape_mismatch` (no rows, no row size, more
+///   than 2^32 floats), `bad_config` (an unknown rule, low > high).
+/// - `(push_atom, rows_push)` -> `ok_atom`: applies the pushed rows through
+///   the optimizer, row by row (lazy update: a row's optimizer state and
+///   step change only when the row is pushed, as MXNet's lazy_update).
+///   Async and bounded staleness (each push of a table slice is one tick of
+///   the worker's clock there); sync jobs refuse it (`bad_config`) for now.
+///   Errors: as for push, plus `shape_mismatch` (not a table, values not
+///   one row per id), `unknown_key` (a row out of range), `bad_config` (a
+///   row named twice).
+/// - `(pull_atom, rows_pull)` -> `shared_floats`: the rows asked for, back
+///   to back (with bounded staleness, once the bound allows, as a pull).
+///   Errors: as for rows_push. `save` and `load` carry a table's values
+///   and optimizer state as a slice's; its rows' update counts start again
+///   at 0 after a load (for now).
 /// - `(set_opt_atom, optimizer_config)` -> `ok_atom`. Replaces the update rule
 ///   and resets every slice's optimizer state and step. Error: `bad_optimizer`.
 /// - `(save_atom)` -> `state_snapshot` with every slice (key names empty,
@@ -168,6 +185,9 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<pull_atom, slice_pull>::with<shared_floats>,
   caf::replies_to<push_pull_atom, slice_push>::with<shared_floats>,
   caf::replies_to<batch_atom, slice_batch>::with<float_parts>,
+  caf::replies_to<init_atom, table_init>::with<caf::ok_atom>,
+  caf::replies_to<push_atom, rows_push>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, rows_pull>::with<shared_floats>,
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A shard's ordering of operations, synchronous rounds and updates.
+// A shard's ordering of operations, synchronous rounds, updates and
+// row-sparse tables.
 #include "actors/shard/state.hpp"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "core/batching.hpp"
 #include "core/optimizer.hpp"
 #include "core/parts.hpp"
+#include "core/rows.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -60,7 +62,14 @@ void shard_state::set_optimizer(const optimizer_config& x) {
   replaces = core::replaces_value(opt);
   for (auto& kvp : slices) {
     auto& s = kvp.second;
-    s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+    if (s.dim > 0) {
+      // A table's state lies row by row.
+      auto rows = s.value.size() / s.dim;
+      s.opt_state.assign(rows * core::state_size(opt, s.dim), 0.0f);
+      std::fill(s.row_steps.begin(), s.row_steps.end(), 0);
+    } else {
+      s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+    }
     s.step = 0;
   }
 }
@@ -188,9 +197,16 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
+  if (t.table) {
+    if (auto err = check_rows("pull_rows", s, s.id, t.rows)) {
+      t.fail(std::move(err));
+      return;
+    }
+    t.dim = s.dim;
+  }
   auto& w = traffic(worker);
   ++w.pulls;
-  w.floats_pulled += s.value.size();
+  w.floats_pulled += t.table ? t.rows.size() * s.dim : s.value.size();
   // The round (sync) or the slowest live worker's clock (bounded
   // staleness) this pull needs.
   uint64_t need = 0;
@@ -218,7 +234,9 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
                       const float* g, std::size_t n, op_target& t,
                       std::vector<float>* owned) {
   if (t.kind != op_kind::pull) {
-    if (auto err = do_push(s, id, worker, g, n, owned)) {
+    auto err = t.table ? do_push_rows(s, id, worker, g, n, t.rows)
+                       : do_push(s, id, worker, g, n, owned);
+    if (err) {
       t.fail(std::move(err));
       return;
     }
@@ -318,16 +336,21 @@ caf::error shard_state::init(slice_init& msg) {
   if (msg.value.data.empty())
     return make_error(errc::shape_mismatch,
                       "init: " + slice_name(msg.slice) + " has an empty value");
-  auto& s = slices[msg.slice];
-  s.value = shared_floats{std::move(msg.value.data)};
+  auto& s = add_slice(msg.slice, std::move(msg.value.data));
   s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
-  s.id = msg.slice;
+  return caf::none;
+}
+
+slice_state& shard_state::add_slice(slice_id id, std::vector<float> value) {
+  auto& s = slices[id];
+  s.value = shared_floats{std::move(value)};
+  s.id = id;
   s.next_seq.assign(cfg.num_workers, 0);
   s.pushes_of.assign(cfg.num_workers, 0);
   s.pull_waiting.assign(cfg.num_workers, false);
   ++stats.slices;
   stats.floats_stored += s.value.size();
-  return caf::none;
+  return s;
 }
 
 caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
@@ -404,6 +427,121 @@ caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
            pushes ? len : 0, std::move(t));
     offset += len;
   }
+  return caf::none;
+}
+
+// -- row-sparse tables (table_init, rows_push, rows_pull) ---------------------
+
+namespace {
+
+// Most floats one shard's part of a table may hold (64 GiB).
+constexpr uint64_t max_table_floats = uint64_t{1} << 34;
+
+// A float in [0, 1) from a 64-bit counter (splitmix64's finalizer): each
+// value of a uniform table depends on its seed and place only.
+float unit_float(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+}
+
+} // namespace
+
+caf::error shard_state::init(const table_init& msg) {
+  auto name = slice_name(msg.slice);
+  if (find(msg.slice) != nullptr)
+    return make_error(errc::already_initialized,
+                      "init: " + name + " is already initialized on shard "
+                        + std::to_string(cfg.index));
+  if (msg.rows == 0 || msg.dim == 0 || msg.rows > max_table_floats / msg.dim)
+    return make_error(errc::shape_mismatch,
+                      "init: table " + name + " of " + std::to_string(msg.rows)
+                        + " rows of " + std::to_string(msg.dim)
+                        + " floats (need at least one of each, at most 2^34 "
+                          "floats per shard)");
+  if (msg.rule > table_init::uniform)
+    return make_error(errc::bad_config, "init: table " + name
+                                          + ": unknown rule "
+                                          + std::to_string(msg.rule));
+  if (msg.rule == table_init::uniform && !(msg.low <= msg.high))
+    return make_error(errc::bad_config,
+                      "init: table " + name + ": uniform needs low <= high");
+  std::vector<float> v(msg.rows * msg.dim, msg.low);
+  if (msg.rule == table_init::uniform) {
+    auto span = msg.high - msg.low;
+    for (uint64_t i = 0; i < msg.rows; ++i) {
+      auto row = msg.first + i * msg.stride;
+      auto* out = v.data() + i * msg.dim;
+      for (uint64_t j = 0; j < msg.dim; ++j)
+        out[j] = msg.low
+                 + span
+                     * unit_float(
+                       msg.seed ^ (row * msg.dim + j) * 0xd1342543de82ef95ULL);
+    }
+  }
+  auto& s = add_slice(msg.slice, std::move(v));
+  s.dim = msg.dim;
+  s.row_steps.assign(msg.rows, 0);
+  s.opt_state.assign(msg.rows * core::state_size(opt, msg.dim), 0.0f);
+  return caf::none;
+}
+
+caf::error shard_state::check_rows(const char* op, const slice_state& s,
+                                   slice_id id,
+                                   const std::vector<uint64_t>& rows) const {
+  if (s.dim == 0)
+    return make_error(errc::shape_mismatch, std::string{op} + ": "
+                                              + slice_name(id)
+                                              + " is not a row table");
+  auto held = s.value.size() / s.dim;
+  for (auto r : rows)
+    if (r >= held)
+      return make_error(errc::unknown_key,
+                        std::string{op} + ": row " + std::to_string(r)
+                          + " out of range (" + slice_name(id) + " holds "
+                          + std::to_string(held) + " rows here)");
+  auto sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  if (auto i = std::adjacent_find(sorted.begin(), sorted.end());
+      i != sorted.end())
+    return make_error(errc::bad_config,
+                      std::string{op} + ": row " + std::to_string(*i)
+                        + " named twice (sum its values first)");
+  return caf::none;
+}
+
+caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
+                                     uint32_t worker, const float* g,
+                                     std::size_t n,
+                                     const std::vector<uint64_t>& rows) {
+  ++stats.pushes;
+  if (!live[worker])
+    return make_error(errc::dead_node,
+                      "push_rows: worker " + std::to_string(worker)
+                        + " left the job or was declared dead");
+  if (cfg.sync)
+    return make_error(errc::bad_config,
+                      "push_rows: sync jobs do not take row pushes yet "
+                      "(async and bounded staleness do)");
+  if (auto err = check_rows("push_rows", s, id, rows))
+    return err;
+  if (n != rows.size() * s.dim)
+    return make_error(errc::shape_mismatch,
+                      "push_rows: " + std::to_string(rows.size()) + " rows of "
+                        + std::to_string(s.dim) + " floats but the push has "
+                        + std::to_string(n));
+  auto& t = traffic(worker);
+  ++t.pushes;
+  t.floats_pushed += n;
+  if (cfg.ssp())
+    ++s.pushes_of[worker];
+  // Nobody else holds a table's buffer: pulls get copies of their rows.
+  auto& w = s.value.mutate();
+  core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(), s.dim,
+                   rows, g);
+  ++stats.updates;
   return caf::none;
 }
 

@@ -82,6 +82,11 @@ struct op_target {
   batch_ptr batch;
   // Where a pulled value goes in batch->out.
   uint64_t offset = 0;
+  // An operation on rows of a table slice (rows_push, rows_pull): the rows
+  // (local indices) and the table's row size.
+  bool table = false;
+  std::vector<uint64_t> rows;
+  uint64_t dim = 0;
 
   void pushed() {
     if (batch)
@@ -95,6 +100,19 @@ struct op_target {
   // Pulls share the slice's buffer (copy on write, see shared_floats): a
   // single pull as its reply, a batch as one piece of its reply.
   void pulled(const shared_floats& value) {
+    if (table) {
+      // The rows asked for, gathered: the table is never shared.
+      std::vector<float> out(rows.size() * dim);
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        std::memcpy(out.data() + i * dim, value.data() + rows[i] * dim,
+                    dim * sizeof(float));
+      shared_floats x{std::move(out)};
+      if (direct.sink)
+        direct.sink->value(direct.peer, direct.request, x);
+      else
+        pull_rp.deliver(x);
+      return;
+    }
     if (!batch) {
       if (direct.sink)
         direct.sink->value(direct.peer, direct.request, value);
@@ -172,6 +190,11 @@ struct slice_state {
   shared_floats value;
   std::vector<float> opt_state;
   uint64_t step = 0;
+  // A table slice: its row size (0: a dense slice), and per row its
+  // optimizer state (`state_size(opt, dim)` floats each, in opt_state) and
+  // its update count.
+  uint64_t dim = 0;
+  std::vector<uint64_t> row_steps;
   // Next expected sequence number per worker.
   std::vector<uint64_t> next_seq;
   // Operations that arrived early, by (worker, seq).
@@ -253,6 +276,16 @@ struct shard_state {
 
   // -- in-order processing ----------------------------------------------------
 
+  // Checks the rows of an operation on a table slice: a table, each row in
+  // range and named once.
+  caf::error check_rows(const char* op, const slice_state& s, slice_id id,
+                        const std::vector<uint64_t>& rows) const;
+
+  // Applies a push of `n` floats to `rows` of table slice `s`, row by row.
+  caf::error do_push_rows(slice_state& s, slice_id id, uint32_t worker,
+                          const float* g, std::size_t n,
+                          const std::vector<uint64_t>& rows);
+
   // Applies (async) or adds to its round (sync) one push of `n` floats.
   // `owned`, if set, holds those floats and may be taken over as the round's
   // sum instead of copying them.
@@ -289,6 +322,13 @@ struct shard_state {
 
   // Stores the initial value of a slice (its buffer is taken over).
   caf::error init(slice_init& msg);
+
+  // Adds slice `id` holding `value`, its ordering and clocks at the start
+  // (no optimizer state yet).
+  slice_state& add_slice(slice_id id, std::vector<float> value);
+
+  // Makes this shard's part of a row-sparse table.
+  caf::error init(const table_init& msg);
 
   // Checks a batch and submits its operations, whose outcome goes to
   // `reply` (fresh: its promise or its sink set). An error returned here

@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto rest = data + 1;
   auto n = size - 1;
   using namespace actorps;
-  switch (data[0] % 22) {
+  switch (data[0] % 25) {
     case 0:
       decode<compression>(rest, n);
       break;
@@ -120,8 +120,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 20:
       decode<job_info>(rest, n, system().dummy_execution_unit());
       break;
-    default:
+    case 21:
       decode<routing_table>(rest, n, system().dummy_execution_unit());
+      break;
+    case 22:
+      decode<table_init>(rest, n);
+      break;
+    case 23:
+      decode<rows_push>(rest, n);
+      break;
+    default:
+      decode<rows_pull>(rest, n);
       break;
   }
   return 0;

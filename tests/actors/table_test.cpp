@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Row-sparse tables in a shard: made in place, pushed and pulled by row,
+// updated lazily (table_init, rows_push, rows_pull).
+#include "actors/shard/shard.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tests/actors/fixture.hpp"
+
+using namespace actorps;
+using actorps::test::require_error;
+
+namespace {
+
+constexpr slice_id table = make_slice_id(9, 0);
+constexpr slice_id dense = make_slice_id(10, 0);
+
+struct table_fixture : test::deterministic_fixture {
+  shard_actor shard;
+
+  explicit table_fixture(shard_config cfg = test::shard_cfg(0, 2, false)) {
+    shard = guard(spawn_shard(sys, cfg));
+  }
+
+  caf::expected<caf::ok_atom> make(table_init x) {
+    self->send(shard, init_atom::value, x);
+    run();
+    return reply<caf::ok_atom>();
+  }
+
+  // A table of `rows` rows of `dim` floats, all `value`.
+  caf::expected<caf::ok_atom> make(uint64_t rows, uint64_t dim, float value,
+                                   slice_id id = table) {
+    table_init x;
+    x.slice = id;
+    x.rows = rows;
+    x.dim = dim;
+    x.low = value;
+    return make(x);
+  }
+
+  void send_push(uint32_t worker, uint64_t seq, std::vector<uint64_t> rows,
+                 std::vector<float> values, slice_id id = table) {
+    self->send(shard, push_atom::value,
+               rows_push{id, worker, seq, std::move(rows),
+                         floats{std::move(values)}});
+  }
+
+  caf::expected<caf::ok_atom>
+  push(uint32_t worker, uint64_t seq, std::vector<uint64_t> rows,
+       std::vector<float> values, slice_id id = table) {
+    send_push(worker, seq, std::move(rows), std::move(values), id);
+    run();
+    return reply<caf::ok_atom>();
+  }
+
+  caf::expected<std::vector<float>> pull(uint32_t worker, uint64_t seq,
+                                         std::vector<uint64_t> rows,
+                                         slice_id id = table) {
+    self->send(shard, pull_atom::value,
+               rows_pull{id, worker, seq, std::move(rows)});
+    run();
+    auto r = reply<shared_floats>();
+    if (!r)
+      return r.error();
+    return r->vec();
+  }
+
+  caf::expected<caf::ok_atom> set_optimizer(const optimizer_config& opt) {
+    self->send(shard, set_opt_atom::value, opt);
+    run();
+    return reply<caf::ok_atom>();
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(table_fixture,
+                 "table: rows are pulled in the order asked, pushes update "
+                 "only their rows",
+                 "[table]") {
+  REQUIRE(make(5, 2, 1.0f));
+  CHECK(pull(0, 0, {4, 0}) == std::vector<float>{1, 1, 1, 1});
+  optimizer_config sgd;
+  sgd.name = "sgd";
+  sgd.learning_rate = 0.5f;
+  REQUIRE(set_optimizer(sgd));
+  // w - 0.5 g on rows 3 and 1; rows 0, 2 and 4 keep their values.
+  REQUIRE(push(0, 1, {3, 1}, {2, 4, 6, 8}));
+  CHECK(pull(0, 2, {0, 1, 2, 3, 4})
+        == std::vector<float>{1, 1, -2, -3, 1, 1, 0, -1, 1, 1});
+  // Another worker's pull sees the same table.
+  CHECK(pull(1, 0, {3}) == std::vector<float>{0, -1});
+}
+
+TEST_CASE_METHOD(table_fixture,
+                 "table: the optimizer's state and step are kept per row "
+                 "(lazy update)",
+                 "[table]") {
+  optimizer_config adam;
+  adam.name = "adam";
+  adam.learning_rate = 0.1f;
+  REQUIRE(set_optimizer(adam));
+  REQUIRE(make(4, 3, 0.5f));
+  // The reference: a dense slice of one row, updated as a row would be.
+  self->send(shard, init_atom::value,
+             slice_init{dense, floats{{0.5f, 0.5f, 0.5f}}});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  std::vector<float> g1{1, -2, 3};
+  std::vector<float> g2{0.5f, 0.5f, -1};
+  // Row 2 is pushed twice, row 0 once, in between: with one step counter
+  // for the table, row 0's update would use step 1, not 0.
+  REQUIRE(push(0, 0, {2}, g1));
+  REQUIRE(push(0, 1, {0}, g2));
+  REQUIRE(push(0, 2, {2}, g2));
+  auto ref = [&](uint64_t seq, const std::vector<float>& g) {
+    self->send(shard, push_atom::value, slice_push{dense, 1, seq, floats{g}});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    self->send(shard, pull_atom::value, slice_pull{dense, 1, seq + 1});
+    run();
+    auto v = reply<shared_floats>();
+    REQUIRE(v);
+    return v->vec();
+  };
+  auto once = ref(0, g2);
+  auto rows = pull(0, 3, {0, 1, 2});
+  REQUIRE(rows);
+  CHECK(std::vector<float>(rows->begin(), rows->begin() + 3) == once);
+  // Row 1 was never pushed.
+  CHECK(std::vector<float>(rows->begin() + 3, rows->begin() + 6)
+        == std::vector<float>{0.5f, 0.5f, 0.5f});
+  // Row 2: g1 then g2, as the dense slice after the same two pushes (it
+  // got g2 already: start it afresh with g1, g2).
+  self->send(shard, init_atom::value,
+             slice_init{make_slice_id(11, 0), floats{{0.5f, 0.5f, 0.5f}}});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  for (uint64_t seq = 0; seq < 2; ++seq) {
+    self->send(shard, push_atom::value,
+               slice_push{make_slice_id(11, 0), 1, seq,
+                          floats{seq == 0 ? g1 : g2}});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+  }
+  self->send(shard, pull_atom::value, slice_pull{make_slice_id(11, 0), 1, 2});
+  run();
+  auto twice = reply<shared_floats>();
+  REQUIRE(twice);
+  CHECK(std::vector<float>(rows->begin() + 6, rows->end()) == twice->vec());
+}
+
+TEST_CASE_METHOD(table_fixture,
+                 "table: a uniform table is the same whatever the number of "
+                 "shards",
+                 "[table]") {
+  // One shard holding all 6 rows, and the two halves of the same table
+  // over 2 shards (rows 0, 2, 4 and 1, 3, 5).
+  auto uniform = [](slice_id id, uint64_t rows, uint64_t first,
+                    uint64_t stride) {
+    table_init x;
+    x.slice = id;
+    x.rows = rows;
+    x.dim = 4;
+    x.first = first;
+    x.stride = stride;
+    x.rule = table_init::uniform;
+    x.low = -0.5f;
+    x.high = 0.5f;
+    x.seed = 42;
+    return x;
+  };
+  REQUIRE(make(uniform(make_slice_id(1, 0), 6, 0, 1)));
+  REQUIRE(make(uniform(make_slice_id(2, 0), 3, 0, 2)));
+  REQUIRE(make(uniform(make_slice_id(2, 1), 3, 1, 2)));
+  auto whole = pull(0, 0, {0, 1, 2, 3, 4, 5}, make_slice_id(1, 0));
+  auto even = pull(0, 0, {0, 1, 2}, make_slice_id(2, 0));
+  auto odd = pull(0, 0, {0, 1, 2}, make_slice_id(2, 1));
+  REQUIRE(whole);
+  REQUIRE(even);
+  REQUIRE(odd);
+  for (size_t r = 0; r < 6; ++r) {
+    auto& half = r % 2 == 0 ? *even : *odd;
+    for (size_t j = 0; j < 4; ++j) {
+      INFO(r << " " << j);
+      CHECK((*whole)[r * 4 + j] == half[(r / 2) * 4 + j]);
+    }
+  }
+  // Within the bounds, and not all alike.
+  CHECK(std::all_of(whole->begin(), whole->end(),
+                    [](float v) { return v >= -0.5f && v < 0.5f; }));
+  CHECK(std::adjacent_find(whole->begin(), whole->end()) == whole->end());
+  // Another seed, another table.
+  auto other = uniform(make_slice_id(3, 0), 6, 0, 1);
+  other.seed = 43;
+  REQUIRE(make(other));
+  CHECK(pull(0, 0, {0, 1, 2, 3, 4, 5}, make_slice_id(3, 0)) != *whole);
+}
+
+TEST_CASE_METHOD(table_fixture,
+                 "table: bad rows, shapes and tables are refused", "[table]") {
+  REQUIRE(make(3, 2, 0.0f));
+  require_error(make(3, 2, 0.0f), errc::already_initialized);
+  require_error(make(0, 2, 0.0f, make_slice_id(9, 1)), errc::shape_mismatch);
+  require_error(make(uint64_t{1} << 40, uint64_t{1} << 20, 0.0f,
+                     make_slice_id(9, 2)),
+                errc::shape_mismatch);
+  table_init bad;
+  bad.slice = make_slice_id(9, 3);
+  bad.rows = 1;
+  bad.dim = 1;
+  bad.rule = 7;
+  require_error(make(bad), errc::bad_config);
+  bad.rule = table_init::uniform;
+  bad.low = 1.0f;
+  bad.high = 0.0f;
+  require_error(make(bad), errc::bad_config);
+  // Each refused operation still uses its sequence number.
+  require_error(push(0, 0, {3}, {1, 1}), errc::unknown_key);
+  require_error(push(0, 1, {1, 1}, {1, 1, 1, 1}), errc::bad_config);
+  require_error(push(0, 2, {0, 1}, {1, 1, 1}), errc::shape_mismatch);
+  require_error(pull(0, 3, {2, 5}), errc::unknown_key);
+  // A dense slice is no table, and a table no dense slice.
+  self->send(shard, init_atom::value, slice_init{dense, floats{{1, 2}}});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  require_error(pull(0, 0, {0}, dense), errc::shape_mismatch);
+  require_error(pull(0, 4, {0}, make_slice_id(99, 0)), errc::not_initialized);
+  // What failed changed nothing.
+  CHECK(pull(0, 4, {0, 1, 2}) == std::vector<float>(6, 0.0f));
+}
+
+TEST_CASE_METHOD(table_fixture,
+                 "table: a worker's row operations keep their order",
+                 "[table]") {
+  REQUIRE(make(2, 1, 0.0f));
+  // Under "assign" the last push wins: seq 1 arrives first and waits.
+  send_push(0, 1, {0}, {2});
+  run();
+  CHECK(no_reply());
+  REQUIRE(push(0, 0, {0, 1}, {1, 1}));
+  REQUIRE(reply<caf::ok_atom>());
+  CHECK(pull(0, 2, {0, 1}) == std::vector<float>{2, 1});
+}
+
+TEST_CASE("table: with bounded staleness a row pull waits for the slowest "
+          "worker; sync jobs refuse row pushes",
+          "[table]") {
+  auto ssp = test::shard_cfg(0, 2, false);
+  ssp.staleness = 0;
+  table_fixture f{ssp};
+  REQUIRE(f.make(2, 1, 0.0f));
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(f.set_optimizer(acc));
+  REQUIRE(f.push(0, 0, {0}, {1}));
+  // Worker 0 is one push ahead of worker 1: with s = 0 its pull waits.
+  f.self->send(f.shard, pull_atom::value, rows_pull{table, 0, 1, {0}});
+  f.run();
+  CHECK(f.no_reply());
+  REQUIRE(f.push(1, 0, {0}, {10}));
+  auto v = f.reply<shared_floats>();
+  REQUIRE(v);
+  CHECK(v->vec() == std::vector<float>{11});
+  table_fixture sync{test::shard_cfg(0, 2, true)};
+  REQUIRE(sync.make(2, 1, 0.0f));
+  require_error(sync.push(0, 0, {0}, {1}), errc::bad_config);
+}
