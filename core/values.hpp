@@ -209,6 +209,10 @@ struct key_info {
   std::vector<uint64_t> shape;
   uint64_t size = 0;
   std::vector<slice_range> slices;
+  /// A row-sparse table of shape [rows, dim]: its row size, and one slice
+  /// per shard s < rows (part s, its rows s, s + S, ...; see
+  /// core/rows.hpp). 0: a dense key.
+  uint64_t dim = 0;
 };
 
 } // namespace actorps

@@ -322,7 +322,7 @@ typename Inspector::result_type inspect(Inspector& f, slice_range& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, key_info& x) {
   return f(caf::meta::type_name("key_info"), x.id, x.name, x.shape, x.size,
-           x.slices);
+           x.slices, x.dim);
 }
 
 } // namespace actorps

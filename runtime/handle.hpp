@@ -29,6 +29,21 @@
 
 namespace actorps {
 
+/// Writes the rows a table's slice record holds (`rec.part`: rows part,
+/// part + parts, ... of `dim` floats) into the whole table `values`, and,
+/// with `states`, its optimizer state (`J` floats per value, kept row by
+/// row on the shard) into one table per block. Error: `checkpoint_corrupt`
+/// for a record that does not fit.
+caf::error place_table_rows(const slice_record& rec, uint64_t dim,
+                            uint64_t parts, std::vector<float>& values,
+                            std::vector<std::vector<float>>* states);
+
+/// The error of an operation on a closed handle.
+inline caf::error closed_error(const char* op) {
+  return make_error(errc::closed,
+                    std::string{op} + ": the store handle was closed");
+}
+
 // Turns CAF's system errors into actorps errors a user can act on. `inner`
 // is the timeout the actors use for their own requests.
 inline caf::error translate(caf::error err, std::chrono::milliseconds inner) {

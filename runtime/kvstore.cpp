@@ -19,15 +19,6 @@
 
 namespace actorps {
 
-namespace {
-
-caf::error closed_error(const char* op) {
-  return make_error(errc::closed,
-                    std::string{op} + ": the store handle was closed");
-}
-
-} // namespace
-
 kvstore::kvstore(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
 }
 
@@ -416,6 +407,10 @@ caf::error kvstore::export_weights(const std::string& path,
     std::vector<float> values;
     std::vector<std::vector<float>> states;
     uint64_t covered = 0;
+    // Row tables: the row size and the number of slices (shards holding
+    // rows).
+    uint64_t dim = 0;
+    uint64_t parts = 0;
   };
   std::map<std::string, whole> keys;
   for (auto& rec : snap->slices) {
@@ -426,8 +421,18 @@ caf::error kvstore::export_weights(const std::string& path,
         return std::move(info.error());
       k.shape = info->shape;
       k.values.resize(info->size);
+      k.dim = info->dim;
+      k.parts = info->slices.size();
     }
     auto n = rec.value.data.size();
+    if (k.dim > 0) {
+      // A table's shard holds rows part, part + S, ...: put them back.
+      if (auto err = place_table_rows(rec, k.dim, k.parts, k.values,
+                                      optimizer_state ? &k.states : nullptr))
+        return err;
+      k.covered += n;
+      continue;
+    }
     if (rec.offset > k.values.size() || n > k.values.size() - rec.offset)
       return make_error(errc::checkpoint_corrupt,
                         "export_weights: a slice of key '" + rec.key

@@ -103,6 +103,18 @@ struct store_options {
   metrics_options metrics;
 };
 
+/// How the values of a row-sparse table start (`kvstore::init_table`):
+/// every value `low` (constant), or drawn uniformly from [low, high) by a
+/// generator seeded with `seed` and each value's place in the table, so
+/// that a table starts the same whatever the number of shards.
+struct table_fill {
+  enum rule_kind { constant, uniform };
+  rule_kind rule = constant;
+  float low = 0.0f;
+  float high = 0.0f;
+  uint64_t seed = 0;
+};
+
 /// A pending pull, to pass to `kvstore::wait`.
 class pull_ticket {
 public:
@@ -191,6 +203,30 @@ public:
   caf::error push(const std::string& key,
                   const Eigen::Ref<const Eigen::VectorXf>& value,
                   int priority = 0);
+
+  /// Creates `key` as a row-sparse table of `rows` x `dim` floats (MXNet's
+  /// row_sparse storage: embeddings, huge linear models), collectively as
+  /// `init`. Rows are spread so that row r lives on shard r mod S, and each
+  /// shard makes its own rows by `fill`: no message holds the table, so a
+  /// 10M-row table starts in place. Push and pull it by rows only.
+  caf::error init_table(const std::string& key, uint64_t rows, uint64_t dim,
+                        const table_fill& fill = {});
+
+  /// Pushes rows `ids` of table `key`: `values` holds one row of `dim`
+  /// floats per id, in order; an id named more than once has its rows
+  /// summed. Only the rows pushed change, each through the optimizer with
+  /// its own state and step (lazy update). Returns at once, as `push`.
+  caf::error push_rows(const std::string& key, const std::vector<uint64_t>& ids,
+                       const Eigen::Ref<const Eigen::VectorXf>& values,
+                       int priority = 0);
+
+  /// Pulls rows `ids` of table `key` into `out` (one row per id, in order;
+  /// it must stay alive until waited for), MXNet's row_sparse_pull.
+  /// Errors: `unknown_key` (a row out of range), `shape_mismatch` (a dense
+  /// key, `out` not one row per id).
+  caf::expected<pull_ticket>
+  pull_rows(const std::string& key, const std::vector<uint64_t>& ids,
+            Eigen::Ref<Eigen::VectorXf> out, int priority = 0);
 
   /// Pushes the sum of several values (several devices' gradients).
   caf::error push(const std::string& key,

@@ -24,6 +24,7 @@
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
 #include "core/optimizer.hpp"
+#include "core/rows.hpp"
 #include "core/secret.hpp"
 #include "messages/errors.hpp"
 
@@ -86,6 +87,96 @@ caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
   return caf::ok_atom::value;
 }
 
+// Registers key `key` (a table of row size `dim`, or dense when 0) for
+// `rank`, or checks it against its registration (see coordinator.hpp).
+caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
+                                  const std::vector<uint64_t>& shape,
+                                  uint32_t rank, uint64_t dim) {
+  if (auto err = self->state.trusted.check(self, "init"))
+    return err;
+  auto& st = self->state;
+  if (rank >= st.cfg.num_workers)
+    return make_error(errc::bad_config, "init: rank " + std::to_string(rank)
+                                          + " out of range (job has "
+                                          + std::to_string(st.cfg.num_workers)
+                                          + " workers)");
+  if (auto err = speaks_for(self, "init", worker_node_id(rank)))
+    return err;
+  auto size = core::shape_size(shape);
+  if (shape.empty() || size == 0)
+    return make_error(errc::shape_mismatch, "init: key " + quoted(key)
+                                              + " has empty shape "
+                                              + core::shape_string(shape));
+  if (size > max_key_floats)
+    return make_error(errc::shape_mismatch,
+                      "init: key " + quoted(key) + " of shape "
+                        + core::shape_string(shape)
+                        + " is larger than the largest key ("
+                        + std::to_string(max_key_floats) + " floats)");
+  if (dim == 0 && size >= st.cfg.bigarray_bound && st.cfg.slice_floats > 0
+      && size / st.cfg.slice_floats >= max_key_slices)
+    return make_error(errc::shape_mismatch,
+                      "init: key " + quoted(key) + " of shape "
+                        + core::shape_string(shape) + " would be cut into "
+                        + std::to_string(size / st.cfg.slice_floats)
+                        + " slices, more than " + std::to_string(max_key_slices)
+                        + " (a larger slice_floats cuts it into fewer)");
+  auto i = st.keys.find(key);
+  if (i == st.keys.end()) {
+    key_entry e;
+    e.info.id = static_cast<uint32_t>(st.names_by_id.size());
+    e.info.name = key;
+    e.info.shape = shape;
+    e.info.size = size;
+    auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
+    if (dim > 0) {
+      // A table: shard s holds rows s, s + S, ... (core/rows.hpp).
+      core::row_layout rows{shape[0], dim, num_shards};
+      e.info.dim = dim;
+      // Offsets count shard by shard: the slices tile [0, size) as a
+      // dense key's do (checkpoints check that), though row r lies at
+      // r mod S, not at r * dim.
+      uint64_t at = 0;
+      for (uint32_t sh = 0; sh < num_shards && sh < shape[0]; ++sh) {
+        auto len = rows.rows_on(sh) * dim;
+        e.info.slices.push_back(slice_range{sh, sh, at, len});
+        at += len;
+      }
+    } else {
+      e.info.slices = core::make_layout(
+        key, size, num_shards, st.cfg.bigarray_bound, st.cfg.slice_floats);
+    }
+    e.declared.assign(st.cfg.num_workers, false);
+    st.names_by_id.push_back(key);
+    i = st.keys.emplace(key, std::move(e)).first;
+  }
+  auto& e = i->second;
+  if (e.info.dim != dim)
+    return make_error(errc::shape_mismatch,
+                      "init: key " + quoted(key) + " is "
+                        + (e.info.dim > 0 ? "a row table" : "a dense key")
+                        + " but rank " + std::to_string(rank)
+                        + " declared it as "
+                        + (dim > 0 ? "a row table" : "a dense key"));
+  if (e.info.shape != shape)
+    return make_error(errc::shape_mismatch,
+                      "init: key " + quoted(key) + " has shape "
+                        + core::shape_string(e.info.shape) + " but rank "
+                        + std::to_string(rank) + " declared "
+                        + core::shape_string(shape));
+  if (e.declared[rank] && (rank != 0 || e.initialized))
+    return make_error(errc::already_initialized,
+                      "init: key " + quoted(key)
+                        + " was already initialized by rank "
+                        + std::to_string(rank));
+  e.declared[rank] = true;
+  if (rank == 0 || e.initialized)
+    return e.info;
+  auto rp = self->make_response_promise<key_info>();
+  e.waiters.push_back(rp);
+  return rp;
+}
+
 coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                                   coordinator_config cfg) {
   self->state.cfg = std::move(cfg);
@@ -99,67 +190,18 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     [self](declare_atom, const std::string& key,
            const std::vector<uint64_t>& shape,
            uint32_t rank) -> caf::result<key_info> {
-      if (auto err = self->state.trusted.check(self, "init"))
-        return err;
-      auto& st = self->state;
-      if (rank >= st.cfg.num_workers)
-        return make_error(errc::bad_config,
-                          "init: rank " + std::to_string(rank)
-                            + " out of range (job has "
-                            + std::to_string(st.cfg.num_workers) + " workers)");
-      if (auto err = speaks_for(self, "init", worker_node_id(rank)))
-        return err;
-      auto size = core::shape_size(shape);
-      if (shape.empty() || size == 0)
-        return make_error(errc::shape_mismatch, "init: key " + quoted(key)
-                                                  + " has empty shape "
-                                                  + core::shape_string(shape));
-      if (size > max_key_floats)
+      return declare_key(self, key, shape, rank, 0);
+    },
+    [self](declare_atom, const std::string& key,
+           const std::vector<uint64_t>& shape, uint32_t rank,
+           uint64_t dim) -> caf::result<key_info> {
+      if (dim == 0 || shape.size() != 2 || shape[1] != dim)
         return make_error(errc::shape_mismatch,
-                          "init: key " + quoted(key) + " of shape "
+                          "init: table " + quoted(key) + " of shape "
                             + core::shape_string(shape)
-                            + " is larger than the largest key ("
-                            + std::to_string(max_key_floats) + " floats)");
-      if (size >= st.cfg.bigarray_bound && st.cfg.slice_floats > 0
-          && size / st.cfg.slice_floats >= max_key_slices)
-        return make_error(
-          errc::shape_mismatch,
-          "init: key " + quoted(key) + " of shape " + core::shape_string(shape)
-            + " would be cut into " + std::to_string(size / st.cfg.slice_floats)
-            + " slices, more than " + std::to_string(max_key_slices)
-            + " (a larger slice_floats cuts it into fewer)");
-      auto i = st.keys.find(key);
-      if (i == st.keys.end()) {
-        key_entry e;
-        e.info.id = static_cast<uint32_t>(st.names_by_id.size());
-        e.info.name = key;
-        e.info.shape = shape;
-        e.info.size = size;
-        e.info.slices = core::make_layout(
-          key, size, static_cast<uint32_t>(st.cfg.shards.size()),
-          st.cfg.bigarray_bound, st.cfg.slice_floats);
-        e.declared.assign(st.cfg.num_workers, false);
-        st.names_by_id.push_back(key);
-        i = st.keys.emplace(key, std::move(e)).first;
-      }
-      auto& e = i->second;
-      if (e.info.shape != shape)
-        return make_error(errc::shape_mismatch,
-                          "init: key " + quoted(key) + " has shape "
-                            + core::shape_string(e.info.shape) + " but rank "
-                            + std::to_string(rank) + " declared "
-                            + core::shape_string(shape));
-      if (e.declared[rank] && (rank != 0 || e.initialized))
-        return make_error(errc::already_initialized,
-                          "init: key " + quoted(key)
-                            + " was already initialized by rank "
-                            + std::to_string(rank));
-      e.declared[rank] = true;
-      if (rank == 0 || e.initialized)
-        return e.info;
-      auto rp = self->make_response_promise<key_info>();
-      e.waiters.push_back(rp);
-      return rp;
+                            + " (need [rows, dim] with dim "
+                            + std::to_string(dim) + " > 0)");
+      return declare_key(self, key, shape, rank, dim);
     },
     [self](init_done_atom, uint32_t key_id,
            bool ok) -> caf::result<caf::ok_atom> {

@@ -30,6 +30,11 @@
 ///   `shape_mismatch` (shape differs from the registered one or is empty),
 ///   `already_initialized` (this rank declared the key before), `bad_config`
 ///   (rank out of range).
+/// - `(declare_atom, key, shape, rank, dim)` -> `key_info`: the same for a
+///   row-sparse table, `shape` being [rows, dim]: one slice per shard
+///   s < rows holding rows s, s + S, ... (`key_info::dim`). A name is a
+///   table or a dense key for good: declaring it as the other is a
+///   `shape_mismatch`.
 /// - `(init_done_atom, key_id, ok)` -> `ok_atom`. With `ok`, marks the key
 ///   initialized and releases the waiting declarations; without, rank 0 failed
 ///   to write it: the waiters fail with `not_initialized` and rank 0 may
@@ -166,6 +171,8 @@ struct coordinator_config {
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<declare_atom, std::string, std::vector<uint64_t>,
                   uint32_t>::with<key_info>,
+  caf::replies_to<declare_atom, std::string, std::vector<uint64_t>, uint32_t,
+                  uint64_t>::with<key_info>,
   caf::replies_to<init_done_atom, uint32_t, bool>::with<caf::ok_atom>,
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom, uint32_t>::with<caf::ok_atom>,

@@ -77,79 +77,12 @@ void merge_encoding(floats& payload, bool first, const compression& c) {
     payload.encoding = compression{};
 }
 
-// One push, pull or push_pull on one or more keys, in flight: counts the
-// shards' replies and collects the pulled slices as pieces of one output,
-// without copying them (see float_parts).
-struct gather {
-  std::size_t remaining = 0;
-  bool sealed = false;
-  bool failed = false;
-  float_parts out;
-  std::function<void(float_parts)> finish;
-  std::function<void(caf::error)> on_error;
-
-  void fail(caf::error err) {
-    if (failed)
-      return;
-    failed = true;
-    on_error(std::move(err));
-  }
-
-  void arrive() {
-    if (!failed && --remaining == 0 && sealed)
-      finish(std::move(out));
-  }
-
-  // Places a reply (see core::place_slice and core::place_batch).
-  template <class... Ts>
-  void put(Ts&&... xs) {
-    if (failed)
-      return;
-    if (auto st = core::place(out, std::forward<Ts>(xs)...); !st.ok())
-      fail(to_error(st));
-    else
-      arrive();
-  }
-};
-
-using gather_ptr = std::shared_ptr<gather>;
-
 // A batch being filled for one shard.
 struct batch_builder {
   slice_batch msg;
   std::vector<core::piece> pieces;
   uint64_t floats = 0;
 };
-
-// Queues the request `(atom, msg)` for `shard` in its send queue; its reply
-// or error releases its bytes, then goes to `on_ok` or `on_err`.
-template <class Reply, class OnOk, class Atom, class Msg>
-void submit(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
-            uint64_t floats, OnOk on_ok,
-            std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
-  core::outgoing x;
-  x.priority = priority;
-  x.cost = core::cost_of(kind, floats, self->state.cfg.sync);
-  if constexpr (std::is_same_v<Msg, slice_batch>)
-    x.slices = msg.slices;
-  else
-    x.slices = {msg.slice};
-  x.send = [self, shard, priority, cost = x.cost, on_ok = std::move(on_ok),
-            on_err = std::move(on_err), atom, msg = std::move(msg)]() mutable {
-    to_shard<Reply>(
-      self, shard, priority,
-      [self, shard, cost, on_ok](Reply& r) mutable {
-        self->state.queues[shard].release(cost);
-        on_ok(r);
-      },
-      [self, shard, cost, on_err](caf::error& err) {
-        self->state.queues[shard].release(cost);
-        on_err(err);
-      },
-      atom, std::move(msg));
-  };
-  self->state.queues[shard].enqueue(std::move(x));
-}
 
 // Sends a batch, or its only operation as a plain push, pull or push_pull,
 // through the shard's send queue.
@@ -226,6 +159,12 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
   uint64_t batched = 0;
   uint64_t batched_floats = 0;
   for (auto* r : rs) {
+    if (r->info.dim > 0) {
+      on_error(make_error(errc::shape_mismatch,
+                          std::string{op} + ": key '" + r->info.name
+                            + "' is a row table (push and pull its rows)"));
+      return;
+    }
     total += r->info.size;
     uncompressed = uncompressed && r->comp.kind == codec::none;
     for (auto& s : r->info.slices)
@@ -328,52 +267,27 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     g->finish(std::move(g->out));
 }
 
-// Rank 0 writes the value to every shard, then tells the coordinator. If a
-// shard fails, the coordinator hears of it too, so the waiting ranks fail
-// instead of waiting and rank 0 may try again.
 void write_init(worker_ptr self, key_info info, floats value,
                 caf::typed_response_promise<caf::ok_atom> rp) {
-  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
-  auto report = [self, id = info.id](bool ok,
-                                     std::function<void(caf::ok_atom&)> on_ok,
-                                     std::function<void(caf::error&)> on_err) {
-    ask_coordinator<caf::ok_atom>(self, self->state.timeout(), std::move(on_ok),
-                                  std::move(on_err), init_done_atom::value, id,
-                                  ok);
-  };
-  auto done = [self, fan, info, report]() mutable {
-    report(
-      true,
-      [self, fan, info](caf::ok_atom&) mutable {
-        add_route(self, info);
-        fan.promise().deliver(caf::ok_atom::value);
-      },
-      [fan](caf::error& err) mutable { fan.fail(std::move(err)); });
-  };
-  auto on_error = [fan, report](caf::error& err) mutable {
-    if (fan.failed())
-      return;
-    fan.fail(std::move(err));
-    report(
-      false, [](caf::ok_atom&) {}, [](caf::error&) {});
-  };
-  for (auto& s : info.slices) {
-    slice_init msg{make_slice_id(info.id, s.part), {}};
-    if (info.slices.size() == 1) {
-      msg.value = std::move(value);
-    } else {
-      auto first = value.data.begin() + static_cast<std::ptrdiff_t>(s.offset);
-      msg.value.data.assign(first,
-                            first + static_cast<std::ptrdiff_t>(s.length));
-    }
-    to_shard<caf::ok_atom>(
-      self, s.shard, 0,
-      [fan, done](caf::ok_atom) mutable {
-        if (fan.arrive())
-          done();
-      },
-      on_error, init_atom::value, std::move(msg));
-  }
+  auto whole = info.slices.size() == 1;
+  auto id = info.id;
+  auto v = std::make_shared<floats>(std::move(value));
+  init_slices(self, std::move(info), std::move(rp),
+              [self, whole, id, v](const slice_range& s, auto on_ok,
+                                   std::function<void(caf::error&)> on_err) {
+                slice_init msg{make_slice_id(id, s.part), {}};
+                if (whole) {
+                  msg.value = std::move(*v);
+                } else {
+                  auto first = v->data.begin()
+                               + static_cast<std::ptrdiff_t>(s.offset);
+                  msg.value.data.assign(
+                    first, first + static_cast<std::ptrdiff_t>(s.length));
+                }
+                to_shard<caf::ok_atom>(self, s.shard, 0, std::move(on_ok),
+                                       std::move(on_err), init_atom::value,
+                                       std::move(msg));
+              });
 }
 
 // -- the data channel's encoding ------------------------------------------

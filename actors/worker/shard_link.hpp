@@ -17,7 +17,10 @@
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
+#include "actors/fan_in.hpp"
 #include "actors/worker/state.hpp"
+#include "core/parts.hpp"
+#include "core/send_queue.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -130,7 +133,10 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   auto fail = [self, index, id](caf::error& err) {
     fail_pending(self->state.in_flight[index], id, err);
   };
-  if constexpr (data_kind_of<Atom>().has_value()) {
+  // Rows of tables travel over CAF (the plane's frames carry slices).
+  if constexpr (data_kind_of<Atom>().has_value()
+                && !std::is_same_v<
+                   Msg, rows_push> && !std::is_same_v<Msg, rows_pull>) {
     if (st.cfg.channel && st.cfg.channel->carries(index)) {
       to_channel<Reply, Atom>(self, index, priority, id, std::move(ok),
                               std::move(fail), msg);
@@ -148,6 +154,115 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   else
     self->request(st.cfg.shards[index], st.timeout(), atom, std::move(msg))
       .then(ok, fail);
+}
+
+// One push, pull or push_pull on one or more keys, in flight: counts the
+// shards' replies and collects the pulled slices as pieces of one output,
+// without copying them (see float_parts).
+struct gather {
+  std::size_t remaining = 0;
+  bool sealed = false;
+  bool failed = false;
+  float_parts out;
+  std::function<void(float_parts)> finish;
+  std::function<void(caf::error)> on_error;
+
+  void fail(caf::error err) {
+    if (failed)
+      return;
+    failed = true;
+    on_error(std::move(err));
+  }
+
+  void arrive() {
+    if (!failed && --remaining == 0 && sealed)
+      finish(std::move(out));
+  }
+
+  // Places a reply (see core::place_slice and core::place_batch).
+  template <class... Ts>
+  void put(Ts&&... xs) {
+    if (failed)
+      return;
+    if (auto st = core::place(out, std::forward<Ts>(xs)...); !st.ok())
+      fail(to_error(st));
+    else
+      arrive();
+  }
+};
+
+using gather_ptr = std::shared_ptr<gather>;
+
+// Queues the request `(atom, msg)` for `shard` in its send queue; its reply
+// or error releases its bytes, then goes to `on_ok` or `on_err`.
+template <class Reply, class OnOk, class Atom, class Msg>
+void submit(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
+            uint64_t floats, OnOk on_ok,
+            std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
+  core::outgoing x;
+  x.priority = priority;
+  x.cost = core::cost_of(kind, floats, self->state.cfg.sync);
+  if constexpr (std::is_same_v<Msg, slice_batch>)
+    x.slices = msg.slices;
+  else
+    x.slices = {msg.slice};
+  x.send = [self, shard, priority, cost = x.cost, on_ok = std::move(on_ok),
+            on_err = std::move(on_err), atom, msg = std::move(msg)]() mutable {
+    to_shard<Reply>(
+      self, shard, priority,
+      [self, shard, cost, on_ok](Reply& r) mutable {
+        self->state.queues[shard].release(cost);
+        on_ok(r);
+      },
+      [self, shard, cost, on_err](caf::error& err) {
+        self->state.queues[shard].release(cost);
+        on_err(err);
+      },
+      atom, std::move(msg));
+  };
+  self->state.queues[shard].enqueue(std::move(x));
+}
+
+// Rank 0 writes every slice of `info` (`send(slice, on_ok, on_err)` sends
+// one slice's init), then tells the coordinator. If a shard fails, the
+// coordinator hears of it too, so the waiting ranks fail instead of
+// waiting and rank 0 may try again.
+template <class Send>
+void init_slices(worker_ptr self, key_info info,
+                 caf::typed_response_promise<caf::ok_atom> rp, Send send) {
+  detail::fan_in<decltype(rp)> fan{rp, info.slices.size()};
+  auto report = [self, id = info.id](bool ok,
+                                     std::function<void(caf::ok_atom&)> on_ok,
+                                     std::function<void(caf::error&)> on_err) {
+    ask_coordinator<caf::ok_atom>(self, self->state.timeout(), std::move(on_ok),
+                                  std::move(on_err), init_done_atom::value, id,
+                                  ok);
+  };
+  auto done = [self, fan, info, report]() mutable {
+    report(
+      true,
+      [self, fan, info](caf::ok_atom&) mutable {
+        add_route(self, info);
+        fan.promise().deliver(caf::ok_atom::value);
+      },
+      [fan](caf::error& err) mutable { fan.fail(std::move(err)); });
+  };
+  std::function<void(caf::error&)> on_error
+    = [fan, report](caf::error& err) mutable {
+        if (fan.failed())
+          return;
+        fan.fail(std::move(err));
+        report(
+          false, [](caf::ok_atom&) {}, [](caf::error&) {});
+      };
+  for (auto& s : info.slices)
+    send(
+      s,
+      [fan, done](caf::ok_atom) mutable {
+        if (fan.arrive())
+          done();
+      },
+      on_error);
 }
 
 } // namespace actorps

@@ -158,4 +158,36 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
 void write_init(worker_ptr self, key_info info, floats value,
                 caf::typed_response_promise<caf::ok_atom> rp);
 
+/// The same for a row-sparse table: each shard makes its rows as `spec`
+/// says (its rows, dim, rule, bounds and seed; the slice and the row
+/// numbering are filled in per shard).
+void write_table(worker_ptr self, key_info info, table_init spec,
+                 caf::typed_response_promise<caf::ok_atom> rp);
+
+/// Runs `f` once the routes of `keys` are known (asking the coordinator
+/// for those it lacks; later calls wait behind a lookup in flight), or
+/// `on_error` if one cannot be had.
+void with_routes(worker_ptr self, const std::vector<std::string>& keys,
+                 std::function<void()> f,
+                 std::function<void(const caf::error&)> on_error);
+
+/// Runs `kind` (push or pull) on `rows` of table `key` once its route is
+/// known (see start_rows): `done` gets the pulled rows (none for a push),
+/// `fail` the error; counted in the worker's stats.
+void rows_op(worker_ptr self, op_kind kind, std::string key,
+             std::vector<uint64_t> rows, int32_t priority,
+             std::vector<float> values, std::function<void(float_parts)> done,
+             std::function<void(const caf::error&)> fail);
+
+/// Starts a push (`kind` push: `values` holds one row per id, rows named
+/// more than once summed) or a pull (`kind` pull: `finish` gets one row per
+/// id, in the order of `ids`) of rows `ids` of the table behind `r`: each
+/// shard gets one request for its rows. Errors: `shape_mismatch` (not a
+/// table, values not one row per id), `unknown_key` (a row out of range).
+void start_rows(worker_ptr self, op_kind kind, route& r,
+                const std::vector<uint64_t>& ids, int32_t priority,
+                std::vector<float> values,
+                std::function<void(float_parts)> finish,
+                std::function<void(caf::error)> on_error);
+
 } // namespace actorps

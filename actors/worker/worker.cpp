@@ -72,6 +72,8 @@ void drain_backlog(worker_ptr self) {
   }
 }
 
+} // namespace
+
 // Runs `f` once every key of `keys` has a route, fetching missing ones from
 // the coordinator first; operations issued meanwhile wait behind it.
 void with_routes(worker_ptr self, const std::vector<std::string>& keys,
@@ -131,6 +133,8 @@ void with_routes(worker_ptr self, const std::vector<std::string>& keys,
       },
       lookup_atom::value, k);
 }
+
+namespace {
 
 void on_down(worker_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
@@ -314,6 +318,50 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
         },
         [rp](caf::error& err) mutable { rp.deliver(std::move(err)); },
         declare_atom::value, key, shape, rank);
+      return rp;
+    },
+    [self](init_atom, const std::string& key,
+           const table_init& spec) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "init"))
+        return err;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      auto rank = self->state.cfg.rank;
+      ask_coordinator<key_info>(
+        self, self->state.timeout(),
+        [self, rp, rank, spec](key_info& info) mutable {
+          if (rank == 0) {
+            write_table(self, std::move(info), spec, rp);
+            return;
+          }
+          add_route(self, std::move(info));
+          rp.deliver(caf::ok_atom::value);
+        },
+        [rp](caf::error& err) mutable { rp.deliver(std::move(err)); },
+        declare_atom::value, key, std::vector<uint64_t>{spec.rows, spec.dim},
+        rank, spec.dim);
+      return rp;
+    },
+    [self](push_atom, std::string& key, std::vector<uint64_t>& rows,
+           int32_t priority, floats& values) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "push_rows"))
+        return err;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      rows_op(
+        self, op_kind::push, std::move(key), std::move(rows), priority,
+        std::move(values.data),
+        [rp](float_parts) mutable { rp.deliver(caf::ok_atom::value); },
+        [rp](const caf::error& err) mutable { rp.deliver(err); });
+      return rp;
+    },
+    [self](pull_atom, std::string& key, std::vector<uint64_t>& rows,
+           int32_t priority) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "pull_rows"))
+        return err;
+      auto rp = self->make_response_promise<float_parts>();
+      rows_op(
+        self, op_kind::pull, std::move(key), std::move(rows), priority, {},
+        [rp](float_parts out) mutable { rp.deliver(std::move(out)); },
+        [rp](const caf::error& err) mutable { rp.deliver(err); });
       return rp;
     },
     [self](push_atom, std::string& key, int32_t priority,

@@ -55,6 +55,21 @@
 ///   are summed into one push, and it is pulled once into every place that
 ///   names it.
 ///   Errors: as for one key; `shape_mismatch` names the total size.
+/// - `(init_atom, key, table_init)` -> `ok_atom`: a row-sparse table of
+///   `rows` x `dim` floats (MXNet's row_sparse storage), made where its rows
+///   live by the rule of `table_init` (its slice and row numbering are
+///   ignored): nothing of its size travels. Rows are spread so that row r
+///   lives on shard r mod S. As for init: rank 0 makes it, other ranks wait.
+/// - `(push_atom, key, rows, priority, floats)` -> `ok_atom`: pushes one row
+///   of `dim` floats per id in `rows` (`std::vector<uint64_t>`; an id named
+///   more than once has its rows summed), one request per shard holding
+///   some of them; only those rows and their optimizer state change (lazy
+///   update). MXNet's row-sparse push.
+/// - `(pull_atom, key, rows, priority)` -> `float_parts`: one row per id, in
+///   the order of `rows` (repeated ids repeat their row). MXNet's
+///   row_sparse_pull. Errors of both: `unknown_key` (a row out of range, or
+///   no such key), `shape_mismatch` (a dense key, values not one row per
+///   id); dense push and pull refuse a table the same way.
 /// - `(compress_atom, key, compression)` -> `ok_atom`: pushes of `key` from
 ///   now on go through `compression` (see core/compression.hpp); an
 ///   empty `key` sets it for every key without a setting of its own
@@ -144,6 +159,11 @@ using worker_actor = caf::typed_actor<
                   int32_t>::with<float_parts>,
   caf::replies_to<push_pull_atom, std::vector<std::string>, int32_t,
                   float_parts>::with<float_parts>,
+  caf::replies_to<init_atom, std::string, table_init>::with<caf::ok_atom>,
+  caf::replies_to<push_atom, std::string, std::vector<uint64_t>, int32_t,
+                  floats>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, std::string, std::vector<uint64_t>,
+                  int32_t>::with<float_parts>,
   caf::replies_to<compress_atom, std::string, compression>::with<caf::ok_atom>,
   caf::replies_to<lookup_atom, std::string>::with<key_info>,
   caf::replies_to<barrier_atom>::with<caf::ok_atom>,

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A worker's side of row-sparse tables: making them, and pushing and
+// pulling rows (one request per shard holding some of them).
+#include "actors/worker/shard_link.hpp"
+#include "actors/worker/state.hpp"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/rows.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+void write_table(worker_ptr self, key_info info, table_init spec,
+                 caf::typed_response_promise<caf::ok_atom> rp) {
+  core::row_layout layout{info.shape[0], info.dim,
+                          static_cast<uint32_t>(self->state.cfg.shards.size())};
+  auto id = info.id;
+  init_slices(
+    self, std::move(info), std::move(rp),
+    [self, layout, id, spec](const slice_range& s, auto on_ok,
+                             std::function<void(caf::error&)> on_err) {
+      auto msg = spec;
+      msg.slice = make_slice_id(id, s.part);
+      msg.rows = layout.rows_on(s.shard);
+      msg.dim = layout.dim;
+      msg.first = s.shard;
+      msg.stride = layout.shards;
+      to_shard<caf::ok_atom>(self, s.shard, 0, std::move(on_ok),
+                             std::move(on_err), init_atom::value, msg);
+    });
+}
+
+void start_rows(worker_ptr self, op_kind kind, route& r,
+                const std::vector<uint64_t>& ids, int32_t priority,
+                std::vector<float> values,
+                std::function<void(float_parts)> finish,
+                std::function<void(caf::error)> on_error) {
+  auto& st = self->state;
+  const auto& info = r.info;
+  auto pushes = kind == op_kind::push;
+  std::string op = pushes ? "push_rows" : "pull_rows";
+  auto dim = info.dim;
+  if (dim == 0) {
+    on_error(make_error(errc::shape_mismatch,
+                        op + ": key '" + info.name + "'"
+                          + " is not a row table (push and pull it whole)"));
+    return;
+  }
+  if (pushes && values.size() != ids.size() * dim) {
+    on_error(make_error(errc::shape_mismatch,
+                        op + ": " + std::to_string(ids.size()) + " rows of "
+                          + std::to_string(dim) + " floats need "
+                          + std::to_string(ids.size() * dim) + " values, got "
+                          + std::to_string(values.size())));
+    return;
+  }
+  core::row_layout layout{info.shape[0], dim,
+                          static_cast<uint32_t>(st.cfg.shards.size())};
+  std::vector<core::shard_rows> split;
+  if (auto res = core::split_rows(layout, ids, split); !res.ok()) {
+    res.message.replace(0, 4, op);
+    on_error(to_error(res));
+    return;
+  }
+  auto out = std::make_shared<std::vector<float>>(pushes ? 0
+                                                         : ids.size() * dim);
+  auto g = std::make_shared<gather>();
+  g->finish = [out, finish = std::move(finish)](float_parts) {
+    finish(float_parts{std::move(*out)});
+  };
+  g->on_error = std::move(on_error);
+  std::function<void(caf::error&)> fail = [g](caf::error& err) {
+    g->fail(std::move(err));
+  };
+  auto rank = st.cfg.rank;
+  for (uint32_t s = 0; s < split.size(); ++s) {
+    auto& rows = split[s];
+    if (rows.local.empty())
+      continue;
+    auto id = make_slice_id(info.id, s);
+    auto seq = r.seq[s]++;
+    ++g->remaining;
+    auto n = rows.local.size() * dim;
+    if (pushes) {
+      auto sum = core::summed_rows(rows, values.data(), dim);
+      submit<caf::ok_atom>(
+        self, s, priority, kind, n, [g](caf::ok_atom) { g->arrive(); }, fail,
+        push_atom::value,
+        rows_push{id, rank, seq, rows.local, floats{std::move(sum)}});
+      continue;
+    }
+    auto local = rows.local;
+    submit<shared_floats>(
+      self, s, priority, kind, n,
+      [g, out, rows = std::move(rows), dim, n](shared_floats& x) {
+        if (x.size() != n) {
+          g->fail(make_error(errc::bad_config, "pull_rows: a shard answered "
+                                                 + std::to_string(x.size())
+                                                 + " floats for "
+                                                 + std::to_string(n)));
+          return;
+        }
+        core::scatter_rows(rows, x.data(), dim, out->data());
+        g->arrive();
+      },
+      fail, pull_atom::value, rows_pull{id, rank, seq, std::move(local)});
+  }
+  g->sealed = true;
+  if (!g->failed && g->remaining == 0)
+    g->finish(float_parts{});
+}
+
+void rows_op(worker_ptr self, op_kind kind, std::string key,
+             std::vector<uint64_t> rows, int32_t priority,
+             std::vector<float> values, std::function<void(float_parts)> done,
+             std::function<void(const caf::error&)> fail) {
+  auto since = std::chrono::steady_clock::now();
+  auto* counters = &self->state.stats.ops[static_cast<size_t>(kind)];
+  auto sent = values.size();
+  auto failed = [fail, counters](const caf::error& err) {
+    ++counters->errors;
+    fail(err);
+  };
+  auto run = [self, kind, key, rows = std::move(rows), priority, failed, since,
+              sent, counters, done = std::move(done),
+              values = std::move(values)]() mutable {
+    auto& r = self->state.routes.at(key);
+    start_rows(
+      self, kind, r, rows, priority, std::move(values),
+      [done, since, sent, counters](float_parts out) mutable {
+        counters->record(std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - since)
+                           .count());
+        counters->floats_out += sent;
+        counters->floats_in += out.size;
+        done(std::move(out));
+      },
+      failed);
+  };
+  with_routes(self, {key}, std::move(run), failed);
+}
+
+} // namespace actorps

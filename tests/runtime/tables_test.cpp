@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Row-sparse tables through the client facade of a local store:
+// init_table, push_rows, pull_rows.
+#include "runtime/kvstore.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "messages/errors.hpp"
+
+using namespace actorps;
+
+namespace {
+
+// A local store with `shards` shards and SGD at learning rate 1 (a push
+// subtracts the pushed rows).
+kvstore make_store(uint32_t shards, uint32_t workers = 1) {
+  store_options o;
+  o.num_shards = shards;
+  o.num_workers = workers;
+  auto kv = kvstore::create("local", o);
+  REQUIRE(kv);
+  optimizer_config sgd;
+  sgd.name = "sgd";
+  sgd.learning_rate = 1.0f;
+  REQUIRE_FALSE(kv->set_optimizer(sgd));
+  return std::move(*kv);
+}
+
+Eigen::VectorXf pull_rows(kvstore& kv, const std::string& key,
+                          const std::vector<uint64_t>& ids, uint64_t dim) {
+  Eigen::VectorXf out(static_cast<Eigen::Index>(ids.size() * dim));
+  auto t = kv.pull_rows(key, ids, out);
+  REQUIRE(t);
+  REQUIRE_FALSE(kv.wait(*t));
+  return out;
+}
+
+std::vector<float> as_vector(const Eigen::VectorXf& x) {
+  return {x.data(), x.data() + x.size()};
+}
+
+} // namespace
+
+TEST_CASE("tables: rows over 3 shards are pushed, summed when repeated, and "
+          "pulled in the order asked",
+          "[tables]") {
+  auto kv = make_store(3);
+  REQUIRE_FALSE(kv.init_table("emb", 10, 2,
+                              table_fill{table_fill::constant, 1.0f, 0.0f, 0}));
+  // Rows 7 and 2 (shards 1 and 2), row 7 twice: its two rows are summed.
+  Eigen::VectorXf g(6);
+  g << 1, 2, 10, 20, 3, 4;
+  REQUIRE_FALSE(kv.push_rows("emb", {7, 2, 7}, g));
+  REQUIRE_FALSE(kv.wait_all());
+  // 1 - (1 + 3), 1 - (2 + 4) on row 7; 1 - 10, 1 - 20 on row 2.
+  CHECK(as_vector(pull_rows(kv, "emb", {2, 7, 0, 7}, 2))
+        == std::vector<float>{-9, -19, -3, -5, 1, 1, -3, -5});
+  // Untouched rows keep their values.
+  CHECK(as_vector(pull_rows(kv, "emb", {0, 1, 3, 4, 5, 6, 8, 9}, 2))
+        == std::vector<float>(16, 1.0f));
+}
+
+TEST_CASE("tables: a uniform table is the same over 1 and 4 shards",
+          "[tables]") {
+  table_fill fill{table_fill::uniform, -1.0f, 1.0f, 7};
+  auto one = make_store(1);
+  auto four = make_store(4);
+  REQUIRE_FALSE(one.init_table("t", 9, 3, fill));
+  REQUIRE_FALSE(four.init_table("t", 9, 3, fill));
+  std::vector<uint64_t> all{0, 1, 2, 3, 4, 5, 6, 7, 8};
+  auto a = as_vector(pull_rows(one, "t", all, 3));
+  CHECK(a == as_vector(pull_rows(four, "t", all, 3)));
+  for (float v : a) {
+    CHECK(v >= -1.0f);
+    CHECK(v < 1.0f);
+  }
+}
+
+TEST_CASE("tables: bad rows, shapes and keys are refused with clear errors",
+          "[tables]") {
+  auto kv = make_store(2);
+  REQUIRE_FALSE(kv.init_table("emb", 4, 2));
+  REQUIRE_FALSE(kv.init("dense", Eigen::VectorXf::Zero(3)));
+  Eigen::VectorXf out(2);
+  auto t = kv.pull_rows("emb", {4}, out);
+  if (t) {
+    auto err = kv.wait(*t);
+    INFO(render(err));
+    CHECK(code_of(err) == errc::unknown_key);
+    CHECK(render(err).find("row 4 out of range") != std::string::npos);
+  } else {
+    CHECK(code_of(t.error()) == errc::unknown_key);
+  }
+  // One row of 2 floats, three values.
+  REQUIRE_FALSE(kv.push_rows("emb", {1}, Eigen::VectorXf::Ones(3)));
+  auto err = kv.wait_all();
+  CHECK(code_of(err) == errc::shape_mismatch);
+  // A table is not pulled whole, a dense key not by rows.
+  Eigen::VectorXf whole(8);
+  auto dense_pull = kv.pull("emb", whole);
+  if (dense_pull)
+    CHECK(code_of(kv.wait(*dense_pull)) == errc::shape_mismatch);
+  else
+    CHECK(code_of(dense_pull.error()) == errc::shape_mismatch);
+  auto rows_of_dense = kv.pull_rows("dense", {0}, out);
+  REQUIRE_FALSE(rows_of_dense);
+  CHECK(code_of(rows_of_dense.error()) == errc::shape_mismatch);
+  // The name is a table: declaring it dense fails.
+  CHECK(code_of(kv.init("emb", Eigen::VectorXf::Zero(8), {4, 2}))
+        == errc::shape_mismatch);
+  CHECK(code_of(kv.init_table("emb2", 0, 2)) == errc::shape_mismatch);
+  // Nothing refused changed the table.
+  CHECK(as_vector(pull_rows(kv, "emb", {0, 1, 2, 3}, 2))
+        == std::vector<float>(8, 0.0f));
+}
+
+TEST_CASE("tables: workers of one store share the table", "[tables]") {
+  auto kv = make_store(2, 2);
+  auto w1 = kv.worker(1);
+  REQUIRE(w1);
+  // Collective: both ranks declare it; rank 0 makes it.
+  auto second = std::async(std::launch::async,
+                           [&] { return w1->init_table("t", 5, 1); });
+  REQUIRE_FALSE(kv.init_table("t", 5, 1));
+  REQUIRE_FALSE(second.get());
+  Eigen::VectorXf one(1);
+  one << 2;
+  REQUIRE_FALSE(w1->push_rows("t", {3}, one));
+  REQUIRE_FALSE(w1->wait_all());
+  CHECK(as_vector(pull_rows(kv, "t", {3, 4}, 1)) == std::vector<float>{-2, 0});
+}
+
+TEST_CASE("tables: a checkpoint saves and loads a table's rows", "[tables]") {
+  auto kv = make_store(3);
+  REQUIRE_FALSE(
+    kv.init_table("t", 7, 2, table_fill{table_fill::uniform, 0.0f, 1.0f, 3}));
+  std::vector<uint64_t> all{0, 1, 2, 3, 4, 5, 6};
+  auto before = as_vector(pull_rows(kv, "t", all, 2));
+  auto path = std::string{"/tmp/actorps-tables-"} + std::to_string(::getpid())
+              + ".ckpt";
+  REQUIRE_FALSE(kv.save_optimizer_states(path));
+  REQUIRE_FALSE(kv.push_rows("t", {4}, Eigen::VectorXf::Ones(2)));
+  REQUIRE_FALSE(kv.wait_all());
+  CHECK(as_vector(pull_rows(kv, "t", all, 2)) != before);
+  auto loaded = kv.load_optimizer_states(path);
+  INFO(render(loaded));
+  REQUIRE_FALSE(loaded);
+  CHECK(as_vector(pull_rows(kv, "t", all, 2)) == before);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("tables: export_weights writes a table's rows in row order",
+          "[tables]") {
+  auto kv = make_store(3);
+  REQUIRE_FALSE(
+    kv.init_table("t", 8, 2, table_fill{table_fill::uniform, 0.0f, 1.0f, 5}));
+  std::vector<uint64_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+  auto rows = as_vector(pull_rows(kv, "t", all, 2));
+  auto path = std::string{"/tmp/actorps-tables-"} + std::to_string(::getpid())
+              + ".safetensors";
+  REQUIRE_FALSE(kv.export_weights(path, false));
+  std::ifstream in{path, std::ios::binary};
+  std::vector<char> file{std::istreambuf_iterator<char>{in}, {}};
+  std::remove(path.c_str());
+  // One tensor: an 8-byte header length, the JSON header, then its floats.
+  REQUIRE(file.size() >= 8);
+  uint64_t header = 0;
+  std::memcpy(&header, file.data(), 8);
+  REQUIRE(file.size() == 8 + header + rows.size() * sizeof(float));
+  std::string json(file.data() + 8, header);
+  CHECK(json.find(R"("t":{"dtype":"F32","shape":[8,2])") != std::string::npos);
+  std::vector<float> exported(rows.size());
+  std::memcpy(exported.data(), file.data() + 8 + header,
+              rows.size() * sizeof(float));
+  CHECK(exported == rows);
+}
