@@ -359,4 +359,23 @@ store_options options_of(const py::dict& kwargs) {
   return o;
 }
 
+std::vector<uint64_t> ids_of(const py::handle& ids, const char* what) {
+  auto a
+    = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(
+      ids);
+  if (!a || a.ndim() > 1)
+    throw py::type_error(std::string{what}
+                         + ": ids must be a sequence of integers");
+  std::vector<uint64_t> out;
+  out.reserve(static_cast<std::size_t>(a.size()));
+  auto* x = a.data();
+  for (py::ssize_t i = 0; i < a.size(); ++i) {
+    if (x[i] < 0)
+      throw py::value_error(std::string{what} + ": row " + std::to_string(x[i])
+                            + " is negative");
+    out.push_back(static_cast<uint64_t>(x[i]));
+  }
+  return out;
+}
+
 } // namespace actorps::python

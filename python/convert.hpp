@@ -66,6 +66,10 @@ struct floats_view {
 /// on the CPU, and writable when `writable`); `what` names it in errors.
 floats_view view_of(const py::handle& x, const char* what, bool writable);
 
+/// Row ids: a sequence (or 1-D numpy array) of integers >= 0; `what`
+/// names the call in errors.
+std::vector<uint64_t> ids_of(const py::handle& ids, const char* what);
+
 /// One value or a list of them.
 std::vector<floats_view> views_of(const py::handle& x, const char* what,
                                   bool writable);

@@ -191,6 +191,41 @@ public:
     return hold(check(std::move(t)), vs);
   }
 
+  void init_table(const py::handle& key, uint64_t rows, uint64_t dim,
+                  const std::string& fill, float low, float high,
+                  uint64_t seed) {
+    auto k = key_of(key);
+    table_fill f;
+    if (fill == "uniform")
+      f.rule = table_fill::uniform;
+    else if (fill != "constant")
+      throw py::value_error("init_table: fill must be constant or uniform, "
+                            "got '"
+                            + fill + "'");
+    f.low = low;
+    f.high = high;
+    f.seed = seed;
+    check(run([&] { return kv_.init_table(k, rows, dim, f); }));
+  }
+
+  void push_rows(const py::handle& key, const py::handle& ids,
+                 const py::handle& values, int priority) {
+    auto k = key_of(key);
+    auto rows = ids_of(ids, "push_rows");
+    auto v = view_of(values, "push_rows", false);
+    check(run([&] { return kv_.push_rows(k, rows, in_of(v), priority); }));
+  }
+
+  ticket pull_rows(const py::handle& key, const py::handle& ids,
+                   const py::handle& out, int priority) {
+    auto k = key_of(key);
+    auto rows = ids_of(ids, "pull_rows");
+    auto o = view_of(out, "pull_rows", true);
+    auto t = run(
+      [&] { return issued(kv_.pull_rows(k, rows, out_of(o), priority)); });
+    return hold(check(std::move(t)), {o});
+  }
+
   ticket push_pull(const py::handle& key, const py::handle& value,
                    const py::handle& out, int priority) {
     auto k = key_of(key);
@@ -480,6 +515,19 @@ PYBIND11_MODULE(_actorps, m) {
          py::arg("priority") = 0)
     .def("push_pull", &store::push_pull, py::arg("key"), py::arg("value"),
          py::arg("out"), py::arg("priority") = 0)
+    .def("init_table", &store::init_table, py::arg("key"), py::arg("rows"),
+         py::arg("dim"), py::arg("fill") = "constant", py::arg("low") = 0.0f,
+         py::arg("high") = 0.0f, py::arg("seed") = 0,
+         "a row-sparse table of rows x dim floats (MXNet's row_sparse), each "
+         "shard making its rows: all `low`, or fill='uniform' in [low, high) "
+         "from `seed`")
+    .def("push_rows", &store::push_rows, py::arg("key"), py::arg("ids"),
+         py::arg("values"), py::arg("priority") = 0,
+         "pushes one row of dim floats per id (repeated ids summed); only "
+         "those rows change (lazy update)")
+    .def("pull_rows", &store::pull_rows, py::arg("key"), py::arg("ids"),
+         py::arg("out"), py::arg("priority") = 0,
+         "pulls one row per id into `out`, in order (row_sparse_pull)")
     .def("push_many", &store::push_many, py::arg("keys"), py::arg("values"),
          py::arg("priority") = 0)
     .def("pull_many", &store::pull_many, py::arg("keys"), py::arg("outs"),

@@ -689,3 +689,30 @@ def test_clear_pending_drops_an_unfinished_sync_round():
         t.join()
         assert done.is_set()
         assert out[0] == 3.0
+
+
+def test_row_tables_push_and_pull_rows_with_numpy_ids():
+    with actorps.KVStore.create("local", num_shards=3) as kv:
+        kv.set_optimizer("sgd", learning_rate=1.0)
+        kv.init_table("emb", 100, 4, fill="uniform", low=-1.0, high=1.0,
+                      seed=3)
+        ids = np.array([42, 7, 42], dtype=np.int64)
+        before = np.zeros((3, 4), np.float32)
+        kv.wait(kv.pull_rows("emb", ids, before))
+        assert (before[0] == before[2]).all()
+        assert ((before >= -1) & (before < 1)).all()
+        grads = np.ones((3, 4), np.float32)
+        kv.push_rows("emb", ids, grads)
+        after = np.zeros((2, 4), np.float32)
+        kv.wait(kv.pull_rows("emb", [42, 7], after))
+        # Row 42 was named twice: its two rows of ones were summed.
+        np.testing.assert_allclose(after[0], before[0] - 2, rtol=1e-6)
+        np.testing.assert_allclose(after[1], before[1] - 1, rtol=1e-6)
+        with pytest.raises(ValueError, match="negative"):
+            kv.pull_rows("emb", [-1], np.zeros(4, np.float32))
+        with pytest.raises(LookupError, match="out of range"):
+            kv.wait(kv.pull_rows("emb", [100], np.zeros(4, np.float32)))
+        with pytest.raises(ValueError, match="one row per id|need"):
+            kv.pull_rows("emb", [1, 2], np.zeros(4, np.float32))
+        with pytest.raises(ValueError, match="fill"):
+            kv.init_table("t2", 5, 2, fill="normal")
