@@ -83,6 +83,12 @@ public:
 #endif
   }
 
+  void u64_array(const std::vector<uint64_t>& xs) {
+    u64(xs.size());
+    for (auto x : xs)
+      u64(x);
+  }
+
   /// Starts a record; returns the position to pass to `end_record`.
   size_t begin_record() {
     auto pos = buf_.size();
@@ -139,6 +145,9 @@ void write_slice(writer& out, const slice_record& x) {
   out.u64(x.step);
   out.f32_array(x.value.data);
   out.f32_array(x.state.data);
+  // Added with row tables: readers treat a record that ends here as one
+  // without per-row steps.
+  out.u64_array(x.row_steps);
 }
 
 // Reads from [pos_, end_) and checks every length against what is left
@@ -226,6 +235,19 @@ public:
     return true;
   }
 
+  bool u64_array(std::vector<uint64_t>& xs) {
+    uint64_t n;
+    if (!u64(n))
+      return false;
+    if (n > remaining() / sizeof(uint64_t))
+      return fail("count " + std::to_string(n) + " exceeds the "
+                  + std::to_string(remaining()) + " bytes left");
+    xs.resize(static_cast<size_t>(n));
+    for (auto& x : xs)
+      u64(x);
+    return true;
+  }
+
   bool fail(std::string what) {
     if (error_.empty())
       error_ = std::move(what);
@@ -276,7 +298,8 @@ bool read_optimizer(reader& in, optimizer_config& x) {
 bool read_slice(reader& in, slice_record& x) {
   return in.u32(x.key_id) && in.str(x.key) && in.u32(x.part) && in.u64(x.offset)
          && in.u64(x.step) && in.f32_array(x.value.data)
-         && in.f32_array(x.state.data);
+         && in.f32_array(x.state.data)
+         && (in.remaining() == 0 || in.u64_array(x.row_steps));
 }
 
 status corrupt(const std::string& what) {

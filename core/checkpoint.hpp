@@ -24,10 +24,12 @@
 /// lr_schedule, u64 lr_updates, lr_factor, lr_final (a record that ends after
 /// ascent, as written before schedules existed, reads as the defaults);
 /// slice_record is u32 key_id, key, u32 part, u64 offset, u64 step, value,
-/// state. The end record's count is the number of slice records (n). Bytes
-/// after the end record or left over inside a payload are corruption too.
-/// A missing end record, a short read, a bad length or a CRC mismatch is
-/// `errc::checkpoint_corrupt`, with a message saying which record and why.
+/// state, row_steps (u64 count + u64 each; a record that ends after state,
+/// as written before row tables existed, has none). The end record's count is
+/// the number of slice records (n). Bytes after the end record or left over
+/// inside a payload are corruption too. A missing end record, a short read, a
+/// bad length or a CRC mismatch is `errc::checkpoint_corrupt`, with a message
+/// saying which record and why.
 namespace actorps::core {
 
 /// CRC-32 (IEEE 802.3, reflected, as zlib's crc32) of `n` bytes.

@@ -63,4 +63,74 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   }
 }
 
+status reslice_rows(const std::vector<const slice_record*>& saved,
+                    const row_layout& layout, uint64_t per_row_state,
+                    std::vector<slice_record>& out) {
+  auto key = saved.empty() ? std::string{"?"} : saved.front()->key;
+  auto mismatch = [&](const std::string& why) {
+    return status{errc::checkpoint_mismatch,
+                  "load_state: table '" + key + "': " + why};
+  };
+  auto dim = layout.dim;
+  if (saved.empty() || dim == 0 || layout.shards == 0)
+    return mismatch("no saved parts");
+  // The saved parts by part number: as many as the saved store had shards
+  // holding rows of this table.
+  row_layout old{layout.rows, dim, static_cast<uint32_t>(saved.size())};
+  if (old.rows < old.shards)
+    return mismatch(std::to_string(saved.size()) + " saved parts for "
+                    + std::to_string(layout.rows) + " rows");
+  std::vector<const slice_record*> by_part(saved.size(), nullptr);
+  for (auto* rec : saved) {
+    if (rec->part >= by_part.size() || by_part[rec->part] != nullptr)
+      return mismatch("saved part " + std::to_string(rec->part)
+                      + " is repeated or out of range");
+    by_part[rec->part] = rec;
+    auto rows = old.rows_on(rec->part);
+    auto what = "saved part " + std::to_string(rec->part) + " ";
+    if (rec->value.data.size() != rows * dim)
+      return mismatch(what + "has " + std::to_string(rec->value.data.size())
+                      + " floats, the table here needs "
+                      + std::to_string(rows * dim) + " (" + std::to_string(rows)
+                      + " rows of " + std::to_string(dim) + ")");
+    if (rec->state.data.size() != rows * per_row_state)
+      return mismatch(what + "has " + std::to_string(rec->state.data.size())
+                      + " state floats, expected "
+                      + std::to_string(rows * per_row_state));
+    if (!rec->row_steps.empty() && rec->row_steps.size() != rows)
+      return mismatch(what + "has " + std::to_string(rec->row_steps.size())
+                      + " row steps for " + std::to_string(rows) + " rows");
+  }
+  std::vector<slice_record> result;
+  uint64_t offset = 0;
+  for (uint32_t s = 0; s < layout.shards; ++s) {
+    auto rows = layout.rows_on(s);
+    if (rows == 0)
+      break;
+    slice_record rec;
+    rec.key_id = saved.front()->key_id;
+    rec.key = key;
+    rec.part = s;
+    rec.offset = offset;
+    rec.value.data.resize(rows * dim);
+    rec.state.data.resize(rows * per_row_state);
+    rec.row_steps.resize(rows, 0);
+    for (uint64_t i = 0; i < rows; ++i) {
+      auto row = i * layout.shards + s;
+      auto* from = by_part[old.shard_of(row)];
+      auto j = old.local_of(row);
+      std::copy_n(from->value.data.data() + j * dim, dim,
+                  rec.value.data.data() + i * dim);
+      std::copy_n(from->state.data.data() + j * per_row_state, per_row_state,
+                  rec.state.data.data() + i * per_row_state);
+      if (!from->row_steps.empty())
+        rec.row_steps[i] = from->row_steps[j];
+    }
+    offset += rows * dim;
+    result.push_back(std::move(rec));
+  }
+  out = std::move(result);
+  return {};
+}
+
 } // namespace actorps::core

@@ -69,4 +69,17 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
                 uint64_t* steps, uint64_t dim,
                 const std::vector<uint64_t>& local, const float* grads);
 
+/// Cuts the saved parts of one table anew for `layout` (its shard count may
+/// differ from the saved one): `saved` holds every saved part of the table
+/// (part p holding rows p, p + P, ... of P parts), in any order;
+/// `per_row_state` is `state_size(cfg, dim)`. Each row keeps its values,
+/// optimizer state and step. `out` gets one record per shard holding rows,
+/// in shard order (`part` = shard, `offset` = its first float in the
+/// concatenation of the parts, as the coordinator numbers them). Errors
+/// (`checkpoint_mismatch`, naming the key): parts missing or repeated,
+/// another row count or row size, state or steps of the wrong size.
+status reslice_rows(const std::vector<const slice_record*>& saved,
+                    const row_layout& layout, uint64_t per_row_state,
+                    std::vector<slice_record>& out);
+
 } // namespace actorps::core

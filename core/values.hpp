@@ -186,6 +186,9 @@ struct slice_record {
   uint64_t step = 0;
   floats value;
   floats state;
+  /// A row table's slice: each row's update count (empty for dense slices,
+  /// and in checkpoints written before row tables).
+  std::vector<uint64_t> row_steps;
 };
 
 /// The optimizer and every slice of one shard (or, merged, of a store).

@@ -26,8 +26,9 @@ namespace actorps {
 /// servers' UCX addresses in the routing table. 5: the data salt. 6: the
 /// job's status, shards' counters per worker, bounded staleness. 7: batch
 /// frames on the UCX plane carry raw values and ids, not CAF's format; the
-/// join's expectation names a transport too (join_mode::expect).
-constexpr uint32_t wire_version = 7;
+/// join's expectation names a transport too (join_mode::expect). 8: saved
+/// slices carry each table row's step (slice_record::row_steps).
+constexpr uint32_t wire_version = 8;
 
 /// What carries tensor bytes between worker and server processes.
 namespace transport {

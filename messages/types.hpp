@@ -235,7 +235,7 @@ typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slice_record& x) {
   return f(caf::meta::type_name("slice_record"), x.key_id, x.key, x.part,
-           x.offset, x.step, x.value, x.state);
+           x.offset, x.step, x.value, x.state, x.row_steps);
 }
 
 template <class Inspector>

@@ -313,9 +313,19 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                                 "this store");
         auto& info = i->second.info;
         std::vector<slice_record> records;
-        if (auto res = core::reslice(saved, info.size, info.slices, per_float,
-                                     records);
-            !res.ok())
+        // A table's rows go back where this store keeps them, whatever
+        // number of shards saved them.
+        status res;
+        if (info.dim > 0) {
+          auto shards = static_cast<uint32_t>(st.cfg.shards.size());
+          res = core::reslice_rows(
+            saved, core::row_layout{info.shape[0], info.dim, shards},
+            per_float * info.dim, records);
+        } else {
+          res = core::reslice(saved, info.size, info.slices, per_float,
+                              records);
+        }
+        if (!res.ok())
           return to_error(res);
         for (auto& rec : records) {
           rec.key_id = info.id;

@@ -22,6 +22,7 @@ state_snapshot shard_state::save() const {
     rec.step = s.step;
     rec.value.data = s.value.vec();
     rec.state.data = s.opt_state;
+    rec.row_steps = s.row_steps;
     snap.slices.push_back(std::move(rec));
   }
   // Deterministic order: by slice id.
@@ -51,7 +52,17 @@ caf::error shard_state::load(const state_snapshot& snap) {
                           + std::to_string(n)
                           + " floats but the checkpoint has "
                           + std::to_string(rec.value.data.size()));
-    auto want = core::state_size(snap.optimizer, n);
+    auto want = s->dim > 0
+                  ? n / s->dim * core::state_size(snap.optimizer, s->dim)
+                  : core::state_size(snap.optimizer, n);
+    if (!rec.row_steps.empty()
+        && (s->dim == 0 || rec.row_steps.size() != n / s->dim))
+      return make_error(errc::checkpoint_mismatch,
+                        "load_state: " + slice_name(id) + " has "
+                          + std::to_string(s->dim > 0 ? n / s->dim : 0)
+                          + " rows but the checkpoint has "
+                          + std::to_string(rec.row_steps.size())
+                          + " row steps");
     if (rec.state.data.size() != want)
       return make_error(errc::checkpoint_mismatch,
                         "load_state: " + slice_name(id) + " needs "
@@ -65,6 +76,11 @@ caf::error shard_state::load(const state_snapshot& snap) {
     s.value = shared_floats{rec.value.data};
     s.opt_state = rec.state.data;
     s.step = rec.step;
+    // Checkpoints from before row steps were saved: every row at 0.
+    if (s.dim > 0)
+      s.row_steps = rec.row_steps.empty()
+                      ? std::vector<uint64_t>(s.value.size() / s.dim, 0)
+                      : rec.row_steps;
   }
   return caf::none;
 }

@@ -109,6 +109,20 @@ bool shard_state::round_complete(const round_sum& r) const {
   return r.contributors > 0;
 }
 
+void shard_state::apply_round(slice_state& s, round_sum& r) {
+  if (s.dim == 0) {
+    apply(s, std::move(r.sum));
+    return;
+  }
+  // Only the rows some worker pushed this round change (lazy update).
+  if (!r.rows.empty()) {
+    auto& w = s.value.mutate();
+    core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(),
+                     s.dim, r.rows, r.sum.data());
+  }
+  ++stats.updates;
+}
+
 uint64_t shard_state::slowest_clock(const slice_state& s) const {
   auto lowest = std::numeric_limits<uint64_t>::max();
   for (uint32_t w = 0; w < cfg.num_workers; ++w)
@@ -148,7 +162,7 @@ void shard_state::advance_rounds(slice_state& s) {
     auto i = s.rounds.find(s.rounds_done);
     if (i == s.rounds.end() || !round_complete(i->second))
       return;
-    apply(s, std::move(i->second.sum));
+    apply_round(s, i->second);
     s.rounds.erase(i);
     ++s.rounds_done;
     release_waiting(s, s.rounds_done);
@@ -521,10 +535,6 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
     return make_error(errc::dead_node,
                       "push_rows: worker " + std::to_string(worker)
                         + " left the job or was declared dead");
-  if (cfg.sync)
-    return make_error(errc::bad_config,
-                      "push_rows: sync jobs do not take row pushes yet "
-                      "(async and bounded staleness do)");
   if (auto err = check_rows("push_rows", s, id, rows))
     return err;
   if (n != rows.size() * s.dim)
@@ -535,6 +545,25 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
   auto& t = traffic(worker);
   ++t.pushes;
   t.floats_pushed += n;
+  if (cfg.sync) {
+    // The round sums each row over the workers that pushed it; the round
+    // completes when every live worker pushed to this slice (no rows is a
+    // push too), and only then are the rows updated, once each.
+    auto& r = s.rounds[s.pushes_of[worker]++];
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      auto [at, added] = r.where.emplace(rows[i],
+                                         static_cast<uint32_t>(r.rows.size()));
+      const float* row = g + i * s.dim;
+      if (added) {
+        r.rows.push_back(rows[i]);
+        r.sum.insert(r.sum.end(), row, row + s.dim);
+      } else {
+        core::accumulate_into(r.sum.data() + at->second * s.dim, row, s.dim);
+      }
+    }
+    r.add(worker);
+    return caf::none;
+  }
   if (cfg.ssp())
     ++s.pushes_of[worker];
   // Nobody else holds a table's buffer: pulls get copies of their rows.

@@ -166,6 +166,10 @@ struct round_sum {
   uint64_t low = 0;
   std::vector<bool> high;
   uint32_t contributors = 0;
+  // A table's round: the rows pushed (local indices, first-seen order),
+  // their sums lying back to back in `sum`, and where each row's lies.
+  std::vector<uint64_t> rows;
+  std::unordered_map<uint64_t, uint32_t> where;
 
   bool contributed(uint32_t worker) const {
     if (worker < 64)
@@ -258,6 +262,9 @@ struct shard_state {
 
   bool round_complete(const round_sum& r) const;
 
+  // Applies a complete round: its sum, or on a table its rows' sums.
+  void apply_round(slice_state& s, round_sum& r);
+
   // Applies every complete round in order and answers the pulls each
   // unblocks; with bounded staleness, answers the pulls the slowest live
   // worker's clock allows now.
@@ -281,7 +288,8 @@ struct shard_state {
   caf::error check_rows(const char* op, const slice_state& s, slice_id id,
                         const std::vector<uint64_t>& rows) const;
 
-  // Applies a push of `n` floats to `rows` of table slice `s`, row by row.
+  // Applies (async, bounded staleness) or adds to its round (sync) a push of
+  // `n` floats to `rows` of table slice `s`, row by row.
   caf::error do_push_rows(slice_state& s, slice_id id, uint32_t worker,
                           const float* g, std::size_t n,
                           const std::vector<uint64_t>& rows);

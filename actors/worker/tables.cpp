@@ -79,7 +79,10 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
   auto rank = st.cfg.rank;
   for (uint32_t s = 0; s < split.size(); ++s) {
     auto& rows = split[s];
-    if (rows.local.empty())
+    // Sync rounds and clocks count pushes per shard: in those jobs every
+    // shard holding rows gets the push, with no rows if none are its.
+    auto clocked = pushes && st.cfg.sync && s < layout.rows;
+    if (rows.local.empty() && !clocked)
       continue;
     auto id = make_slice_id(info.id, s);
     auto seq = r.seq[s]++;

@@ -187,6 +187,7 @@ state_snapshot sample_snapshot() {
                   std::numeric_limits<float>::max(),
                   -3.5f};
   a.state.data = {0.25f, -0.0f, 1e-30f, 2.0f, 3.0f, 4.0f};
+  a.row_steps = {0, 3, ~uint64_t{0}};
   snap.slices.push_back(a);
   slice_record b;
   b.key_id = 0xFFFFFFFFu;
@@ -236,6 +237,7 @@ void check_same(const state_snapshot& x, const state_snapshot& y) {
     CHECK(a.step == b.step);
     CHECK(to_bits(a.value.data) == to_bits(b.value.data));
     CHECK(to_bits(a.state.data) == to_bits(b.state.data));
+    CHECK(a.row_steps == b.row_steps);
   }
 }
 
@@ -357,6 +359,8 @@ TEST_CASE("checkpoint: byte layout follows the documentation", "[core]") {
     CHECK(out.slices[0].key == "k");
     CHECK(out.slices[0].value.data == std::vector<float>{1.5f, -2.0f});
     CHECK(out.slices[0].state.data.empty());
+    // Written before row tables: no row steps.
+    CHECK(out.slices[0].row_steps.empty());
   }
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/rows.hpp"
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -109,4 +110,71 @@ TEST_CASE("rows: the lazy update touches only the rows pushed, each with its "
   for (uint64_t r : {1, 3})
     for (uint64_t j = 0; j < per_row; ++j)
       CHECK(state[r * per_row + j] == 0.0f);
+}
+
+TEST_CASE("rows: a saved table is cut anew for another number of shards, "
+          "each row keeping its values, state and step",
+          "[core]") {
+  // 7 rows of 2 floats with one state float per value, saved over 2
+  // shards: row r holds (r, -r), state (10 r, -10 r), step r.
+  const uint64_t rows = 7;
+  const uint64_t dim = 2;
+  auto saved_parts = [&](uint32_t shards) {
+    core::row_layout old{rows, dim, shards};
+    std::vector<actorps::slice_record> parts(shards);
+    for (uint32_t p = 0; p < shards; ++p) {
+      parts[p].key = "emb";
+      parts[p].part = p;
+      for (uint64_t i = 0; i < old.rows_on(p); ++i) {
+        auto r = static_cast<float>(i * shards + p);
+        parts[p].value.data.insert(parts[p].value.data.end(), {r, -r});
+        parts[p].state.data.insert(parts[p].state.data.end(),
+                                   {10 * r, -10 * r});
+        parts[p].row_steps.push_back(i * shards + p);
+      }
+    }
+    return parts;
+  };
+  auto parts = saved_parts(2);
+  std::vector<const actorps::slice_record*> saved{&parts[1], &parts[0]};
+  for (uint32_t shards : {1u, 2u, 3u, 7u, 9u}) {
+    INFO(shards << " shards");
+    core::row_layout now{rows, dim, shards};
+    std::vector<actorps::slice_record> out;
+    REQUIRE(core::reslice_rows(saved, now, dim, out).ok());
+    REQUIRE(out.size() == std::min<uint64_t>(shards, rows));
+    uint64_t offset = 0;
+    for (uint32_t s = 0; s < out.size(); ++s) {
+      CHECK(out[s].part == s);
+      CHECK(out[s].offset == offset);
+      offset += out[s].value.data.size();
+      REQUIRE(out[s].value.data.size() == now.rows_on(s) * dim);
+      for (uint64_t i = 0; i < now.rows_on(s); ++i) {
+        auto r = i * shards + s;
+        CHECK(out[s].value.data[i * dim] == static_cast<float>(r));
+        CHECK(out[s].value.data[i * dim + 1] == -static_cast<float>(r));
+        CHECK(out[s].state.data[i * dim] == 10.0f * static_cast<float>(r));
+        CHECK(out[s].row_steps[i] == r);
+      }
+    }
+    CHECK(offset == rows * dim);
+  }
+  // Parts missing, repeated or of the wrong size are refused.
+  std::vector<actorps::slice_record> out;
+  auto three = saved_parts(3);
+  CHECK(
+    core::reslice_rows({&three[0], &three[2]}, {rows, dim, 2}, dim, out).code
+    == errc::checkpoint_mismatch);
+  CHECK(
+    core::reslice_rows({&parts[0], &parts[0]}, {rows, dim, 2}, dim, out).code
+    == errc::checkpoint_mismatch);
+  CHECK(core::reslice_rows(saved, {rows + 1, dim, 2}, dim, out).code
+        == errc::checkpoint_mismatch);
+  auto short_steps = parts;
+  short_steps[0].row_steps.pop_back();
+  CHECK(core::reslice_rows({&short_steps[0], &short_steps[1]}, {rows, dim, 2},
+                           dim, out)
+          .code
+        == errc::checkpoint_mismatch);
+  CHECK(out.empty());
 }

@@ -496,7 +496,7 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   sgd.learning_rate = 100;
   state_snapshot zeros;
   zeros.slices.push_back(
-    slice_record{info.id, "w", 0, 0, 0, floats{{0, 0, 0, 0, 0, 0}}, {}});
+    slice_record{info.id, "w", 0, 0, 0, floats{{0, 0, 0, 0, 0, 0}}, {}, {}});
   require_refused(evil, coord, declare_atom::value, std::string{"evil"},
                   std::vector<uint64_t>{1000000000}, uint32_t{0});
   require_refused(evil, coord, init_done_atom::value, info.id, true);
@@ -1079,7 +1079,7 @@ TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
     auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
     state_snapshot big;
     big.slices.push_back(slice_record{
-      0, "w", 0, 0, 0, floats{std::vector<float>(100000, 1.0f)}, {}});
+      0, "w", 0, 0, 0, floats{std::vector<float>(100000, 1.0f)}, {}, {}});
     self->send(coord, load_atom::value, big);
     auto answered = reply<caf::ok_atom>(self);
     CHECK((answered || code_of(answered.error()) != errc::timeout));

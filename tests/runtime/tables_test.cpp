@@ -139,6 +139,105 @@ TEST_CASE("tables: workers of one store share the table", "[tables]") {
   CHECK(as_vector(pull_rows(kv, "t", {3, 4}, 1)) == std::vector<float>{-2, 0});
 }
 
+TEST_CASE("tables: a sync store sums each round's rows over the workers",
+          "[tables]") {
+  store_options o;
+  o.num_shards = 3;
+  o.num_workers = 2;
+  auto made = kvstore::create("local_sync", o);
+  REQUIRE(made);
+  auto& kv = *made;
+  optimizer_config sgd;
+  sgd.name = "sgd";
+  sgd.learning_rate = 1.0f;
+  REQUIRE_FALSE(kv.set_optimizer(sgd));
+  auto w1 = kv.worker(1);
+  REQUIRE(w1);
+  auto second = std::async(std::launch::async,
+                           [&] { return w1->init_table("t", 6, 1); });
+  REQUIRE_FALSE(kv.init_table("t", 6, 1));
+  REQUIRE_FALSE(second.get());
+  // Each round, each worker pushes rows of one shard only; the rounds of
+  // the other shards count its push all the same. Round 1: rank 0 row 0
+  // (shard 0), rank 1 rows 1 and 4 (shard 1). Round 2: rank 0 row 3
+  // (shard 0), rank 1 row 0 (shard 0) and row 2 (shard 2), row 0 twice.
+  struct step {
+    std::vector<uint64_t> ids;
+    std::vector<float> values;
+  };
+  std::vector<std::vector<step>> rounds{
+    {{{0}, {1}}, {{1, 4}, {2, 3}}},
+    {{{3}, {4}}, {{0, 2, 0}, {5, 6, 7}}},
+  };
+  std::vector<uint64_t> all{0, 1, 2, 3, 4, 5};
+  std::vector<std::vector<float>> expected{{-1, -2, 0, 0, -3, 0},
+                                           {-13, -2, -6, -4, -3, 0}};
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    INFO("round " << r);
+    auto run = [&](kvstore& store, const step& x) -> std::vector<float> {
+      Eigen::VectorXf g = Eigen::Map<const Eigen::VectorXf>(
+        x.values.data(), static_cast<Eigen::Index>(x.values.size()));
+      if (store.push_rows("t", x.ids, g))
+        return {};
+      Eigen::VectorXf out(6);
+      auto t = store.pull_rows("t", all, out);
+      if (!t || store.wait(*t))
+        return {};
+      return as_vector(out);
+    };
+    auto other = std::async(std::launch::async,
+                            [&] { return run(*w1, rounds[r][1]); });
+    CHECK(run(kv, rounds[r][0]) == expected[r]);
+    CHECK(other.get() == expected[r]);
+  }
+}
+
+TEST_CASE("tables: a checkpoint loads into a store with another number of "
+          "shards, each row keeping its optimizer state",
+          "[tables]") {
+  optimizer_config adam;
+  adam.name = "adam";
+  adam.learning_rate = 0.1f;
+  auto make = [&](uint32_t shards) {
+    auto kv = make_store(shards);
+    REQUIRE_FALSE(kv.set_optimizer(adam));
+    REQUIRE_FALSE(kv.init_table(
+      "t", 11, 2, table_fill{table_fill::uniform, -1.0f, 1.0f, 9}));
+    return kv;
+  };
+  auto three = make(3);
+  Eigen::VectorXf g(6);
+  g << 1, -2, 3, 0.5, -1, 4;
+  REQUIRE_FALSE(three.push_rows("t", {10, 3, 4}, g));
+  REQUIRE_FALSE(three.push_rows("t", {3}, g.head(2)));
+  REQUIRE_FALSE(three.wait_all());
+  auto path = std::string{"/tmp/actorps-tables-reshard-"}
+              + std::to_string(::getpid()) + ".ckpt";
+  REQUIRE_FALSE(three.save_optimizer_states(path));
+  std::vector<uint64_t> all(11);
+  for (uint64_t i = 0; i < all.size(); ++i)
+    all[i] = i;
+  auto saved = as_vector(pull_rows(three, "t", all, 2));
+  // Afterwards, the same push moves the rows as they would have moved in
+  // the saving store only if Adam's moments and each row's step came along
+  // (row 3 at step 2, row 10 at 1, row 0 at 0).
+  REQUIRE_FALSE(three.push_rows("t", {3, 10, 0}, g));
+  REQUIRE_FALSE(three.wait_all());
+  auto after = as_vector(pull_rows(three, "t", all, 2));
+  for (uint32_t shards : {2u, 5u}) {
+    INFO(shards << " shards");
+    auto other = make(shards);
+    auto loaded = other.load_optimizer_states(path);
+    INFO(render(loaded));
+    REQUIRE_FALSE(loaded);
+    CHECK(as_vector(pull_rows(other, "t", all, 2)) == saved);
+    REQUIRE_FALSE(other.push_rows("t", {3, 10, 0}, g));
+    REQUIRE_FALSE(other.wait_all());
+    CHECK(as_vector(pull_rows(other, "t", all, 2)) == after);
+  }
+  std::remove(path.c_str());
+}
+
 TEST_CASE("tables: a checkpoint saves and loads a table's rows", "[tables]") {
   auto kv = make_store(3);
   REQUIRE_FALSE(
