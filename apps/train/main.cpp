@@ -16,6 +16,7 @@
 #include "apps/common/curves.hpp"
 #include "apps/common/mnist.hpp"
 #include "apps/common/progress.hpp"
+#include "apps/common/sparse.hpp"
 #include "apps/common/train.hpp"
 #include "messages/errors.hpp"
 #include "runtime/kvstore.hpp"
@@ -34,14 +35,20 @@ int run(int argc, char** argv) {
   std::string config_file;
   std::string data_dir = cli::default_data_dir;
   std::string mode = "async";
+  std::string job = "mnist";
+  actorps::apps::sparse_options sparse;
   std::string out_dir = "out";
   bool baseline = false;
   long limit_train = 0;
   long limit_test = 0;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
-  desc.add_options()("data", po::value(&data_dir)->default_value(data_dir),
-                     "folder with the four Fashion-MNIST idx .gz files")(
+  desc.add_options()("job", po::value(&job)->default_value(job),
+                     "mnist (an MLP on Fashion-MNIST) or sparse (logistic "
+                     "regression on a synthetic sparse data set with a "
+                     "planted solution, its weights a row table)")(
+    "data", po::value(&data_dir)->default_value(data_dir),
+    "folder with the four Fashion-MNIST idx .gz files")(
     "workers", po::value(&store.num_workers)->default_value(4),
     "worker threads (each trains on its shard of the data)")(
     "shards", po::value(&store.num_shards)->default_value(2),
@@ -64,6 +71,7 @@ int run(int argc, char** argv) {
   cli::add_train_options(desc, train);
   std::string export_path;
   cli::add_export_option(desc, export_path, "worker 0");
+  cli::add_sparse_options(desc, sparse);
   std::string compression_text;
   cli::add_compression_option(desc, compression_text);
   po::variables_map vm;
@@ -72,12 +80,21 @@ int run(int argc, char** argv) {
         "usage: actorps-train [options]\n"
         "Trains an MLP 784-256-128-10 on Fashion-MNIST, data-parallel through "
         "a local actorps store (or --baseline in one process), and writes "
-        "the loss and accuracy curves."))
+        "the loss and accuracy curves; or, with --job sparse, a sparse "
+        "logistic regression whose weights are a row table."))
     return *rc;
   if (mode != "async" && mode != "sync" && mode != "ssp")
     return cli::fail(
       app, "--mode must be async, sync or ssp, got '" + mode + "'", 2);
   if (auto rc = cli::check_range(app, "staleness", store.staleness, 0, 1000000))
+    return *rc;
+  if (job != "mnist" && job != "sparse")
+    return cli::fail(app, "--job must be mnist or sparse, got '" + job + "'",
+                     2);
+  if (job == "sparse" && (baseline || !export_path.empty()))
+    return cli::fail(app, "--job sparse takes neither --baseline nor --export",
+                     2);
+  if (auto rc = cli::check(app, sparse))
     return *rc;
   if (auto rc = cli::check(app, train))
     return *rc;
@@ -106,6 +123,12 @@ int run(int argc, char** argv) {
     auto cores = std::max(1u, std::thread::hardware_concurrency());
     store.threads = cores > store.num_workers ? cores - store.num_workers : 1;
   }
+  auto type = mode == "sync"  ? "local_sync"
+              : mode == "ssp" ? "local_ssp"
+                              : "local_async";
+  if (job == "sparse")
+    return cli::run_sparse_local(app, type, store, sparse,
+                                 out_dir + "/sparse-" + mode + ".csv");
   // The output folder before the run, not after it: a bad --out fails
   // at once instead of after the training.
   const std::string stem = out_dir + "/" + (baseline ? "baseline" : mode);
@@ -129,9 +152,6 @@ int run(int argc, char** argv) {
   };
   limit(train_set, limit_train);
   limit(test_set, limit_test);
-  auto type = mode == "sync"  ? "local_sync"
-              : mode == "ssp" ? "local_ssp"
-                              : "local_async";
   std::string what
     = baseline ? "single-process baseline (no parameter server)"
                : std::string{type} + " store, "

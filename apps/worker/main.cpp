@@ -10,6 +10,7 @@
 #include "apps/common/curves.hpp"
 #include "apps/common/mnist.hpp"
 #include "apps/common/progress.hpp"
+#include "apps/common/sparse.hpp"
 #include "apps/common/synthetic.hpp"
 #include "apps/common/train.hpp"
 #include "messages/errors.hpp"
@@ -26,6 +27,7 @@ const std::string app = "actorps-worker";
 int run(int argc, char** argv) {
   actorps::store_options store;
   actorps::apps::synthetic_options job;
+  actorps::apps::sparse_options sparse;
   cli::network_flags net;
   std::string config_file;
   std::string mode = "job";
@@ -45,8 +47,9 @@ int run(int argc, char** argv) {
     "dist_sync, dist_async or dist_ssp (must match the coordinator's), or job: "
     "whichever the coordinator runs")(
     "job", po::value(&job_name)->default_value(job_name),
-    "the job to run: synthetic (exact-sum check) or mnist (the Fashion-MNIST "
-    "training job of actorps-train)")(
+    "the job to run: synthetic (exact-sum check), mnist (the Fashion-MNIST "
+    "training job of actorps-train) or sparse (actorps-train's sparse "
+    "logistic regression on a row table)")(
     "data", po::value(&data_dir)->default_value(data_dir),
     "mnist: folder with the four Fashion-MNIST idx .gz files")(
     "limit-train", po::value(&limit_train)->default_value(0),
@@ -78,6 +81,7 @@ int run(int argc, char** argv) {
   cli::add_train_options(desc, train, "mnist: ");
   std::string export_path;
   cli::add_export_option(desc, export_path, "rank 0");
+  cli::add_sparse_options(desc, sparse);
   std::string compression_text;
   cli::add_compression_option(desc, compression_text);
   po::variables_map vm;
@@ -118,10 +122,13 @@ int run(int argc, char** argv) {
       && store.transport != "ucx")
     return cli::fail(
       app, "--transport must be caf or ucx, got '" + store.transport + "'", 2);
-  if (job_name != "synthetic" && job_name != "mnist")
-    return cli::fail(
-      app,
-      "--job: unknown job '" + job_name + "' (expected synthetic or mnist)", 2);
+  if (job_name != "synthetic" && job_name != "mnist" && job_name != "sparse")
+    return cli::fail(app,
+                     "--job: unknown job '" + job_name
+                       + "' (expected synthetic, mnist or sparse)",
+                     2);
+  if (auto rc = cli::check(app, sparse))
+    return *rc;
   if (auto rc = cli::check(app, train))
     return *rc;
   if (auto rc = cli::resolve_resume(app, train))
@@ -217,6 +224,13 @@ int run(int argc, char** argv) {
     if (problem.empty() && info)
       cli::log_stream() << "rank " << kv->rank() << ": training done"
                         << std::endl;
+  } else if (job_name == "sparse") {
+    problem = actorps::apps::run_sparse(
+      *kv, sparse, [&](const actorps::apps::sparse_report& r) {
+        if (info)
+          cli::log_stream() << "rank " << kv->rank() << ": "
+                            << actorps::apps::describe(r) << std::endl;
+      });
   } else {
     problem = actorps::apps::run_synthetic(*kv, job,
                                            info ? cli::log_stream() : quiet);
@@ -239,7 +253,7 @@ int run(int argc, char** argv) {
       cli::log_stream() << "rank 0: weights written to " << export_path
                         << std::endl;
   }
-  if (job_name == "mnist") {
+  if (job_name != "synthetic") {
     if (auto err = kv->close())
       return cli::fail(app, "close: " + actorps::render(err), 3);
     return 0;
