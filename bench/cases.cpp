@@ -149,13 +149,35 @@ std::string make_cases(const std::string& sizes, const std::string& many,
       out.push_back(x);
     }
   }
-  if (out.empty())
-    return "no cases: give --sizes and/or --many";
+  return {};
+}
+
+std::string add_row_cases(const std::string& rows,
+                          std::vector<bench_case>& out) {
+  for (const auto& r : list_option(rows)) {
+    auto parts = split(r, 'x');
+    uint64_t table = 0;
+    uint64_t dim = 0;
+    uint64_t batch = 0;
+    if (parts.size() != 3 || !parse_count(parts[0], table)
+        || !parse_count(parts[1], dim) || !parse_count(parts[2], batch)
+        || dim == 0 || dim > 65536 || batch == 0 || batch > 1000000
+        || table < batch)
+      return "--rows: '" + r
+             + "' is not ROWSxDIMxBATCH such as 10000000x16x1000 (rows of "
+               "the table, floats per row up to 65536, rows per round up to "
+               "1e6 and at most the table's)";
+    bench_case c{std::to_string(batch) + " rows x " + std::to_string(dim)
+                   + " floats of " + std::to_string(table),
+                 static_cast<uint32_t>(batch), dim};
+    c.table_rows = table;
+    out.push_back(c);
+  }
   return {};
 }
 
 // Cases travel to the worker processes as
-// "keys:floats:fused:priority:backlog:codec:threshold;...".
+// "keys:floats:fused:priority:backlog:codec:threshold:table_rows;...".
 std::string encode_cases(const std::vector<bench_case>& cases) {
   std::string out;
   for (const auto& c : cases) {
@@ -166,7 +188,7 @@ std::string encode_cases(const std::vector<bench_case>& cases) {
            + (c.fused ? "1" : "0") + ":" + std::to_string(c.priority + 1) + ":"
            + std::to_string(c.backlog) + ":"
            + std::to_string(static_cast<int>(c.comp.kind)) + ":" + threshold
-           + ";";
+           + ":" + std::to_string(c.table_rows) + ";";
   }
   return out;
 }
@@ -180,15 +202,18 @@ std::vector<bench_case> decode_cases(const std::string& text) {
     uint64_t prio = 0;
     uint64_t backlog = 0;
     uint64_t kind = 0;
-    if (parts.size() == 7 && parse_count(parts[0], keys)
+    uint64_t table_rows = 0;
+    if (parts.size() == 8 && parse_count(parts[0], keys)
         && parse_count(parts[1], floats) && parse_count(parts[3], prio)
         && parse_count(parts[4], backlog) && parse_count(parts[5], kind)
-        && kind <= static_cast<uint64_t>(codec::two_bit)) {
+        && kind <= static_cast<uint64_t>(codec::two_bit)
+        && parse_count(parts[7], table_rows)) {
       out.push_back({"", static_cast<uint32_t>(keys), floats, parts[2] == "1"});
       out.back().priority = static_cast<int32_t>(prio) - 1;
       out.back().backlog = backlog;
       out.back().comp = compression{static_cast<codec>(kind),
                                     std::strtof(parts[6].c_str(), nullptr)};
+      out.back().table_rows = table_rows;
     }
   }
   return out;
@@ -197,7 +222,8 @@ std::vector<bench_case> decode_cases(const std::string& text) {
 double weights_mb(const std::vector<bench_case>& cases) {
   uint64_t bytes = 0;
   for (const auto& c : cases)
-    bytes += c.payload_bytes() + c.backlog * sizeof(float);
+    bytes += c.row_case() ? c.table_rows * c.floats * sizeof(float)
+                          : c.payload_bytes() + c.backlog * sizeof(float);
   return static_cast<double>(bytes) / (1024.0 * 1024.0);
 }
 

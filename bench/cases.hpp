@@ -30,12 +30,22 @@ struct bench_case {
   uint64_t backlog = 0;
   // Compression of the case's pushes (set per key).
   compression comp{};
+  // A row case (table_rows > 0): a row table of `table_rows` rows of
+  // `floats` floats; each round push_rows then pull_rows of `keys` distinct
+  // random rows (the same for every worker).
+  uint64_t table_rows = 0;
+
+  bool row_case() const {
+    return table_rows > 0;
+  }
 
   bool priority_case() const {
     return priority >= 0;
   }
 
   std::string round() const {
+    if (row_case())
+      return "rows";
     if (priority_case())
       return "prio" + std::to_string(priority);
     return fused ? "fused" : "split";
@@ -83,8 +93,14 @@ std::string make_cases(const std::string& sizes, const std::string& many,
                        const compressed_cases& compressed,
                        std::vector<bench_case>& out);
 
+/// Adds the row cases of --rows ("10000000x16x1000": table rows x row size
+/// x rows per round, comma-separated; "none": none). Returns an error text
+/// or an empty string.
+std::string add_row_cases(const std::string& rows,
+                          std::vector<bench_case>& out);
+
 /// Cases travel to the worker processes as
-/// "keys:floats:fused:priority:backlog:codec:threshold;...".
+/// "keys:floats:fused:priority:backlog:codec:threshold:table_rows;...".
 std::string encode_cases(const std::vector<bench_case>& cases);
 
 /// The cases of `encode_cases`' text; malformed items are left out.

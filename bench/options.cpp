@@ -21,6 +21,11 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "one-key cases: sizes in bytes (K, M suffixes; none: no such cases)")(
     "many", po::value(&o.many)->default_value(o.many),
     "many-key cases: KEYSxFLOATS, comma-separated (none: no such cases)")(
+    "rows", po::value(&o.rows)->default_value(o.rows),
+    "row-table cases: ROWSxDIMxBATCH, comma-separated, e.g. "
+    "10000000x16x1000: a table of ROWS rows of DIM floats, each round a "
+    "push_rows then a pull_rows of BATCH random rows (compare with --sizes "
+    "of BATCH x DIM x 4 bytes; none: no such cases)")(
     "round", po::value(&o.round_kinds)->default_value(o.round_kinds),
     "round kinds, comma-separated: fused (one push_pull request per round) "
     "and/or split (a push request, wait, a pull request, wait)")(
@@ -63,6 +68,7 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "network, else work stealing), sharing or stealing")(
     "quick", po::bool_switch(&o.quick),
     "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
+    "--rows 100000x4x100 "
     "--backlog 1M --compressed-sizes 64K --warmup 1 --rounds 3, quick "
     "limits")("no-limits", po::bool_switch(&o.no_limits),
               "skip measuring memcpy and loopback TCP")(
@@ -95,6 +101,8 @@ void apply_quick(const po::variables_map& vm, bench_options& o) {
     o.sizes = "4K,64K";
   if (unset("many"))
     o.many = "10x256,100x1";
+  if (unset("rows"))
+    o.rows = "100000x4x100";
   if (unset("warmup"))
     o.plan.warmup = 1;
   if (unset("rounds"))
@@ -155,6 +163,10 @@ std::string plan_run(bench_options& o) {
                           o.compressed, o.cases);
       !e.empty())
     return e;
+  if (auto e = add_row_cases(o.rows, o.cases); !e.empty())
+    return e;
+  if (o.cases.empty())
+    return "no cases: give --sizes, --many and/or --rows";
   for (const auto& w : split(o.workers_text, ',')) {
     uint64_t n = 0;
     if (!parse_count(w, n) || w.size() > 3 || n == 0)

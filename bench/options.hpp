@@ -22,6 +22,8 @@ struct bench_options {
   std::string modes = "local,dist";
   std::string sizes = "4K,256K,4M,64M";
   std::string many = "1000x1024,10000x1";
+  // Row cases: ROWSxDIMxBATCH, comma-separated.
+  std::string rows = "none";
   std::string workers_text = "1,2";
   // Dist: the data transports to run, comma-separated (caf, ucx).
   std::string transports = "caf";

@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "bench/wire.hpp"
 #include "messages/control.hpp"
@@ -102,6 +104,64 @@ std::string run_priority_case(kvstore& kv, size_t index, const bench_case& c,
   return {};
 }
 
+// Runs a row case: a table of `table_rows` rows of `floats` floats; each
+// round push_rows of `keys` distinct random rows (drawn from a seed and the
+// round: every worker names the same rows), wait, pull_rows of the same
+// rows, wait. In the bench's sync store without an optimizer each row
+// pushed in a round holds the number of workers after it.
+std::string run_rows_case(kvstore& kv, size_t index, const bench_case& c,
+                          const round_plan& plan, std::vector<double>& times,
+                          wire_meter* meter) {
+  auto fail = [&](const std::string& what, const caf::error& err) {
+    return "rank " + std::to_string(kv.rank()) + ", case "
+           + std::to_string(index) + ": " + what + ": " + render(err);
+  };
+  auto name = "c" + std::to_string(index) + ".rows";
+  if (auto err = kv.init_table(name, c.table_rows, c.floats))
+    return fail("init_table", err);
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  const auto n = static_cast<Eigen::Index>(c.keys * c.floats);
+  Eigen::VectorXf grad = Eigen::VectorXf::Constant(n, 1.0f);
+  Eigen::VectorXf out = Eigen::VectorXf::Zero(n);
+  std::vector<uint64_t> ids;
+  std::unordered_set<uint64_t> seen;
+  for (uint32_t r = 0; r < plan.warmup + plan.rounds; ++r) {
+    std::mt19937_64 rng{0x5eed0000ULL + r};
+    ids.clear();
+    seen.clear();
+    while (ids.size() < c.keys)
+      if (auto id = rng() % c.table_rows; seen.insert(id).second)
+        ids.push_back(id);
+    if (meter != nullptr && r == plan.warmup)
+      meter->start();
+    auto start = clock_type::now();
+    if (auto err = kv.push_rows(name, ids, grad))
+      return fail("push_rows", err);
+    if (auto err = kv.wait_all())
+      return fail("push_rows", err);
+    auto t = kv.pull_rows(name, ids, out);
+    if (!t)
+      return fail("pull_rows", t.error());
+    if (auto err = kv.wait(*t))
+      return fail("pull_rows", err);
+    if (r >= plan.warmup)
+      times.push_back(
+        std::chrono::duration<double>(clock_type::now() - start).count());
+    auto expected = static_cast<float>(kv.num_workers());
+    if (out[0] != expected || out[n - 1] != expected)
+      return "rank " + std::to_string(kv.rank()) + ", case "
+             + std::to_string(index) + ": pulled rows holding "
+             + std::to_string(out[0]) + ", expected "
+             + std::to_string(expected);
+  }
+  if (meter != nullptr)
+    meter->stop(plan.rounds);
+  if (auto err = kv.barrier())
+    return fail("barrier", err);
+  return {};
+}
+
 // Runs one case on one handle (every worker of the store runs it at the
 // same time): init, barrier, warm-up and measured rounds, barrier. A split
 // round pushes every key (one push_many call) and waits, then pulls every key
@@ -113,6 +173,8 @@ std::string run_case(kvstore& kv, size_t index, const bench_case& c,
                      wire_meter* meter = nullptr) {
   if (c.priority_case())
     return run_priority_case(kv, index, c, plan, times);
+  if (c.row_case())
+    return run_rows_case(kv, index, c, plan, times, meter);
   auto fail = [&](const std::string& what, const caf::error& err) {
     return "rank " + std::to_string(kv.rank()) + ", case "
            + std::to_string(index) + ": " + what + ": " + render(err);

@@ -278,10 +278,10 @@ float epsilon_of(const optimizer_config& cfg) {
   return cfg.name == "adagrad" ? 1e-7f : 1e-8f;
 }
 
-void apply_update(const optimizer_config& cfg, float* w, const float* g,
-                  float* state, std::size_t n, uint64_t step) {
-  kind k = kind::assign;
-  parse_kind(cfg.name, k);
+namespace {
+
+void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
+                float* state, std::size_t n, uint64_t step) {
   const auto size = static_cast<Eigen::Index>(n);
   array_map wm{w, size};
   const_array_map gm{g, size};
@@ -304,6 +304,38 @@ void apply_update(const optimizer_config& cfg, float* w, const float* g,
     apply_rule(k, cfg, wm, (scale * gm).max(-clip).min(clip), state, n, step);
   else
     apply_rule(k, cfg, wm, scale * gm, state, n, step);
+}
+
+} // namespace
+
+void apply_update(const optimizer_config& cfg, float* w, const float* g,
+                  float* state, std::size_t n, uint64_t step) {
+  kind k = kind::assign;
+  parse_kind(cfg.name, k);
+  apply_kind(k, cfg, w, g, state, n, step);
+}
+
+void apply_update_rows(const optimizer_config& cfg, float* table, float* state,
+                       uint64_t* steps, std::size_t dim, const uint64_t* rows,
+                       std::size_t count, const float* grads) {
+  kind k = kind::assign;
+  parse_kind(cfg.name, k);
+  const auto per_row = state_size(cfg, dim);
+  // Rows lie far apart in a large table: fetch a few ahead.
+  constexpr std::size_t ahead = 8;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i + ahead < count) {
+      auto next = rows[i + ahead];
+      __builtin_prefetch(table + next * dim, 1);
+      __builtin_prefetch(steps + next, 1);
+      if (per_row > 0)
+        __builtin_prefetch(state + next * per_row, 1);
+    }
+    auto r = rows[i];
+    apply_kind(k, cfg, table + r * dim, grads + i * dim, state + r * per_row,
+               dim, steps[r]);
+    ++steps[r];
+  }
 }
 
 void accumulate_into(float* dst, const float* src, std::size_t n) {

@@ -80,6 +80,15 @@ float epsilon_of(const optimizer_config& cfg);
 void apply_update(const optimizer_config& cfg, float* w, const float* g,
                   float* state, std::size_t n, uint64_t step);
 
+/// `apply_update` on `count` rows of a table of rows of `dim` floats: row
+/// `rows[i]` of `table` (its state at `rows[i] * state_size(cfg, dim)` in
+/// `state`, its step `steps[rows[i]]`, incremented) with gradient row i of
+/// `grads`. The same as `apply_update` row by row, with the rule parsed
+/// once.
+void apply_update_rows(const optimizer_config& cfg, float* table, float* state,
+                       uint64_t* steps, std::size_t dim, const uint64_t* rows,
+                       std::size_t count, const float* grads);
+
 /// Adds `n` floats of `src` into `dst` (the aggregation of a round).
 void accumulate_into(float* dst, const float* src, std::size_t n);
 

@@ -9,28 +9,98 @@
 
 namespace actorps::core {
 
+namespace {
+
+// Distinct ids to small indices in one allocation (open addressing, linear
+// probing): a node-based map costs an allocation per id. Ids are below
+// 2^63, so all ones marks a free place.
+class id_index {
+public:
+  explicit id_index(std::size_t n = 0) {
+    reserve(n);
+  }
+
+  // Room for `n` ids without growing.
+  void reserve(std::size_t n) {
+    std::size_t cap = 16;
+    while (cap < 2 * n)
+      cap <<= 1;
+    if (cap <= keys_.size())
+      return;
+    auto old_keys = std::move(keys_);
+    auto old_values = std::move(values_);
+    keys_.assign(cap, free_place);
+    values_.resize(cap);
+    mask_ = cap - 1;
+    size_ = 0;
+    for (std::size_t i = 0; i < old_keys.size(); ++i)
+      if (old_keys[i] != free_place)
+        insert(old_keys[i], old_values[i]);
+  }
+
+  // The index of `id`, and whether it was new (then it got `fresh`).
+  std::pair<uint32_t, bool> insert(uint64_t id, uint32_t fresh) {
+    if (2 * (size_ + 1) > keys_.size())
+      reserve(size_ + 1);
+    for (auto h = (id * 0x9e3779b97f4a7c15ULL) >> 20;; ++h) {
+      auto at = h & mask_;
+      if (keys_[at] == free_place) {
+        keys_[at] = id;
+        values_[at] = fresh;
+        ++size_;
+        return {fresh, true};
+      }
+      if (keys_[at] == id)
+        return {values_[at], false};
+    }
+  }
+
+private:
+  static constexpr uint64_t free_place = ~uint64_t{0};
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> values_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+} // namespace
+
 status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
                   std::vector<shard_rows>& out) {
   if (layout.shards == 0 || layout.dim == 0)
     return {errc::bad_config, "rows: a table needs a row size and a shard"};
   std::vector<shard_rows> result(layout.shards);
-  std::vector<std::unordered_map<uint64_t, uint32_t>> seen(layout.shards);
+  auto expect = ids.size() / layout.shards + 16;
+  for (auto& r : result) {
+    r.local.reserve(expect);
+    r.uses.reserve(expect);
+  }
+  id_index seen{ids.size()};
   for (uint64_t pos = 0; pos < ids.size(); ++pos) {
     auto id = ids[pos];
     if (id >= layout.rows)
       return {errc::unknown_key, "rows: row " + std::to_string(id)
                                    + " out of range (the table has "
                                    + std::to_string(layout.rows) + " rows)"};
-    auto s = layout.shard_of(id);
-    auto& r = result[s];
-    auto [it, fresh]
-      = seen[s].try_emplace(id, static_cast<uint32_t>(r.local.size()));
+    auto& r = result[layout.shard_of(id)];
+    auto [index, fresh] = seen.insert(id,
+                                      static_cast<uint32_t>(r.local.size()));
     if (fresh)
       r.local.push_back(layout.local_of(id));
-    r.uses.emplace_back(pos, it->second);
+    r.uses.emplace_back(pos, index);
   }
   out = std::move(result);
   return {};
+}
+
+bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated) {
+  id_index seen{rows.size()};
+  for (auto r : rows)
+    if (!seen.insert(r, 0).second) {
+      repeated = r;
+      return true;
+    }
+  return false;
 }
 
 std::vector<float> summed_rows(const shard_rows& rows, const float* values,
@@ -54,12 +124,46 @@ void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
 void apply_rows(const optimizer_config& cfg, float* table, float* state,
                 uint64_t* steps, uint64_t dim,
                 const std::vector<uint64_t>& local, const float* grads) {
-  auto per_row = state_size(cfg, dim);
-  for (size_t i = 0; i < local.size(); ++i) {
-    auto r = local[i];
-    apply_update(cfg, table + r * dim, grads + i * dim, state + r * per_row,
-                 dim, steps[r]);
-    ++steps[r];
+  apply_update_rows(cfg, table, state, steps, dim, local.data(), local.size(),
+                    grads);
+}
+
+struct row_sum::index : id_index {};
+
+row_sum::row_sum() = default;
+row_sum::row_sum(row_sum&&) noexcept = default;
+row_sum& row_sum::operator=(row_sum&&) noexcept = default;
+row_sum::~row_sum() = default;
+
+void row_sum::add(std::vector<uint64_t>& rows, const float* values,
+                  std::vector<float>* owned, uint64_t dim) {
+  if (rows_.empty() && index_ == nullptr) {
+    // The first push of the round: its rows and values as they are.
+    rows_ = std::move(rows);
+    if (owned != nullptr && owned->size() == rows_.size() * dim)
+      sum_ = std::move(*owned);
+    else
+      sum_.assign(values, values + rows_.size() * dim);
+    return;
+  }
+  if (index_ == nullptr) {
+    index_ = std::make_unique<index>();
+    index_->reserve(rows_.size() + rows.size());
+    for (std::size_t i = 0; i < rows_.size(); ++i)
+      index_->insert(rows_[i], static_cast<uint32_t>(i));
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    auto [at, fresh] = index_->insert(rows[i],
+                                      static_cast<uint32_t>(rows_.size()));
+    const float* row = values + i * dim;
+    if (fresh) {
+      rows_.push_back(rows[i]);
+      sum_.insert(sum_.end(), row, row + dim);
+    } else {
+      auto* dst = sum_.data() + uint64_t{at} * dim;
+      for (uint64_t j = 0; j < dim; ++j)
+        dst[j] += row[j];
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <actorps/core/errc.hpp>
@@ -49,6 +50,42 @@ struct shard_rows {
 /// the first id out of range.
 status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
                   std::vector<shard_rows>& out);
+
+/// The pushes of one sync round to a shard's part of a table: each row
+/// pushed once, in first-seen order, its values summed over the pushes that
+/// named it. The first push's rows and values are taken over as they are;
+/// an index of the rows is built only when a second push arrives.
+class row_sum {
+public:
+  row_sum();
+  row_sum(row_sum&&) noexcept;
+  row_sum& operator=(row_sum&&) noexcept;
+  ~row_sum();
+
+  /// Adds a push of `rows` (distinct local indices, taken over or left
+  /// alone) with `values` (one row of `dim` floats per entry of `rows`);
+  /// `owned`, if set, holds those values and may be taken over.
+  void add(std::vector<uint64_t>& rows, const float* values,
+           std::vector<float>* owned, uint64_t dim);
+
+  const std::vector<uint64_t>& rows() const noexcept {
+    return rows_;
+  }
+
+  const float* values() const noexcept {
+    return sum_.data();
+  }
+
+private:
+  struct index;
+  std::vector<uint64_t> rows_;
+  std::vector<float> sum_;
+  std::unique_ptr<index> index_;
+};
+
+/// Whether some row appears twice in `rows` (each below 2^63); the first
+/// repeated one goes to `repeated`.
+bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated);
 
 /// The values a push sends to one shard: one row of `dim` floats per
 /// distinct local row, the rows of repeated ids summed. `values` holds

@@ -141,6 +141,12 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       return relay_high<shared_floats>(self, shard, observer, a,
                                        std::move(msg));
     },
+    [=](push_atom a, rows_push& msg, plane_reply& r) {
+      relay_plane(self, shard, a, msg, r);
+    },
+    [=](pull_atom a, rows_pull& msg, plane_reply& r) {
+      relay_plane(self, shard, a, msg, r);
+    },
     [=](set_opt_atom a, const optimizer_config& opt) -> ok_result {
       ACTORPS_RELAY_CHECK("set_optimizer")
       return self->delegate(shard, a, opt);

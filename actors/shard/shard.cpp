@@ -54,6 +54,27 @@ void push_from_plane(shard_ptr self, const char* op, op_kind kind,
   self->state.submit(op, msg, std::move(t));
 }
 
+// Orders a push or pull of rows of a table slice; its outcome goes to `t`
+// (a promise or a plane's sink).
+void submit_rows(shard_ptr self, rows_push& msg, op_target t) {
+  t.kind = op_kind::push;
+  t.table = true;
+  t.rows = std::move(msg.rows);
+  auto& st = self->state;
+  auto& g = msg.values.data;
+  st.submit("push_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+            g.data(), g.size(), std::move(t), &g);
+}
+
+void submit_rows(shard_ptr self, rows_pull& msg, op_target t) {
+  t.kind = op_kind::pull;
+  t.table = true;
+  t.rows = std::move(msg.rows);
+  auto& st = self->state;
+  st.submit("pull_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+            nullptr, 0, std::move(t));
+}
+
 shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   auto& st = self->state;
   st.cfg = cfg;
@@ -146,30 +167,33 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (auto err = self->state.trusted.check(self, "push_rows"))
         return err;
       op_target t;
-      t.kind = op_kind::push;
-      t.table = true;
-      t.rows = std::move(msg.rows);
       t.push_rp = self->make_response_promise<caf::ok_atom>();
       auto rp = t.push_rp;
-      auto& st = self->state;
-      auto& g = msg.values.data;
-      st.submit("push_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-                g.data(), g.size(), std::move(t), &g);
+      submit_rows(self, msg, std::move(t));
       return rp;
     },
     [self](pull_atom, rows_pull& msg) -> caf::result<shared_floats> {
       if (auto err = self->state.trusted.check(self, "pull_rows"))
         return err;
       op_target t;
-      t.kind = op_kind::pull;
-      t.table = true;
-      t.rows = std::move(msg.rows);
       t.pull_rp = self->make_response_promise<shared_floats>();
       auto rp = t.pull_rp;
-      auto& st = self->state;
-      st.submit("pull_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-                nullptr, 0, std::move(t));
+      submit_rows(self, msg, std::move(t));
       return rp;
+    },
+    [self](push_atom, rows_push& msg, plane_reply& r) {
+      if (!from_plane(self, r))
+        return;
+      op_target t;
+      t.direct = std::move(r);
+      submit_rows(self, msg, std::move(t));
+    },
+    [self](pull_atom, rows_pull& msg, plane_reply& r) {
+      if (!from_plane(self, r))
+        return;
+      op_target t;
+      t.direct = std::move(r);
+      submit_rows(self, msg, std::move(t));
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {

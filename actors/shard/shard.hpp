@@ -97,8 +97,10 @@
 ///   others.
 ///
 /// - `(push_atom, slice_push, plane_reply)`, `(pull_atom, slice_pull,
-///   plane_reply)`, `(push_pull_atom, slice_push, plane_reply)` and
-///   `(batch_atom, slice_batch, plane_reply)`: the same operations, arrived
+///   plane_reply)`, `(push_pull_atom, slice_push, plane_reply)`,
+///   `(batch_atom, slice_batch, plane_reply)`, `(push_atom, rows_push,
+///   plane_reply)` and `(pull_atom, rows_pull, plane_reply)`: the same
+///   operations, arrived
 ///   over a data plane (runtime/ucx) whose peer proved the job's secret; no
 ///   CAF reply: the outcome goes to the `plane_reply`'s sink, on the shard's
 ///   thread, so the data plane answers without another actor's hop.
@@ -198,7 +200,9 @@ using shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, slice_push, plane_reply>,
   caf::reacts_to<pull_atom, slice_pull, plane_reply>,
   caf::reacts_to<push_pull_atom, slice_push, plane_reply>,
-  caf::reacts_to<batch_atom, slice_batch, plane_reply>>;
+  caf::reacts_to<batch_atom, slice_batch, plane_reply>,
+  caf::reacts_to<push_atom, rows_push, plane_reply>,
+  caf::reacts_to<pull_atom, rows_pull, plane_reply>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);

@@ -115,10 +115,10 @@ void shard_state::apply_round(slice_state& s, round_sum& r) {
     return;
   }
   // Only the rows some worker pushed this round change (lazy update).
-  if (!r.rows.empty()) {
+  if (!r.rows.rows().empty()) {
     auto& w = s.value.mutate();
     core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(),
-                     s.dim, r.rows, r.sum.data());
+                     s.dim, r.rows.rows(), r.rows.values());
   }
   ++stats.updates;
 }
@@ -212,7 +212,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
   if (t.table) {
-    if (auto err = check_rows("pull_rows", s, s.id, t.rows)) {
+    if (auto err = check_rows("pull_rows", s, s.id, t.rows, false)) {
       t.fail(std::move(err));
       return;
     }
@@ -248,7 +248,7 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
                       const float* g, std::size_t n, op_target& t,
                       std::vector<float>* owned) {
   if (t.kind != op_kind::pull) {
-    auto err = t.table ? do_push_rows(s, id, worker, g, n, t.rows)
+    auto err = t.table ? do_push_rows(s, id, worker, g, n, t.rows, owned)
                        : do_push(s, id, worker, g, n, owned);
     if (err) {
       t.fail(std::move(err));
@@ -504,7 +504,8 @@ caf::error shard_state::init(const table_init& msg) {
 
 caf::error shard_state::check_rows(const char* op, const slice_state& s,
                                    slice_id id,
-                                   const std::vector<uint64_t>& rows) const {
+                                   const std::vector<uint64_t>& rows,
+                                   bool distinct) const {
   if (s.dim == 0)
     return make_error(errc::shape_mismatch, std::string{op} + ": "
                                               + slice_name(id)
@@ -516,26 +517,25 @@ caf::error shard_state::check_rows(const char* op, const slice_state& s,
                         std::string{op} + ": row " + std::to_string(r)
                           + " out of range (" + slice_name(id) + " holds "
                           + std::to_string(held) + " rows here)");
-  auto sorted = rows;
-  std::sort(sorted.begin(), sorted.end());
-  if (auto i = std::adjacent_find(sorted.begin(), sorted.end());
-      i != sorted.end())
+  // A pull may name a row twice (it gets it twice); a push must not.
+  uint64_t twice = 0;
+  if (distinct && core::find_repeat(rows, twice))
     return make_error(errc::bad_config,
-                      std::string{op} + ": row " + std::to_string(*i)
+                      std::string{op} + ": row " + std::to_string(twice)
                         + " named twice (sum its values first)");
   return caf::none;
 }
 
 caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
                                      uint32_t worker, const float* g,
-                                     std::size_t n,
-                                     const std::vector<uint64_t>& rows) {
+                                     std::size_t n, std::vector<uint64_t>& rows,
+                                     std::vector<float>* owned) {
   ++stats.pushes;
   if (!live[worker])
     return make_error(errc::dead_node,
                       "push_rows: worker " + std::to_string(worker)
                         + " left the job or was declared dead");
-  if (auto err = check_rows("push_rows", s, id, rows))
+  if (auto err = check_rows("push_rows", s, id, rows, true))
     return err;
   if (n != rows.size() * s.dim)
     return make_error(errc::shape_mismatch,
@@ -550,17 +550,7 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
     // completes when every live worker pushed to this slice (no rows is a
     // push too), and only then are the rows updated, once each.
     auto& r = s.rounds[s.pushes_of[worker]++];
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      auto [at, added] = r.where.emplace(rows[i],
-                                         static_cast<uint32_t>(r.rows.size()));
-      const float* row = g + i * s.dim;
-      if (added) {
-        r.rows.push_back(rows[i]);
-        r.sum.insert(r.sum.end(), row, row + s.dim);
-      } else {
-        core::accumulate_into(r.sum.data() + at->second * s.dim, row, s.dim);
-      }
-    }
+    r.rows.add(rows, g, owned, s.dim);
     r.add(worker);
     return caf::none;
   }

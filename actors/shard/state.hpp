@@ -17,6 +17,7 @@
 
 #include "actors/shard/shard.hpp"
 #include "actors/trust.hpp"
+#include "core/rows.hpp"
 #include "messages/types.hpp"
 
 /// The state of a shard actor (internal: not installed): its slices, the
@@ -103,9 +104,13 @@ struct op_target {
     if (table) {
       // The rows asked for, gathered: the table is never shared.
       std::vector<float> out(rows.size() * dim);
-      for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        // Rows lie far apart in a large table: fetch a few ahead.
+        if (i + 4 < rows.size())
+          __builtin_prefetch(value.data() + rows[i + 4] * dim);
         std::memcpy(out.data() + i * dim, value.data() + rows[i] * dim,
                     dim * sizeof(float));
+      }
       shared_floats x{std::move(out)};
       if (direct.sink)
         direct.sink->value(direct.peer, direct.request, x);
@@ -166,10 +171,8 @@ struct round_sum {
   uint64_t low = 0;
   std::vector<bool> high;
   uint32_t contributors = 0;
-  // A table's round: the rows pushed (local indices, first-seen order),
-  // their sums lying back to back in `sum`, and where each row's lies.
-  std::vector<uint64_t> rows;
-  std::unordered_map<uint64_t, uint32_t> where;
+  // A table's round: each row pushed, its values summed.
+  core::row_sum rows;
 
   bool contributed(uint32_t worker) const {
     if (worker < 64)
@@ -284,15 +287,18 @@ struct shard_state {
   // -- in-order processing ----------------------------------------------------
 
   // Checks the rows of an operation on a table slice: a table, each row in
-  // range and named once.
+  // range and, if `distinct` (pushes), named once.
   caf::error check_rows(const char* op, const slice_state& s, slice_id id,
-                        const std::vector<uint64_t>& rows) const;
+                        const std::vector<uint64_t>& rows, bool distinct) const;
 
   // Applies (async, bounded staleness) or adds to its round (sync) a push of
   // `n` floats to `rows` of table slice `s`, row by row.
+  // `rows` may be taken over (sync rounds); `owned`, if set, holds the
+  // pushed floats and may be taken over too.
   caf::error do_push_rows(slice_state& s, slice_id id, uint32_t worker,
                           const float* g, std::size_t n,
-                          const std::vector<uint64_t>& rows);
+                          std::vector<uint64_t>& rows,
+                          std::vector<float>* owned);
 
   // Applies (async) or adds to its round (sync) one push of `n` floats.
   // `owned`, if set, holds those floats and may be taken over as the round's

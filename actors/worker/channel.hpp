@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-// A second carrier for a worker's data requests (push, pull, push_pull and
-// batch) to shards of other processes: the UCX plane, implemented in
-// runtime/ucx. No CAF here. Without a channel, or for shards it does not
-// carry, CAF carries every request.
+// A second carrier for a worker's data requests (push, pull, push_pull,
+// batch, and rows of tables) to shards of other processes: the UCX plane,
+// implemented in runtime/ucx. No CAF here. Without a channel, or for shards it
+// does not carry, CAF carries every request.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +25,10 @@ enum class data_kind : uint8_t {
   push_pull = 2,
   /// `(batch_atom, slice_batch)`, answered with the value's floats.
   batch = 3,
+  /// `(push_atom, rows_push)`, answered with `ok_atom`.
+  rows_push = 4,
+  /// `(pull_atom, rows_pull)`, answered with the rows' floats.
+  rows_pull = 5,
 };
 
 /// A data request to a shard, as a data channel takes it.
@@ -36,8 +40,8 @@ struct data_request {
   uint64_t request = 0;
   /// > 0: overtakes the shard's normal backlog.
   int32_t priority = 0;
-  /// push, push_pull and pull: the fields of `slice_push` / `slice_pull`;
-  /// batch: the worker.
+  /// push, push_pull, pull and the row kinds: the fields of `slice_push`,
+  /// `slice_pull`, `rows_push` or `rows_pull`; batch: the worker.
   uint64_t slice = 0;
   uint32_t worker = 0;
   uint64_t seq = 0;
@@ -48,6 +52,8 @@ struct data_request {
   /// raw float32 when uncompressed).
   compression encoding{};
   uint64_t count = 0;
+  /// Row kinds: the number of rows named.
+  uint64_t rows = 0;
 
   /// A run of bytes.
   struct piece {
@@ -57,8 +63,9 @@ struct data_request {
 
   /// The bytes, sent back to back: push kinds, the encoded values; batch,
   /// the encoded values (if it pushes), then its slice ids, then their
-  /// sequence numbers (64-bit little-endian words); pull, none. Valid while
-  /// `keep` lives.
+  /// sequence numbers (64-bit little-endian words); rows_push, the encoded
+  /// values then the rows (64-bit words); rows_pull, the rows; pull, none.
+  /// Valid while `keep` lives.
   std::vector<piece> pieces;
   std::shared_ptr<const void> keep;
 };

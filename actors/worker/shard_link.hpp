@@ -36,6 +36,10 @@ caf::error to_request(caf::actor_system& sys, slice_pull& msg,
                       data_request& out);
 caf::error to_request(caf::actor_system& sys, slice_batch& msg,
                       data_request& out);
+caf::error to_request(caf::actor_system& sys, rows_push& msg,
+                      data_request& out);
+caf::error to_request(caf::actor_system& sys, rows_pull& msg,
+                      data_request& out);
 
 /// The `caf::error` in `body`, or a `bad_config` error saying it is none.
 caf::error deserialize_error(caf::actor_system& sys,
@@ -53,14 +57,18 @@ caf::error deserialize_error(caf::actor_system& sys,
 ///   normal backlog; order among one worker's operations on one slice is kept
 ///   by their sequence numbers, not by the transport.
 /// A data channel (cfg.channel, the UCX plane) carries push, pull,
-/// push_pull and batch requests to the shards it carries, with their
+/// push_pull, batch and row requests to the shards it carries, with their
 /// priority; CAF carries the rest: priority > 0 goes through the shard's
 /// relay when the shard is remote (CAF drops priorities over the network,
 /// see actors/shard/relay.hpp), else with CAF's high priority.
 // The kind of a data request, for a data channel; none for other requests.
-template <class Atom>
+template <class Atom, class Msg>
 constexpr std::optional<data_kind> data_kind_of() {
-  if constexpr (std::is_same_v<Atom, push_atom>)
+  if constexpr (std::is_same_v<Msg, rows_push>)
+    return data_kind::rows_push;
+  else if constexpr (std::is_same_v<Msg, rows_pull>)
+    return data_kind::rows_pull;
+  else if constexpr (std::is_same_v<Atom, push_atom>)
     return data_kind::push;
   else if constexpr (std::is_same_v<Atom, pull_atom>)
     return data_kind::pull;
@@ -84,7 +92,7 @@ void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
                 Ok ok, Fail fail, Msg& msg) {
   auto& st = self->state;
   data_request req;
-  req.kind = *data_kind_of<Atom>();
+  req.kind = *data_kind_of<Atom, Msg>();
   req.shard = index;
   req.request = id;
   req.priority = priority;
@@ -133,10 +141,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   auto fail = [self, index, id](caf::error& err) {
     fail_pending(self->state.in_flight[index], id, err);
   };
-  // Rows of tables travel over CAF (the plane's frames carry slices).
-  if constexpr (data_kind_of<Atom>().has_value()
-                && !std::is_same_v<
-                   Msg, rows_push> && !std::is_same_v<Msg, rows_pull>) {
+  if constexpr (data_kind_of<Atom, Msg>().has_value()) {
     if (st.cfg.channel && st.cfg.channel->carries(index)) {
       to_channel<Reply, Atom>(self, index, priority, id, std::move(ok),
                               std::move(fail), msg);

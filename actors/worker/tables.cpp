@@ -14,6 +14,48 @@
 
 namespace actorps {
 
+// -- the data channel's encoding of rows --------------------------------------
+
+caf::error to_request(caf::actor_system&, rows_push& msg, data_request& out) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "row frames carry the rows as they lie in memory");
+  out.slice = msg.slice;
+  out.worker = msg.worker;
+  out.seq = msg.seq;
+  out.count = msg.values.data.size();
+  out.rows = msg.rows.size();
+  out.encoding = msg.values.encoding;
+  struct held {
+    rows_push msg;
+    std::vector<uint8_t> encoded;
+  };
+  auto keep = std::make_shared<held>();
+  keep->msg = std::move(msg);
+  auto& values = keep->msg.values.data;
+  if (out.encoding.kind == codec::none) {
+    out.pieces.push_back({values.data(), values.size() * sizeof(float)});
+  } else {
+    keep->encoded.resize(encoded_size(out.encoding, out.count));
+    encode(out.encoding, values.data(), out.count, keep->encoded.data());
+    out.pieces.push_back({keep->encoded.data(), keep->encoded.size()});
+  }
+  auto& rows = keep->msg.rows;
+  out.pieces.push_back({rows.data(), rows.size() * sizeof(uint64_t)});
+  out.keep = std::move(keep);
+  return caf::none;
+}
+
+caf::error to_request(caf::actor_system&, rows_pull& msg, data_request& out) {
+  out.slice = msg.slice;
+  out.worker = msg.worker;
+  out.seq = msg.seq;
+  out.rows = msg.rows.size();
+  auto keep = std::make_shared<std::vector<uint64_t>>(std::move(msg.rows));
+  out.pieces.push_back({keep->data(), keep->size() * sizeof(uint64_t)});
+  out.keep = std::move(keep);
+  return caf::none;
+}
+
 void write_table(worker_ptr self, key_info info, table_init spec,
                  caf::typed_response_promise<caf::ok_atom> rp) {
   core::row_layout layout{info.shape[0], info.dim,
@@ -58,6 +100,16 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
                           + std::to_string(values.size())));
     return;
   }
+  // fp16 rows cross packed as a dense push's do; 2-bit needs a residual
+  // per pushed value kept at the worker, which for a table is the table.
+  if (pushes && r.comp.kind == codec::two_bit) {
+    on_error(make_error(errc::bad_config,
+                        op + ": key '" + info.name
+                          + "' is a row table: 2-bit compression is not "
+                            "supported for rows (its residuals would be as "
+                            "large as the table); use fp16 or none"));
+    return;
+  }
   core::row_layout layout{info.shape[0], dim,
                           static_cast<uint32_t>(st.cfg.shards.size())};
   std::vector<core::shard_rows> split;
@@ -89,11 +141,16 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
     ++g->remaining;
     auto n = rows.local.size() * dim;
     if (pushes) {
-      auto sum = core::summed_rows(rows, values.data(), dim);
+      floats sum{core::summed_rows(rows, values.data(), dim)};
+      if (r.comp.kind == codec::fp16) {
+        // The shard gets the values fp16 holds, whether they cross packed
+        // or stay in this process.
+        quantize(r.comp, sum.data.data(), nullptr, sum.data.size());
+        sum.encoding = r.comp;
+      }
       submit<caf::ok_atom>(
         self, s, priority, kind, n, [g](caf::ok_atom) { g->arrive(); }, fail,
-        push_atom::value,
-        rows_push{id, rank, seq, rows.local, floats{std::move(sum)}});
+        push_atom::value, rows_push{id, rank, seq, rows.local, std::move(sum)});
       continue;
     }
     auto local = rows.local;

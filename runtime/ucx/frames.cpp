@@ -17,7 +17,11 @@ static_assert(static_cast<uint8_t>(frame_kind::push)
               && static_cast<uint8_t>(frame_kind::push_pull)
                    == static_cast<uint8_t>(data_kind::push_pull)
               && static_cast<uint8_t>(frame_kind::batch)
-                   == static_cast<uint8_t>(data_kind::batch));
+                   == static_cast<uint8_t>(data_kind::batch)
+              && static_cast<uint8_t>(frame_kind::rows_push)
+                   == static_cast<uint8_t>(data_kind::rows_push)
+              && static_cast<uint8_t>(frame_kind::rows_pull)
+                   == static_cast<uint8_t>(data_kind::rows_pull));
 
 namespace {
 
@@ -25,9 +29,14 @@ constexpr std::size_t header_size = 1 + 8 + 4 + 4;
 constexpr std::size_t pull_meta_size = 8 + 4 + 8;
 constexpr std::size_t push_meta_size = pull_meta_size + 1 + 4 + 8;
 constexpr std::size_t batch_meta_size = 4 + 1 + 4 + 1 + 4 + 8;
+constexpr std::size_t rows_meta_size = push_meta_size + 8;
 
 bool pushes(frame_kind k) {
   return k == frame_kind::push || k == frame_kind::push_pull;
+}
+
+bool on_rows(frame_kind k) {
+  return k == frame_kind::rows_push || k == frame_kind::rows_pull;
 }
 
 // Bytes the header of a frame of kind `k` has.
@@ -38,6 +47,8 @@ std::size_t size_of(frame_kind k) {
     return header_size + pull_meta_size;
   if (k == frame_kind::batch)
     return header_size + batch_meta_size;
+  if (on_rows(k))
+    return header_size + rows_meta_size;
   return header_size;
 }
 
@@ -85,6 +96,8 @@ bool known(uint8_t kind) {
     case frame_kind::pull:
     case frame_kind::push_pull:
     case frame_kind::batch:
+    case frame_kind::rows_push:
+    case frame_kind::rows_pull:
     case frame_kind::reply:
     case frame_kind::failure:
       return true;
@@ -110,11 +123,17 @@ std::vector<char> encode(const frame_header& x, const slice_meta& meta) {
   put(out, meta.slice);
   put(out, meta.worker);
   put(out, meta.seq);
-  if (pushes(x.kind)) {
+  if (pushes(x.kind) || on_rows(x.kind)) {
     put_encoding(out, meta.encoding);
     put(out, meta.count);
   }
+  if (on_rows(x.kind))
+    put(out, meta.rows);
   return out;
+}
+
+uint64_t rows_body_size(const slice_meta& meta) {
+  return encoded_size(meta.encoding, meta.count) + meta.rows * sizeof(uint64_t);
 }
 
 uint64_t body_size(const batch_meta& meta) {
@@ -149,14 +168,15 @@ std::optional<frame_header> decode(const std::vector<char>& bytes) {
 
 std::optional<slice_meta> decode_meta(const std::vector<char>& bytes) {
   auto h = decode(bytes);
-  if (!h || (!pushes(h->kind) && h->kind != frame_kind::pull))
+  if (!h
+      || (!pushes(h->kind) && h->kind != frame_kind::pull && !on_rows(h->kind)))
     return std::nullopt;
   slice_meta m;
   std::size_t at = header_size;
   m.slice = get<uint64_t>(bytes, at);
   m.worker = get<uint32_t>(bytes, at + 8);
   m.seq = get<uint64_t>(bytes, at + 12);
-  if (!pushes(h->kind))
+  if (h->kind == frame_kind::pull)
     return m;
   at += pull_meta_size;
   auto c = get_encoding(bytes, at);
@@ -166,6 +186,12 @@ std::optional<slice_meta> decode_meta(const std::vector<char>& bytes) {
   m.count = get<uint64_t>(bytes, at + 5);
   if (m.count > max_frame_floats)
     return std::nullopt;
+  if (on_rows(h->kind)) {
+    m.rows = get<uint64_t>(bytes, at + 13);
+    if (m.rows > max_frame_rows
+        || (h->kind == frame_kind::rows_pull && m.count != 0))
+      return std::nullopt;
+  }
   return m;
 }
 

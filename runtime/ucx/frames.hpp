@@ -10,6 +10,9 @@
 // - batch: the pushed values as their codec lays them out (none for a
 //   batch of pulls), then the slice ids, then the sequence numbers (each
 //   `batch_meta::slices` little-endian 64-bit words);
+// - rows_push: the pushed rows' values as their codec lays them out, then
+//   the rows (`slice_meta::rows` little-endian 64-bit local row indices);
+// - rows_pull: the rows;
 // - reply: the values, raw float32 (none for `ok_atom`);
 // - failure: a `caf::error` in CAF's binary format.
 // No CAF here.
@@ -38,6 +41,10 @@ enum class frame_kind : uint8_t {
   push_pull = 2,
   /// `slice_batch`, answered with `float_parts`.
   batch = 3,
+  /// `rows_push`, answered with `ok_atom`.
+  rows_push = 4,
+  /// `rows_pull`, answered with `shared_floats`.
+  rows_pull = 5,
   /// The reply to request `request`: its value.
   reply = 16,
   /// The reply to request `request`: a `caf::error`.
@@ -56,7 +63,9 @@ struct frame_header {
 };
 
 /// What follows the fixed part of a push, push_pull or pull request: the
-/// fields of `slice_push` or `slice_pull` but the values.
+/// fields of `slice_push` or `slice_pull` but the values; of a rows_push or
+/// rows_pull request, the fields of `rows_push` or `rows_pull` but the
+/// values and rows, and how many rows the body holds.
 struct slice_meta {
   uint64_t slice = 0;
   uint32_t worker = 0;
@@ -65,7 +74,16 @@ struct slice_meta {
   /// (the body holds exactly `encoded_size(encoding, count)` bytes).
   compression encoding{};
   uint64_t count = 0;
+  /// Row kinds: the rows in the body (at most `max_frame_rows`; a
+  /// rows_pull carries no values, its `count` is 0).
+  uint64_t rows = 0;
 };
+
+/// Most rows one request frame may name (1 GiB of row indices).
+constexpr uint64_t max_frame_rows = (uint64_t{1} << 30) / sizeof(uint64_t);
+
+/// Bytes of a rows_push or rows_pull body that `meta` describes.
+uint64_t rows_body_size(const slice_meta& meta);
 
 /// What follows the fixed part of a batch request's header: the fields of
 /// `slice_batch` but the slices, their sequence numbers and the values.
@@ -87,7 +105,8 @@ uint64_t body_size(const batch_meta& meta);
 std::vector<char> encode(const frame_header& x);
 
 /// The header's bytes followed by `meta`'s (push kinds: 50 bytes in all;
-/// pull: 37, without the encoding and count).
+/// pull: 37, without the encoding and count; row kinds: 58, with the
+/// count of rows).
 std::vector<char> encode(const frame_header& x, const slice_meta& meta);
 
 /// The header's bytes followed by `meta`'s (39 bytes in all).
@@ -97,10 +116,11 @@ std::vector<char> encode(const frame_header& x, const batch_meta& meta);
 /// (too short, unknown kind, or more bytes than the kind carries).
 std::optional<frame_header> decode(const std::vector<char>& bytes);
 
-/// The slice's fields after the fixed part of a push, push_pull or pull
-/// request's header, or none if they are not there (wrong size, unknown
-/// codec, a threshold that is no finite number > 0, more than
-/// `max_frame_floats` values).
+/// The slice's fields after the fixed part of a push, push_pull, pull,
+/// rows_push or rows_pull request's header, or none if they are not there
+/// (wrong size, unknown codec, a threshold that is no finite number > 0,
+/// more than `max_frame_floats` values or `max_frame_rows` rows, values in
+/// a rows_pull).
 std::optional<slice_meta> decode_meta(const std::vector<char>& bytes);
 
 /// The batch's fields after the fixed part of a batch request's header, or

@@ -185,6 +185,32 @@ std::optional<slice_batch> decode_batch(const std::vector<char>& header,
   return b;
 }
 
+// The values and rows of a rows_push or rows_pull body, or none if the body
+// is not what `meta` describes. Uncompressed values are taken over.
+bool decode_rows(const slice_meta& meta, buffer& body, floats& values,
+                 std::vector<uint64_t>& rows) {
+  if (body.size() != rows_body_size(meta))
+    return false;
+  auto at = encoded_size(meta.encoding, meta.count);
+  rows.resize(meta.rows);
+  if (meta.rows > 0)
+    std::memcpy(rows.data(), body.data() + at, meta.rows * sizeof(uint64_t));
+  if (meta.count == 0)
+    return true;
+  values.encoding = meta.encoding;
+  if (meta.encoding.kind == codec::none) {
+    // The rows behind the values are 8-byte words: the body is whole floats.
+    if (!body.take_floats(values.data))
+      return false;
+    values.data.resize(meta.count);
+    return true;
+  }
+  values.data.resize(meta.count);
+  decode(meta.encoding, reinterpret_cast<const uint8_t*>(body.data()),
+         meta.count, values.data.data());
+  return true;
+}
+
 // Turns request frames into the shards' typed messages, on the plane's
 // progress thread; the shards answer through the sink.
 struct ingress {
@@ -300,6 +326,26 @@ struct ingress {
              std::move(reply));
         return;
       }
+      case frame_kind::rows_push:
+      case frame_kind::rows_pull: {
+        auto meta = decode_meta(x.header);
+        floats values;
+        std::vector<uint64_t> rows;
+        if (!meta || !decode_rows(*meta, x.body, values, rows))
+          return bad_body();
+        seen(meta->worker, from);
+        if (h->kind == frame_kind::rows_push)
+          tell(shard, h->priority, push_atom::value,
+               actorps::rows_push{meta->slice, meta->worker, meta->seq,
+                                  std::move(rows), std::move(values)},
+               std::move(reply));
+        else
+          tell(shard, h->priority, pull_atom::value,
+               actorps::rows_pull{meta->slice, meta->worker, meta->seq,
+                                  std::move(rows)},
+               std::move(reply));
+        return;
+      }
       case frame_kind::batch: {
         auto b = decode_batch(x.header, x.body);
         if (!b)
@@ -354,8 +400,8 @@ public:
     auto header
       = x.kind == data_kind::batch
           ? encode(h, batch_meta{x.worker, x.op, x.slices, x.encoding, x.count})
-          : encode(h,
-                   slice_meta{x.slice, x.worker, x.seq, x.encoding, x.count});
+          : encode(h, slice_meta{x.slice, x.worker, x.seq, x.encoding, x.count,
+                                 x.rows});
     std::vector<payload::piece> pieces;
     pieces.reserve(x.pieces.size());
     for (const auto& p : x.pieces)

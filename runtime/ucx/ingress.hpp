@@ -22,6 +22,9 @@
 //   plane_reply)`, replied with the floats;
 // - `batch` -> `(batch_atom, slice_batch, plane_reply)`, replied with the
 //   value's floats in order;
+// - `rows_push` -> `(push_atom, rows_push, plane_reply)`, replied with no
+//   values; `rows_pull` -> `(pull_atom, rows_pull, plane_reply)`, replied
+//   with the rows' floats;
 // priority > 0 is sent with CAF's high priority (the shard is local, so its
 // urgent queue sees it). A request that does not decode (frames.hpp), or
 // names a shard this server does not host, is answered with a `failure`

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // libFuzzer target: what an admitted UCX peer sends before any value is
-// read: a frame's header (fixed part, slice or batch fields) and a plane's
-// address (as a hello carries it). Whatever decodes must encode back to
+// read: a frame's header (fixed part, slice, rows or batch fields) and a
+// plane's address (as a hello carries it). Whatever decodes must encode back to
 // the same bytes, and a request's body size must be computable for it.
 #include <algorithm>
 #include <cstddef>
@@ -29,7 +29,7 @@ bool same(const slice_meta& x, const slice_meta& y) {
          && std::memcmp(&x.encoding.threshold, &y.encoding.threshold,
                         sizeof(float))
               == 0
-         && x.count == y.count;
+         && x.count == y.count && x.rows == y.rows;
 }
 
 } // namespace
@@ -45,9 +45,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!h2 || !meta2 || !same(*h, *h2) || !same(*meta, *meta2))
         __builtin_trap();
       // Bounded by the decoder before anything is sized by it.
-      if (meta->count > max_frame_floats)
+      if (meta->count > max_frame_floats || meta->rows > max_frame_rows)
         __builtin_trap();
       static_cast<void>(encoded_size(meta->encoding, meta->count));
+      static_cast<void>(rows_body_size(*meta));
     } else if (auto batch = decode_batch_meta(bytes)) {
       if (encode(*h, *batch) != bytes)
         __builtin_trap();

@@ -85,24 +85,26 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   auto [output, doc] = run_bench({"--quick"}, "actorps-bench");
   INFO(output);
   // (4 quick cases x 2 round kinds + 2 priority cases + 2 compressed
-  // cases) x 2 modes x 2 worker counts, each checked by the harness itself
-  // (every pulled value is the round's sum, or the small key's value).
-  CHECK(count_results(doc, "mode", "local") == 24);
-  CHECK(count_results(doc, "mode", "dist") == 24);
-  CHECK(count_results(doc, "workers", 2) == 24);
+  // cases + 1 row case) x 2 modes x 2 worker counts, each checked by the
+  // harness itself (every pulled value is the round's sum, or the small
+  // key's value).
+  CHECK(count_results(doc, "mode", "local") == 26);
+  CHECK(count_results(doc, "mode", "dist") == 26);
+  CHECK(count_results(doc, "workers", 2) == 26);
+  CHECK(count_results(doc, "round", "rows") == 4);
   // ... and the server's peak memory of each dist run.
   REQUIRE(doc.at("server_memory").size() == 2);
   CHECK(doc.at("server_memory")[1].at("workers") == 2);
   CHECK(doc.at("server_memory")[0].at("peak_rss_mb").get<double>() > 0);
   CHECK(count(output, "dist server, ") == 3);
   // ... and while each dist case ran.
-  CHECK(count_with(doc, "server_peak_rss_mb") == 24);
+  CHECK(count_with(doc, "server_peak_rss_mb") == 26);
   CHECK(count(output, "dist server, peak RSS while each case ran") == 1);
   CHECK(count_results(doc, "round", "fused") == 24);
   // Bytes on the wire of every dist case but the priority ones: a 64 KB
   // push crosses whole, as 2 bytes a value under fp16, as 2 bits under
   // 2-bit (plus message headers); the pulls come back whole.
-  CHECK(count_with(doc, "wire_sent_bytes_per_round") == 20);
+  CHECK(count_with(doc, "wire_sent_bytes_per_round") == 22);
   for (int w : {1, 2}) {
     INFO(w << " workers");
     auto plain = dist_result(doc, "64 KB", w);
@@ -126,18 +128,18 @@ TEST_CASE("bench: the harness runs on tiny sizes, local and dist",
   CHECK(count_results(doc, "backlog_bytes", 1048576) == 8);
   CHECK(doc.at("machine").contains("tcp_rtt_us"));
   // One TCP echo round, one BASP echo round and one broker round per
-  // uncompressed payload size (4 KB, 64 KB, 10 x 256 and 100 x 1 floats),
-  // the yardsticks of the uncompressed dist rounds.
+  // uncompressed payload size (4 KB, 64 KB, 10 x 256 and 100 x 1 floats,
+  // 100 rows x 4 floats), the yardsticks of the uncompressed dist rounds.
   for (auto what : {"tcp_echo", "basp_echo", "broker_round"})
-    CHECK(doc.at("machine").at(what).size() == 4);
-  CHECK(count_with(doc, "fraction_of_tcp_echo") == 16);
-  CHECK(count_with(doc, "fraction_of_basp_echo") == 16);
-  CHECK(count_with(doc, "fraction_of_broker_round") == 16);
+    CHECK(doc.at("machine").at(what).size() == 5);
+  CHECK(count_with(doc, "fraction_of_tcp_echo") == 18);
+  CHECK(count_with(doc, "fraction_of_basp_echo") == 18);
+  CHECK(count_with(doc, "fraction_of_broker_round") == 18);
   for (const auto& r : doc.at("results"))
     CHECK(r.at("rounds_us").size() == doc.at("measured_rounds"));
-  CHECK(count(output, "% of TCP echo") == 16);
-  CHECK(count(output, "% of BASP echo") == 16);
-  CHECK(count(output, "% of broker round") == 16);
+  CHECK(count(output, "% of TCP echo") == 18);
+  CHECK(count(output, "% of BASP echo") == 18);
+  CHECK(count(output, "% of broker round") == 18);
   CHECK(count(output, "BASP echo rounds (") == 1);
   CHECK(count(output, "Broker rounds (") == 1);
   // The table names the machine's limits and every case.
@@ -156,8 +158,8 @@ TEST_CASE("bench: --transport ucx runs the dist cases over the UCX plane",
   INFO(output);
   // Every quick case on both transports, each checked by the harness (the
   // pulled values are the round's sums), and the server's memory of each.
-  CHECK(count_results(doc, "mode", "dist") == 12);
-  CHECK(count_results(doc, "mode", "ucx") == 12);
+  CHECK(count_results(doc, "mode", "dist") == 13);
+  CHECK(count_results(doc, "mode", "ucx") == 13);
   REQUIRE(doc.at("server_memory").size() == 2);
   CHECK(doc.at("server_memory")[0].at("mode") == "dist");
   CHECK(doc.at("server_memory")[1].at("mode") == "ucx");
@@ -173,10 +175,10 @@ TEST_CASE("bench: with the limits, ucx cases get ucx_perftest's figures",
   // .ci/setup.sh installs it with libucx-dev.
   INFO("ucx_perftest comes with Debian's ucx-utils");
   REQUIRE(::access("/usr/bin/ucx_perftest", X_OK) == 0);
-  auto [output, doc]
-    = run_bench({"--quick", "--modes", "dist", "--transport", "ucx", "--sizes",
-                 "4K", "--many", "none", "--workers", "1", "--backlog", "0"},
-                "actorps-bench-ucx-perftest");
+  auto [output, doc] = run_bench(
+    {"--quick", "--modes", "dist", "--transport", "ucx", "--sizes", "4K",
+     "--many", "none", "--rows", "none", "--workers", "1", "--backlog", "0"},
+    "actorps-bench-ucx-perftest");
   INFO(output);
   const auto& ucx = doc.at("machine").at("ucx_perftest");
   // One-way bandwidth at the case's size and the 4 KB latency, over TCP

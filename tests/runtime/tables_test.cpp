@@ -282,3 +282,32 @@ TEST_CASE("tables: export_weights writes a table's rows in row order",
               rows.size() * sizeof(float));
   CHECK(exported == rows);
 }
+
+TEST_CASE("tables: an fp16 table's rows are pushed as fp16 keeps them; 2-bit "
+          "is refused for tables",
+          "[tables]") {
+  auto kv = make_store(2);
+  REQUIRE_FALSE(kv.set_gradient_compression("half", {codec::fp16}));
+  REQUIRE_FALSE(kv.init_table("half", 4, 1));
+  const float third = 1.0f / 3.0f;
+  // fp16 keeps a float's upper 16 bits.
+  uint32_t bits = 0;
+  std::memcpy(&bits, &third, sizeof(bits));
+  bits &= 0xFFFF0000u;
+  float kept = 0;
+  std::memcpy(&kept, &bits, sizeof(bits));
+  REQUIRE(kept != third);
+  REQUIRE_FALSE(kv.push_rows("half", {1}, Eigen::VectorXf::Constant(1, third)));
+  REQUIRE_FALSE(kv.wait_all());
+  // SGD at learning rate 1: the row is minus what arrived.
+  CHECK(as_vector(pull_rows(kv, "half", {1, 2}, 1))
+        == std::vector<float>{-kept, 0.0f});
+  REQUIRE_FALSE(kv.set_gradient_compression("coarse", {codec::two_bit, 0.5f}));
+  REQUIRE_FALSE(kv.init_table("coarse", 4, 1));
+  REQUIRE_FALSE(kv.push_rows("coarse", {1}, Eigen::VectorXf::Ones(1)));
+  auto err = kv.wait_all();
+  INFO(render(err));
+  CHECK(code_of(err) == errc::bad_config);
+  CHECK(render(err).find("2-bit") != std::string::npos);
+  CHECK(as_vector(pull_rows(kv, "coarse", {1}, 1)) == std::vector<float>{0});
+}

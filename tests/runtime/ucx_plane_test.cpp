@@ -73,6 +73,23 @@ struct inbox {
     return h;
   }
 
+  // Waits for the frame that answers request `req`: its kind and body
+  // (a failure with no body if none came).
+  std::pair<frame_kind, std::vector<char>> reply_to(uint64_t req) {
+    auto answered = wait([&](inbox& x) {
+      for (auto& [from, header] : x.headers)
+        if (auto r = decode(header); r && r->request == req)
+          return true;
+      return false;
+    });
+    CHECK(answered);
+    std::lock_guard<std::mutex> guard{mtx};
+    for (size_t i = 0; i < headers.size(); ++i)
+      if (auto r = decode(headers[i].second); r && r->request == req)
+        return std::make_pair(r->kind, bodies[i]);
+    return std::make_pair(frame_kind::failure, std::vector<char>{});
+  }
+
   template <class Pred>
   bool wait(Pred pred, std::chrono::milliseconds limit = 10s) {
     std::unique_lock<std::mutex> lock{mtx};
@@ -532,18 +549,7 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
     auto keep = std::make_shared<std::vector<char>>(std::move(body));
     client->send(to_server, std::move(header),
                  payload{keep->data(), keep->size(), keep});
-    REQUIRE(client_box.wait([&](inbox& x) {
-      for (auto& [from, header] : x.headers)
-        if (auto r = decode(header); r && r->request == req)
-          return true;
-      return false;
-    }));
-    std::lock_guard<std::mutex> guard{client_box.mtx};
-    for (size_t i = 0; i < client_box.headers.size(); ++i)
-      if (auto r = decode(client_box.headers[i].second); r->request == req)
-        return std::make_pair(r->kind, client_box.bodies[i]);
-    FAIL("no reply");
-    return std::make_pair(frame_kind::failure, std::vector<char>{});
+    return client_box.reply_to(req);
   };
   // The same, with the slice's fields, if given.
   auto request = [&](frame_kind kind, uint64_t req, uint32_t shard,
@@ -640,6 +646,88 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   CHECK(as_floats(b4) == batch_want.flatten());
   client->close();
   server->close();
+}
+
+TEST_CASE("ucx: the ingress serves rows of a table as the shard's row "
+          "messages",
+          "[ucx]") {
+  shard_config sc;
+  sc.index = 2;
+  ingress_fixture f{sc};
+  auto& self = f.self;
+  auto reference = f.guard(spawn_shard(f.sys, sc));
+  auto id = make_slice_id(5, 0);
+  table_init spec;
+  spec.slice = id;
+  spec.rows = 6;
+  spec.dim = 2;
+  spec.rule = table_init::uniform;
+  spec.high = 1.0f;
+  for (auto& s : {f.shard, reference})
+    ask<caf::ok_atom>(self, s, init_atom::value, spec);
+  inbox client_box;
+  auto client = start("s", client_box);
+  auto to_server = client->connect(f.server->address());
+  // Sends a rows request (header, then values and rows) and waits for its
+  // answer.
+  auto send_rows = [&](frame_kind kind, uint64_t req, slice_meta meta,
+                       std::vector<float> values, std::vector<uint64_t> rows) {
+    INFO("request " << req);
+    frame_header h;
+    h.kind = kind;
+    h.request = req;
+    h.shard = 2;
+    auto body = std::make_shared<std::vector<char>>(
+      values.size() * sizeof(float) + rows.size() * sizeof(uint64_t));
+    std::memcpy(body->data(), values.data(), values.size() * sizeof(float));
+    std::memcpy(body->data() + values.size() * sizeof(float), rows.data(),
+                rows.size() * sizeof(uint64_t));
+    client->send(to_server, encode(h, meta),
+                 payload{body->data(), body->size(), body});
+    return client_box.reply_to(req);
+  };
+  // A push of rows 4 and 1, then a pull of rows 1, 4 and 0: as the same
+  // messages over CAF do.
+  std::vector<float> grad{1, 2, 3, 4};
+  auto [k1, b1] = send_rows(frame_kind::rows_push, 1,
+                            slice_meta{id, 0, 0, {}, 4, 2}, grad, {4, 1});
+  CHECK(k1 == frame_kind::reply);
+  CHECK(b1.empty());
+  ask<caf::ok_atom>(self, reference, push_atom::value,
+                    rows_push{id, 0, 0, {4, 1}, floats{grad}});
+  auto [k2, b2] = send_rows(frame_kind::rows_pull, 2,
+                            slice_meta{id, 0, 1, {}, 0, 3}, {}, {1, 4, 0});
+  CHECK(k2 == frame_kind::reply);
+  auto want = ask<shared_floats>(self, reference, pull_atom::value,
+                                 rows_pull{id, 0, 1, {1, 4, 0}});
+  CHECK(as_floats(b2).size() == 6);
+  CHECK(as_floats(b2) == want.vec());
+  // A body one row short, and the shard's own refusal (a row out of
+  // range), come back as failures.
+  auto [k3, b3] = send_rows(frame_kind::rows_pull, 3,
+                            slice_meta{id, 0, 2, {}, 0, 3}, {}, {1, 4});
+  CHECK(k3 == frame_kind::failure);
+  auto [k4, b4] = send_rows(frame_kind::rows_pull, 4,
+                            slice_meta{id, 0, 2, {}, 0, 1}, {}, {6});
+  CHECK(k4 == frame_kind::failure);
+  caf::error err;
+  caf::binary_deserializer source{f.sys, b4};
+  REQUIRE_FALSE(source(err));
+  CHECK(code_of(err) == errc::unknown_key);
+  // A rows_pull header that announces values does not decode.
+  frame_header h;
+  h.kind = frame_kind::rows_pull;
+  auto bytes = encode(h, slice_meta{id, 0, 0, {}, 3, 1});
+  CHECK(bytes.size() == 58);
+  CHECK_FALSE(decode_meta(bytes));
+  h.kind = frame_kind::rows_push;
+  auto meta = decode_meta(encode(h, slice_meta{id, 3, 9, {}, 3, 7}));
+  REQUIRE(meta);
+  CHECK(meta->rows == 7);
+  CHECK(meta->count == 3);
+  CHECK(meta->seq == 9);
+  client->close();
+  f.server->close();
 }
 
 namespace {
