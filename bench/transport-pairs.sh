@@ -34,7 +34,11 @@ for f in "$out"/run-*.txt; do
     /^mode / { on = 1; next }
     on && NF == 0 { exit }
     on {
-      for (i = 2; i <= NF; ++i) if ($i == "split" || $i == "fused") break
+      # The round column ("rows" may also stand in the name of a row case):
+      # the one followed by the worker count.
+      for (i = 2; i <= NF; ++i)
+        if (($i == "split" || $i == "fused" || $i == "rows") && $(i + 1) ~ /^[0-9]+$/)
+          break
       name = $2; for (j = 3; j < i; ++j) name = name " " $j
       print run "|" name "|" $i "|" $(i + 1) "\t" $1 "\t" $(i + 2)
     }' "$f"
