@@ -32,15 +32,17 @@ caf::error to_request(caf::actor_system&, rows_push& msg, data_request& out) {
   auto keep = std::make_shared<held>();
   keep->msg = std::move(msg);
   auto& values = keep->msg.values.data;
-  if (out.encoding.kind == codec::none) {
+  // A push with no rows (a sync round's count on a shard) has no body.
+  if (!values.empty() && out.encoding.kind == codec::none) {
     out.pieces.push_back({values.data(), values.size() * sizeof(float)});
-  } else {
+  } else if (!values.empty()) {
     keep->encoded.resize(encoded_size(out.encoding, out.count));
     encode(out.encoding, values.data(), out.count, keep->encoded.data());
     out.pieces.push_back({keep->encoded.data(), keep->encoded.size()});
   }
   auto& rows = keep->msg.rows;
-  out.pieces.push_back({rows.data(), rows.size() * sizeof(uint64_t)});
+  if (!rows.empty())
+    out.pieces.push_back({rows.data(), rows.size() * sizeof(uint64_t)});
   out.keep = std::move(keep);
   return caf::none;
 }

@@ -250,6 +250,8 @@ bool plane::impl::submit(ucp_ep_h ep, unsigned am, send_state* state) {
     state->gathered.resize(state->body.size());
     auto* at = state->gathered.data();
     for (const auto& x : pieces) {
+      if (x.size == 0)
+        continue;
       std::memcpy(at, x.data, x.size);
       at += x.size;
     }

@@ -679,9 +679,11 @@ TEST_CASE("ucx: the ingress serves rows of a table as the shard's row "
     h.shard = 2;
     auto body = std::make_shared<std::vector<char>>(
       values.size() * sizeof(float) + rows.size() * sizeof(uint64_t));
-    std::memcpy(body->data(), values.data(), values.size() * sizeof(float));
-    std::memcpy(body->data() + values.size() * sizeof(float), rows.data(),
-                rows.size() * sizeof(uint64_t));
+    std::copy(values.begin(), values.end(),
+              reinterpret_cast<float*>(body->data()));
+    std::copy(rows.begin(), rows.end(),
+              reinterpret_cast<uint64_t*>(body->data()
+                                          + values.size() * sizeof(float)));
     client->send(to_server, encode(h, meta),
                  payload{body->data(), body->size(), body});
     return client_box.reply_to(req);
