@@ -331,6 +331,18 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
       return nullptr;
     }
   }
+  // Messages up to 128 KB go eagerly unless the user chooses: UCX 1.13's
+  // own choice sent 8-64 KB by rendezvous, slower here than one eager
+  // send (docs/benchmarks.md).
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    if (auto status = ucp_config_modify(config, "RNDV_THRESH", "128K");
+        status != UCS_OK) {
+      ucp_config_release(config);
+      error = "UCX: cannot set its rendezvous threshold (" + reason(status)
+              + "; set UCX_RNDV_THRESH to choose it)";
+      return nullptr;
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
