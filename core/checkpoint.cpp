@@ -100,8 +100,7 @@ public:
   void end_record(size_t pos) {
     auto payload = pos + record_header_size;
     auto len = buf_.size() - payload;
-    // Slices hold at most max_slice_floats floats plus their optimizer state,
-    // far below 4 GiB.
+    // Callers check it first (check_encodable).
     assert(len <= std::numeric_limits<uint32_t>::max());
     auto crc = crc32(buf_.data() + payload, len);
     put_u32_at(pos, static_cast<uint32_t>(len));
@@ -330,6 +329,28 @@ uint32_t crc32(const void* data, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
+}
+
+uint64_t record_payload_size(std::size_t key_bytes, uint64_t values,
+                             uint64_t state, uint64_t row_steps) noexcept {
+  // key_id, key, part, offset, step, then three counted arrays.
+  return 4 + 4 + key_bytes + 4 + 8 + 8 + 8 + values * sizeof(float) + 8
+         + state * sizeof(float) + 8 + row_steps * sizeof(uint64_t);
+}
+
+status check_encodable(const state_snapshot& snapshot) {
+  constexpr uint64_t limit = std::numeric_limits<uint32_t>::max();
+  for (const auto& s : snapshot.slices) {
+    auto n = record_payload_size(s.key.size(), s.value.data.size(),
+                                 s.state.data.size(), s.row_steps.size());
+    if (n > limit)
+      return {errc::checkpoint_io,
+              "checkpoint: part " + std::to_string(s.part) + " of key '" + s.key
+                + "' takes " + std::to_string(n >> 20)
+                + " MiB with its optimizer state, more than a record holds "
+                  "(4 GiB): spread the key over more shards"};
+  }
+  return {};
 }
 
 std::vector<char> encode_checkpoint(const state_snapshot& snapshot) {

@@ -35,9 +35,19 @@ namespace actorps::core {
 /// CRC-32 (IEEE 802.3, reflected, as zlib's crc32) of `n` bytes.
 uint32_t crc32(const void* data, std::size_t n) noexcept;
 
+/// Bytes the payload of `x`'s record takes (u64: a table's part may hold
+/// more than a record's u32 length can say).
+uint64_t record_payload_size(std::size_t key_bytes, uint64_t values,
+                             uint64_t state, uint64_t row_steps) noexcept;
+
+/// Whether every record of `snapshot` fits the format (a payload below
+/// 4 GiB: a dense slice always does; a shard's part of a large table with
+/// its optimizer state may not); `checkpoint_io` naming the first that
+/// does not, and what to do about it.
+status check_encodable(const state_snapshot& snapshot);
+
 /// Encodes a snapshot into the checkpoint byte format.
-/// Precondition: every record encodes to less than 4 GiB (a slice of at most
-/// `max_slice_floats` floats plus its optimizer state is far below that).
+/// Precondition: `check_encodable(snapshot)` holds.
 std::vector<char> encode_checkpoint(const state_snapshot& snapshot);
 
 /// Decodes bytes produced by `encode_checkpoint`; `slices[i].key` and all

@@ -71,6 +71,8 @@ status write_numbered_checkpoint(const std::string& dir, uint64_t number,
     return {errc::checkpoint_io,
             "checkpoint: cannot create " + dir + ": " + ec.message()};
   path = (fs::path{dir} / checkpoint_name(number)).string();
+  if (auto st = check_encodable(snap); !st.ok())
+    return st;
   if (auto st = write_file_atomic(path, encode_checkpoint(snap)); !st.ok())
     return st;
   auto files = numbered(dir);

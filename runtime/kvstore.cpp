@@ -386,6 +386,8 @@ caf::error kvstore::save_optimizer_states(const std::string& path) {
   auto snap = d.snapshot();
   if (!snap)
     return std::move(snap.error());
+  if (auto st = core::check_encodable(*snap); !st.ok())
+    return to_error(st);
   return to_error(
     core::write_file_atomic(path, core::encode_checkpoint(*snap)));
 }

@@ -209,7 +209,9 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return err;
       return self->state.save();
     },
-    [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
+    // Takes the message by mutable reference: the saved buffers become the
+    // slices' own without a copy (CAF copies a shared message first).
+    [self](load_atom, state_snapshot& snap) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
         return err;
       if (auto err = self->state.load(snap))

@@ -34,7 +34,7 @@ state_snapshot shard_state::save() const {
   return snap;
 }
 
-caf::error shard_state::load(const state_snapshot& snap) {
+caf::error shard_state::load(state_snapshot& snap) {
   if (auto err = to_error(core::validate(snap.optimizer)))
     return err;
   // Check everything before changing anything: loading is all-or-nothing.
@@ -73,14 +73,14 @@ caf::error shard_state::load(const state_snapshot& snap) {
   set_optimizer(snap.optimizer);
   for (auto& rec : snap.slices) {
     auto& s = slices[make_slice_id(rec.key_id, rec.part)];
-    s.value = shared_floats{rec.value.data};
-    s.opt_state = rec.state.data;
+    s.value = shared_floats{std::move(rec.value.data)};
+    s.opt_state = std::move(rec.state.data);
     s.step = rec.step;
     // Checkpoints from before row steps were saved: every row at 0.
     if (s.dim > 0)
       s.row_steps = rec.row_steps.empty()
                       ? std::vector<uint64_t>(s.value.size() / s.dim, 0)
-                      : rec.row_steps;
+                      : std::move(rec.row_steps);
   }
   return caf::none;
 }

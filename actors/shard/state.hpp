@@ -354,8 +354,9 @@ struct shard_state {
   // The optimizer and every slice, in slice id order.
   state_snapshot save() const;
 
-  // Restores slices saved by `save`: all or nothing, checked first.
-  caf::error load(const state_snapshot& snap);
+  // Restores slices saved by `save`: all or nothing, checked first. The
+  // saved buffers are taken over.
+  caf::error load(state_snapshot& snap);
 
   // The workers still taking part; rounds stop waiting for the others.
   caf::error set_live(const std::vector<uint32_t>& workers);

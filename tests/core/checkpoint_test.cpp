@@ -289,6 +289,30 @@ TEST_CASE("checkpoint: encode then decode round-trips exactly", "[core]") {
   }
 }
 
+TEST_CASE("checkpoint: a record's size is known before encoding, and one "
+          "past 4 GiB is refused",
+          "[core]") {
+  auto snap = sample_snapshot();
+  REQUIRE(core::check_encodable(snap).ok());
+  auto bytes = core::encode_checkpoint(snap);
+  auto records = records_of(bytes);
+  REQUIRE(records.size() == snap.slices.size() + 2);
+  for (size_t i = 0; i < snap.slices.size(); ++i) {
+    const auto& s = snap.slices[i];
+    CHECK(records[i + 1].length
+          == core::record_payload_size(s.key.size(), s.value.data.size(),
+                                       s.state.data.size(),
+                                       s.row_steps.size()));
+  }
+  // A table part of 10M rows x 64 with Adam's two state blocks (7.7 GB)
+  // does not fit a record; one of 10M x 16 (2 GB) does.
+  const uint64_t rows = 10'000'000;
+  CHECK(core::record_payload_size(1, rows * 64, 2 * rows * 64, rows)
+        > std::numeric_limits<uint32_t>::max());
+  CHECK(core::record_payload_size(1, rows * 16, 2 * rows * 16, rows)
+        < std::numeric_limits<uint32_t>::max());
+}
+
 TEST_CASE("checkpoint: byte layout follows the documentation", "[core]") {
   auto snap = sample_snapshot();
   auto bytes = core::encode_checkpoint(snap);
