@@ -141,6 +141,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                       "create: " + context_of(any.error()));
   auto agent = rt->own(
     spawn_node_agent(rt->sys, caf::actor_cast<gate_actor>(*any), caf::actor{}));
+  rt->agent = caf::actor_cast<caf::actor>(agent);
   caf::scoped_actor self{rt->sys, true};
   job_info job;
   if (auto err = detail::ask(

@@ -43,6 +43,10 @@ struct store_runtime {
   std::vector<caf::actor> local_shards;
   // Long-lived actors of this process, sent an exit in this order.
   std::vector<caf::actor> owned;
+  // Distributed stores: the node agent the coordinator watches (also in
+  // `owned`). Closing the store stops it, so that the coordinator sees this
+  // node go at once and need not wait out its grace period for it.
+  caf::actor agent;
   // The UCX data plane (transport ucx); closed before the actor system
   // goes (members end in reverse order).
   std::shared_ptr<ucx::plane> data_plane;

@@ -563,6 +563,11 @@ caf::error kvstore::close() {
     err = std::move(lerr);
   d.closed = true;
   d.pending.clear();
+  // Once it left, the node has nothing more to say: its agent goes, and the
+  // coordinator, which waits for every node to go down before it ends the
+  // job (or a grace period of 5 s), sees it go now.
+  if (d.rt->agent)
+    caf::anon_send_exit(d.rt->agent, caf::exit_reason::user_shutdown);
   return err;
 }
 
