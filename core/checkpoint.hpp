@@ -55,23 +55,6 @@ std::vector<char> encode_checkpoint(const state_snapshot& snapshot);
 /// left unchanged.
 status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out);
 
-/// Cuts the saved slices of one key anew, for a store that slices it
-/// differently (another number of shards, slice size or slicing bound).
-/// `saved` holds every record of the key, in any order; `size` and `target`
-/// are the key's size and slices in this store; `per_float` is the optimizer
-/// state per weight (`state_size(cfg, 1)`: 0, 1 or 2 blocks, each as long as
-/// the slice). On success `out` holds one record per target slice, in
-/// `target` order: value and state cut from the saved ones, the step of the
-/// saved ones it is cut from, `key_id` and `key` of the first saved record.
-/// A layout equal to the saved one comes back as saved. Errors are
-/// `errc::checkpoint_mismatch`: saved slices that leave a gap, overlap, or do
-/// not cover exactly `size` floats; state of the wrong size; a target slice
-/// cut from saved slices that saw different numbers of updates (no one step
-/// describes it). On failure `out` is left unchanged.
-status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
-               const std::vector<slice_range>& target, std::size_t per_float,
-               std::vector<slice_record>& out);
-
 /// Writes `bytes` to `path` atomically: to "<path>.tmp", flush, fsync,
 /// rename over `path`; the temporary file is removed on failure. Errors are
 /// `errc::checkpoint_io` naming the path and the system error.

@@ -315,9 +315,10 @@ void apply_update(const optimizer_config& cfg, float* w, const float* g,
   apply_kind(k, cfg, w, g, state, n, step);
 }
 
-void apply_update_rows(const optimizer_config& cfg, float* table, float* state,
-                       uint64_t* steps, std::size_t dim, const uint64_t* rows,
-                       std::size_t count, const float* grads) {
+void apply_rows(const optimizer_config& cfg, float* table, float* state,
+                uint64_t* steps, std::size_t dim,
+                const std::vector<uint64_t>& rows, const float* grads) {
+  const auto count = rows.size();
   kind k = kind::assign;
   parse_kind(cfg.name, k);
   const auto per_row = state_size(cfg, dim);

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <actorps/core/errc.hpp>
 #include <actorps/core/values.hpp>
@@ -80,14 +81,15 @@ float epsilon_of(const optimizer_config& cfg);
 void apply_update(const optimizer_config& cfg, float* w, const float* g,
                   float* state, std::size_t n, uint64_t step);
 
-/// `apply_update` on `count` rows of a table of rows of `dim` floats: row
-/// `rows[i]` of `table` (its state at `rows[i] * state_size(cfg, dim)` in
-/// `state`, its step `steps[rows[i]]`, incremented) with gradient row i of
-/// `grads`. The same as `apply_update` row by row, with the rule parsed
-/// once.
-void apply_update_rows(const optimizer_config& cfg, float* table, float* state,
-                       uint64_t* steps, std::size_t dim, const uint64_t* rows,
-                       std::size_t count, const float* grads);
+/// The lazy update of row tables (MXNet's lazy_update): applies `cfg` to the
+/// rows `local` of a shard's table (`table`: all its rows back to back;
+/// `state`: `state_size(cfg, dim)` floats per row; `steps`: one counter per
+/// row, incremented), `grads` holding one row per entry of `local`. The same
+/// as `apply_update` row by row, with the rule parsed once; rows not named
+/// keep their values, state and steps.
+void apply_rows(const optimizer_config& cfg, float* table, float* state,
+                uint64_t* steps, std::size_t dim,
+                const std::vector<uint64_t>& local, const float* grads);
 
 /// Adds `n` floats of `src` into `dst` (the aggregation of a round).
 void accumulate_into(float* dst, const float* src, std::size_t n);

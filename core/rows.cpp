@@ -3,9 +3,6 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_map>
-
-#include "core/optimizer.hpp"
 
 namespace actorps::core {
 
@@ -119,13 +116,6 @@ void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
                   float* out) {
   for (auto [pos, idx] : rows.uses)
     std::copy(pulled + idx * dim, pulled + (idx + 1) * dim, out + pos * dim);
-}
-
-void apply_rows(const optimizer_config& cfg, float* table, float* state,
-                uint64_t* steps, uint64_t dim,
-                const std::vector<uint64_t>& local, const float* grads) {
-  apply_update_rows(cfg, table, state, steps, dim, local.data(), local.size(),
-                    grads);
 }
 
 struct row_sum::index : id_index {};

@@ -98,14 +98,6 @@ std::vector<float> summed_rows(const shard_rows& rows, const float* values,
 void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
                   float* out);
 
-/// Applies `cfg` to the rows `local` of a shard's table (`table`: all its
-/// rows back to back; `state`: `state_size(cfg, dim)` floats per row;
-/// `steps`: one counter per row), `grads` holding one row per entry of
-/// `local`. Rows not named keep their values, state and steps.
-void apply_rows(const optimizer_config& cfg, float* table, float* state,
-                uint64_t* steps, uint64_t dim,
-                const std::vector<uint64_t>& local, const float* grads);
-
 /// Cuts the saved parts of one table anew for `layout` (its shard count may
 /// differ from the saved one): `saved` holds every saved part of the table
 /// (part p holding rows p, p + P, ... of P parts), in any order;

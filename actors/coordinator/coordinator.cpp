@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -20,10 +19,10 @@
 #include "caf/typed_response_promise.hpp"
 
 #include "actors/fan_in.hpp"
-#include "core/checkpoint.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
 #include "core/optimizer.hpp"
+#include "core/restore.hpp"
 #include "core/rows.hpp"
 #include "core/secret.hpp"
 #include "messages/errors.hpp"
@@ -297,42 +296,16 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return err;
       // Map names to this store's ids and cut every key's saved slices to
       // this store's (as saved when the slicing is the same).
-      std::vector<state_snapshot> per_shard(st.cfg.shards.size());
-      for (auto& part : per_shard)
-        part.optimizer = snap.optimizer;
-      std::map<std::string, std::vector<const slice_record*>> by_key;
-      for (auto& rec : snap.slices)
-        by_key[rec.key].push_back(&rec);
-      auto per_float = core::state_size(snap.optimizer, 1);
-      for (auto& [name, saved] : by_key) {
+      std::vector<state_snapshot> per_shard;
+      auto find = [&st](const std::string& name) -> const key_info* {
         auto i = st.keys.find(name);
-        if (i == st.keys.end() || !i->second.initialized)
-          return make_error(errc::unknown_key,
-                            "load_state: key " + quoted(name)
-                              + " of the checkpoint is not initialized in "
-                                "this store");
-        auto& info = i->second.info;
-        std::vector<slice_record> records;
-        // A table's rows go back where this store keeps them, whatever
-        // number of shards saved them.
-        status res;
-        if (info.dim > 0) {
-          auto shards = static_cast<uint32_t>(st.cfg.shards.size());
-          res = core::reslice_rows(
-            saved, core::row_layout{info.shape[0], info.dim, shards},
-            per_float * info.dim, records);
-        } else {
-          res = core::reslice(saved, info.size, info.slices, per_float,
-                              records);
-        }
-        if (!res.ok())
-          return to_error(res);
-        for (auto& rec : records) {
-          rec.key_id = info.id;
-          per_shard[info.slices[rec.part].shard].slices.push_back(
-            std::move(rec));
-        }
-      }
+        return i != st.keys.end() && i->second.initialized ? &i->second.info
+                                                           : nullptr;
+      };
+      if (auto res = core::split_snapshot(
+            snap, static_cast<uint32_t>(st.cfg.shards.size()), find, per_shard);
+          !res.ok())
+        return to_error(res);
       auto rp = self->make_response_promise<caf::ok_atom>();
       auto& shards = st.cfg.shards;
       detail::fan_in<decltype(rp)> fan{rp, shards.size()};

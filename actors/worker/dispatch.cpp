@@ -292,23 +292,32 @@ void write_init(worker_ptr self, key_info info, floats value,
 
 // -- the data channel's encoding ------------------------------------------
 
+void add_values(data_request& out, const floats& values,
+                std::vector<uint8_t>& encoded) {
+  out.encoding = values.encoding;
+  out.count = values.data.size();
+  if (out.count == 0)
+    return;
+  if (out.encoding.kind == codec::none) {
+    out.pieces.push_back({values.data.data(), out.count * sizeof(float)});
+    return;
+  }
+  encoded.resize(encoded_size(out.encoding, out.count));
+  encode(out.encoding, values.data.data(), out.count, encoded.data());
+  out.pieces.push_back({encoded.data(), encoded.size()});
+}
+
 caf::error to_request(caf::actor_system&, slice_push& msg, data_request& out) {
   out.slice = msg.slice;
   out.worker = msg.worker;
   out.seq = msg.seq;
-  out.encoding = msg.grad.encoding;
-  const auto n = msg.grad.data.size();
-  out.count = n;
-  if (out.encoding.kind == codec::none) {
-    auto keep = std::make_shared<std::vector<float>>(std::move(msg.grad.data));
-    out.pieces.push_back({keep->data(), n * sizeof(float)});
-    out.keep = std::move(keep);
-    return caf::none;
-  }
-  auto keep
-    = std::make_shared<std::vector<uint8_t>>(encoded_size(out.encoding, n));
-  encode(out.encoding, msg.grad.data.data(), n, keep->data());
-  out.pieces.push_back({keep->data(), keep->size()});
+  struct held {
+    floats values;
+    std::vector<uint8_t> encoded;
+  };
+  auto keep = std::make_shared<held>();
+  keep->values = std::move(msg.grad);
+  add_values(out, keep->values, keep->encoded);
   out.keep = std::move(keep);
   return caf::none;
 }
@@ -347,16 +356,8 @@ caf::error to_request(caf::actor_system&, slice_batch& msg, data_request& out) {
     for (const auto& p : b.parts.pieces)
       out.pieces.push_back(
         {b.parts.buffers[p.buffer].data() + p.from, p.length * sizeof(float)});
-  } else if (!b.data.data.empty()) {
-    out.encoding = b.data.encoding;
-    out.count = b.data.data.size();
-    if (out.encoding.kind == codec::none) {
-      out.pieces.push_back({b.data.data.data(), out.count * sizeof(float)});
-    } else {
-      keep->encoded.resize(encoded_size(out.encoding, out.count));
-      encode(out.encoding, b.data.data.data(), out.count, keep->encoded.data());
-      out.pieces.push_back({keep->encoded.data(), keep->encoded.size()});
-    }
+  } else {
+    add_values(out, b.data, keep->encoded);
   }
   keep->ids.reserve(2 * n);
   keep->ids.insert(keep->ids.end(), b.slices.begin(), b.slices.end());

@@ -30,6 +30,12 @@ namespace actorps {
 /// from them; compressed ones are encoded once, into a buffer of their
 /// own; a batch's values travel as they lie, its slice ids and sequence
 /// numbers behind them, see runtime/ucx/frames.hpp).
+/// Sets `out`'s encoding and count from `values` and adds their bytes to its
+/// pieces: where they lie when raw, else encoded into `encoded`. The caller
+/// keeps both alive with the request (`data_request::keep`).
+void add_values(data_request& out, const floats& values,
+                std::vector<uint8_t>& encoded);
+
 caf::error to_request(caf::actor_system& sys, slice_push& msg,
                       data_request& out);
 caf::error to_request(caf::actor_system& sys, slice_pull& msg,

@@ -22,24 +22,15 @@ caf::error to_request(caf::actor_system&, rows_push& msg, data_request& out) {
   out.slice = msg.slice;
   out.worker = msg.worker;
   out.seq = msg.seq;
-  out.count = msg.values.data.size();
   out.rows = msg.rows.size();
-  out.encoding = msg.values.encoding;
   struct held {
     rows_push msg;
     std::vector<uint8_t> encoded;
   };
   auto keep = std::make_shared<held>();
   keep->msg = std::move(msg);
-  auto& values = keep->msg.values.data;
   // A push with no rows (a sync round's count on a shard) has no body.
-  if (!values.empty() && out.encoding.kind == codec::none) {
-    out.pieces.push_back({values.data(), values.size() * sizeof(float)});
-  } else if (!values.empty()) {
-    keep->encoded.resize(encoded_size(out.encoding, out.count));
-    encode(out.encoding, values.data(), out.count, keep->encoded.data());
-    out.pieces.push_back({keep->encoded.data(), keep->encoded.size()});
-  }
+  add_values(out, keep->msg.values, keep->encoded);
   auto& rows = keep->msg.rows;
   if (!rows.empty())
     out.pieces.push_back({rows.data(), rows.size() * sizeof(uint64_t)});

@@ -149,6 +149,24 @@ private:
   std::weak_ptr<plane> out_;
 };
 
+// The `count` values at the front of `body`, as `enc` lays them out, into
+// `out`: taken over without a copy when raw (so whatever lies behind them
+// must be read first), else decoded. False if a raw body is no whole floats.
+bool take_values(buffer& body, const compression& enc, uint64_t count,
+                 floats& out) {
+  out.encoding = enc;
+  if (enc.kind == codec::none) {
+    if (!body.take_floats(out.data))
+      return false;
+    out.data.resize(count);
+    return true;
+  }
+  out.data.resize(count);
+  decode(enc, reinterpret_cast<const uint8_t*>(body.data()), count,
+         out.data.data());
+  return true;
+}
+
 // The `slice_batch` of a batch request, or none if its header and body do
 // not make one. Uncompressed values are taken over from the body.
 std::optional<slice_batch> decode_batch(const std::vector<char>& header,
@@ -169,19 +187,9 @@ std::optional<slice_batch> decode_batch(const std::vector<char>& header,
   std::memcpy(b.slices.data(), body.data() + values, n * sizeof(uint64_t));
   std::memcpy(b.seqs.data(), body.data() + values + n * sizeof(uint64_t),
               n * sizeof(uint64_t));
-  if (m->count == 0)
-    return b;
-  b.data.encoding = m->encoding;
-  if (m->encoding.kind == codec::none) {
-    // The ids behind the values are 8-byte words: the body is whole floats.
-    if (!body.take_floats(b.data.data))
-      return std::nullopt;
-    b.data.data.resize(m->count);
-    return b;
-  }
-  b.data.data.resize(m->count);
-  decode(m->encoding, reinterpret_cast<const uint8_t*>(body.data()), m->count,
-         b.data.data.data());
+  // The ids behind the values are 8-byte words: a raw body is whole floats.
+  if (m->count > 0 && !take_values(body, m->encoding, m->count, b.data))
+    return std::nullopt;
   return b;
 }
 
@@ -195,20 +203,9 @@ bool decode_rows(const slice_meta& meta, buffer& body, floats& values,
   rows.resize(meta.rows);
   if (meta.rows > 0)
     std::memcpy(rows.data(), body.data() + at, meta.rows * sizeof(uint64_t));
-  if (meta.count == 0)
-    return true;
-  values.encoding = meta.encoding;
-  if (meta.encoding.kind == codec::none) {
-    // The rows behind the values are 8-byte words: the body is whole floats.
-    if (!body.take_floats(values.data))
-      return false;
-    values.data.resize(meta.count);
-    return true;
-  }
-  values.data.resize(meta.count);
-  decode(meta.encoding, reinterpret_cast<const uint8_t*>(body.data()),
-         meta.count, values.data.data());
-  return true;
+  // The rows behind the values are 8-byte words: a raw body is whole floats.
+  return meta.count == 0
+         || take_values(body, meta.encoding, meta.count, values);
 }
 
 // Turns request frames into the shards' typed messages, on the plane's
@@ -252,18 +249,9 @@ struct ingress {
   // `meta.count` values as `meta.encoding` lays them out.
   static std::optional<floats> values_of(const slice_meta& meta, buffer& body) {
     floats out;
-    out.encoding = meta.encoding;
-    if (body.size() != encoded_size(meta.encoding, meta.count))
+    if (body.size() != encoded_size(meta.encoding, meta.count)
+        || !take_values(body, meta.encoding, meta.count, out))
       return std::nullopt;
-    if (meta.encoding.kind == codec::none) {
-      if (!body.take_floats(out.data))
-        return std::nullopt;
-      out.data.resize(meta.count);
-      return out;
-    }
-    out.data.resize(meta.count);
-    decode(meta.encoding, reinterpret_cast<const uint8_t*>(body.data()),
-           meta.count, out.data.data());
     return out;
   }
 

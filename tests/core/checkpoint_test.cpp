@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/checkpoint.hpp"
 #include "core/checkpoint_dir.hpp"
+#include "core/restore.hpp"
 
 #include <cstdint>
 #include <cstdlib>
