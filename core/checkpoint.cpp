@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/checkpoint.hpp"
+#include "core/checkpoint_codec.hpp"
 
 #include <algorithm>
 #include <array>
@@ -147,6 +148,11 @@ void write_slice(writer& out, const slice_record& x) {
   // Added with row tables: readers treat a record that ends here as one
   // without per-row steps.
   out.u64_array(x.row_steps);
+  // Added with pieces: a record that ends here is a whole slice whose
+  // key's number of parts is not known.
+  out.u64(x.first);
+  out.u64(x.total);
+  out.u32(x.parts);
 }
 
 // Reads from [pos_, end_) and checks every length against what is left
@@ -295,10 +301,22 @@ bool read_optimizer(reader& in, optimizer_config& x) {
 }
 
 bool read_slice(reader& in, slice_record& x) {
-  return in.u32(x.key_id) && in.str(x.key) && in.u32(x.part) && in.u64(x.offset)
-         && in.u64(x.step) && in.f32_array(x.value.data)
-         && in.f32_array(x.state.data)
-         && (in.remaining() == 0 || in.u64_array(x.row_steps));
+  bool ok = in.u32(x.key_id) && in.str(x.key) && in.u32(x.part)
+            && in.u64(x.offset) && in.u64(x.step) && in.f32_array(x.value.data)
+            && in.f32_array(x.state.data)
+            && (in.remaining() == 0 || in.u64_array(x.row_steps))
+            && (in.remaining() == 0
+                || (in.u64(x.first) && in.u64(x.total) && in.u32(x.parts)));
+  if (!ok)
+    return false;
+  auto n = x.value.data.size();
+  if (x.total == 0 && x.first != 0)
+    return in.fail("a whole slice starts at float " + std::to_string(x.first));
+  if (x.total != 0 && (x.first > x.total || n > x.total - x.first))
+    return in.fail("piece [" + std::to_string(x.first) + ", +"
+                   + std::to_string(n) + ") lies outside its slice of "
+                   + std::to_string(x.total) + " floats");
+  return true;
 }
 
 status corrupt(const std::string& what) {
@@ -323,6 +341,68 @@ status io_error(const char* what, const std::string& path, int err) {
 
 } // namespace
 
+namespace codec {
+
+const char* magic_bytes() noexcept {
+  return magic;
+}
+
+void append_record(std::vector<char>& buf, const optimizer_config& x) {
+  writer out{buf};
+  auto pos = out.begin_record();
+  write_optimizer(out, x);
+  out.end_record(pos);
+}
+
+void append_record(std::vector<char>& buf, const slice_record& x) {
+  writer out{buf};
+  auto pos = out.begin_record();
+  write_slice(out, x);
+  out.end_record(pos);
+}
+
+void append_end_record(std::vector<char>& buf, uint64_t count) {
+  writer out{buf};
+  auto pos = out.begin_record();
+  out.bytes(end_tag, sizeof(end_tag));
+  out.u64(count);
+  out.end_record(pos);
+}
+
+uint32_t load_u32(const char* p) noexcept {
+  return reader::load_u32(p);
+}
+
+std::string parse(const char* payload, std::size_t len, optimizer_config& x) {
+  reader in{payload, len};
+  if (!read_optimizer(in, x))
+    return in.error();
+  if (in.remaining() != 0)
+    return std::to_string(in.remaining())
+           + " unexpected bytes at the end of the payload";
+  return {};
+}
+
+std::string parse(const char* payload, std::size_t len, slice_record& x) {
+  reader in{payload, len};
+  if (!read_slice(in, x))
+    return in.error();
+  if (in.remaining() != 0)
+    return std::to_string(in.remaining())
+           + " unexpected bytes at the end of the payload";
+  return {};
+}
+
+bool parse_end(const char* payload, std::size_t len, uint64_t& count) {
+  if (len != end_payload_size
+      || std::memcmp(payload, end_tag, sizeof(end_tag)) != 0)
+    return false;
+  reader tail{payload + sizeof(end_tag), len - sizeof(end_tag)};
+  return tail.u64(count);
+}
+
+} // namespace codec
+
 uint32_t crc32(const void* data, std::size_t n) noexcept {
   auto p = static_cast<const unsigned char*>(data);
   uint32_t c = 0xFFFFFFFFu;
@@ -333,9 +413,10 @@ uint32_t crc32(const void* data, std::size_t n) noexcept {
 
 uint64_t record_payload_size(std::size_t key_bytes, uint64_t values,
                              uint64_t state, uint64_t row_steps) noexcept {
-  // key_id, key, part, offset, step, then three counted arrays.
+  // key_id, key, part, offset, step, three counted arrays, first, total,
+  // parts.
   return 4 + 4 + key_bytes + 4 + 8 + 8 + 8 + values * sizeof(float) + 8
-         + state * sizeof(float) + 8 + row_steps * sizeof(uint64_t);
+         + state * sizeof(float) + 8 + row_steps * sizeof(uint64_t) + 8 + 8 + 4;
 }
 
 status check_encodable(const state_snapshot& snapshot) {

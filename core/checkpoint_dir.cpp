@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/checkpoint.hpp"
+#include "core/checkpoint_stream.hpp"
 
 namespace actorps::core {
 
@@ -62,22 +63,34 @@ std::string checkpoint_name(uint64_t number) {
   return buf;
 }
 
-status write_numbered_checkpoint(const std::string& dir, uint64_t number,
-                                 const state_snapshot& snap, uint32_t keep,
-                                 std::string& path) {
+status numbered_checkpoint_path(const std::string& dir, uint64_t number,
+                                std::string& path) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
     return {errc::checkpoint_io,
             "checkpoint: cannot create " + dir + ": " + ec.message()};
   path = (fs::path{dir} / checkpoint_name(number)).string();
+  return {};
+}
+
+void prune_checkpoints(const std::string& dir, uint32_t keep) {
+  std::error_code ec;
+  auto files = numbered(dir);
+  for (size_t i = std::max<uint32_t>(keep, 1); i < files.size(); ++i)
+    fs::remove(files[i], ec);
+}
+
+status write_numbered_checkpoint(const std::string& dir, uint64_t number,
+                                 const state_snapshot& snap, uint32_t keep,
+                                 std::string& path) {
+  if (auto st = numbered_checkpoint_path(dir, number, path); !st.ok())
+    return st;
   if (auto st = check_encodable(snap); !st.ok())
     return st;
   if (auto st = write_file_atomic(path, encode_checkpoint(snap)); !st.ok())
     return st;
-  auto files = numbered(dir);
-  for (size_t i = std::max<uint32_t>(keep, 1); i < files.size(); ++i)
-    fs::remove(files[i], ec);
+  prune_checkpoints(dir, keep);
   return {};
 }
 
@@ -95,11 +108,9 @@ status latest_checkpoint(const std::string& path, std::string& out) {
     return {errc::checkpoint_io, "no checkpoint-*.actorps in " + path};
   std::string why;
   for (auto& f : files) {
-    std::vector<char> bytes;
-    state_snapshot snap;
-    auto st = read_file(f.string(), bytes);
-    if (st.ok())
-      st = decode_checkpoint(bytes, snap);
+    // Record by record: a checkpoint of a large model need not fit in
+    // memory to be checked.
+    auto st = verify_checkpoint(f.string());
     if (st.ok()) {
       out = f.string();
       return {};

@@ -20,6 +20,15 @@ std::string checkpoint_name(uint64_t number);
 /// checkpoints after it, so that pruning keeps the newest.
 uint64_t highest_checkpoint_number(const std::string& dir);
 
+/// The path of checkpoint `number` in `dir`, which is created if missing
+/// (`checkpoint_io` if it cannot be).
+status numbered_checkpoint_path(const std::string& dir, uint64_t number,
+                                std::string& path);
+
+/// Removes the oldest checkpoints of `dir` beyond the newest `keep` (at
+/// least 1).
+void prune_checkpoints(const std::string& dir, uint32_t keep);
+
 /// Writes `snap` as checkpoint `number` into `dir` (created if missing),
 /// atomically, then removes the oldest checkpoints beyond the newest
 /// `keep` (at least 1). `path` gets the file written. Errors:

@@ -114,4 +114,13 @@ status check_size(const char* op, const key_info& info, uint64_t got,
                                   + std::to_string(got) + " floats"};
 }
 
+uint64_t message_cap(uint64_t bigarray_bound, uint64_t slice_floats) noexcept {
+  constexpr uint64_t most = uint64_t{0xFFFFFFFF};
+  constexpr uint64_t headers = uint64_t{1} << 20;
+  auto floats = std::max(bigarray_bound, slice_floats);
+  if (floats > (most - headers) / 4)
+    return most;
+  return std::max(min_message_cap, 4 * floats) + headers;
+}
+
 } // namespace actorps::core

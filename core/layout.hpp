@@ -33,6 +33,17 @@ constexpr uint64_t max_slice_floats = uint64_t{1} << 25;
 /// each message's buffers stay small enough for the allocator to reuse.
 constexpr uint64_t default_slice_floats = uint64_t{1} << 20;
 
+/// Least bound on one message between a job's processes, in bytes (the
+/// routing table of a job of very many keys, a batch, a piece of a save).
+constexpr uint64_t min_message_cap = uint64_t{256} << 20;
+
+/// The largest message (BASP payload) a job's processes accept from each
+/// other: the job's largest slice (an unsliced key below `bigarray_bound`,
+/// or a slice of `slice_floats`) as float32, at least `min_message_cap`,
+/// plus 1 MiB of headers; at most what a BASP header can announce. A
+/// connection that announces more is closed before anything is allocated.
+uint64_t message_cap(uint64_t bigarray_bound, uint64_t slice_floats) noexcept;
+
 /// Stable 64-bit hash of a key name (FNV-1a with a final mix); the same on
 /// every machine and every run.
 uint64_t key_hash(std::string_view key) noexcept;

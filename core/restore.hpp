@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <actorps/core/errc.hpp>
@@ -44,5 +45,70 @@ status
 split_snapshot(const state_snapshot& snap, uint32_t shards,
                const std::function<const key_info*(const std::string&)>& find,
                std::vector<state_snapshot>& out);
+
+/// A piece of `whole` (a slice record) from float `from` on (a multiple of
+/// `dim` for a table, whose pieces hold whole rows; `dim` 0 for a dense
+/// slice) of at most `budget` bytes of values, state and row steps, but at
+/// least one float (one row): key, part, offset, step and parts as in
+/// `whole`, `first` and `total` set (both 0 when the piece is the whole
+/// slice). Returns where the next piece starts (the slice's size after the
+/// last). Precondition: `from` lies inside the slice.
+uint64_t take_piece(const slice_record& whole, uint64_t from, uint64_t budget,
+                    uint64_t dim, slice_record& out);
+
+/// Cuts one saved record (a slice of a checkpoint, or a piece of one,
+/// named) into pieces of this store's slices of the key `info` describes:
+/// `out` gets (shard, piece) pairs, each piece with this store's key id,
+/// part, `first` and `total` (and `rows` for a table that another number
+/// of shards saved: each row goes where this store keeps it). `per_float`
+/// is the optimizer state per weight (`state_size(cfg, 1)`). Errors:
+/// `checkpoint_mismatch` for a record that does not fit the key (outside
+/// it, a table part or row count that does not match, state of the wrong
+/// size, a table record whose number of parts is unknown). Appends to
+/// `out`; on failure `out` is left as it was.
+status cut_piece(const slice_record& saved, const key_info& info,
+                 uint32_t shards, std::size_t per_float,
+                 std::vector<std::pair<uint32_t, slice_record>>& out);
+
+/// A shard's slice loaded in pieces: allocated to the slice's own size
+/// (never to a size a piece names), filled piece by piece, each float or
+/// row at most once.
+class slice_assembly {
+public:
+  /// Prepares for a slice of `length` floats: dense (`dim` 0) with
+  /// `state_per` state floats per weight, or a table of rows of `dim`
+  /// floats with `state_per` state floats per row.
+  void reset(uint64_t length, uint64_t dim, std::size_t state_per);
+
+  /// Adds a piece (its buffers are taken). Errors (`checkpoint_mismatch`,
+  /// naming `name`): a piece of another slice size, outside the slice, of
+  /// the wrong state size, overlapping what arrived before, or a dense
+  /// piece whose step differs from the others' (no one step would describe
+  /// the slice).
+  status add(slice_record& piece, const std::string& name);
+
+  /// Whether every float (row) arrived.
+  bool complete() const noexcept {
+    return have_count_ == have_.size();
+  }
+
+  /// Floats (rows) still missing.
+  uint64_t missing() const noexcept {
+    return have_.size() - have_count_;
+  }
+
+  std::vector<float> value;
+  std::vector<float> state;
+  std::vector<uint64_t> row_steps;
+  uint64_t step = 0;
+
+private:
+  uint64_t length_ = 0;
+  uint64_t dim_ = 0;
+  std::size_t per_ = 0;
+  std::vector<bool> have_;
+  uint64_t have_count_ = 0;
+  bool stepped_ = false;
+};
 
 } // namespace actorps::core

@@ -189,6 +189,27 @@ struct slice_record {
   /// A row table's slice: each row's update count (empty for dense slices,
   /// and in checkpoints written before row tables).
   std::vector<uint64_t> row_steps;
+  /// A piece of a slice (saves and loads move a large slice in pieces):
+  /// where the piece begins in the slice, in floats (a table's piece holds
+  /// whole rows: a multiple of the row size), and the whole slice's floats;
+  /// 0 and 0 for a whole slice. A dense piece's state holds its blocks
+  /// (see core::state_size) each as long as the piece; a table piece's
+  /// state is its rows' state, row after row.
+  uint64_t first = 0;
+  uint64_t total = 0;
+  /// How many slices the key had where this record was saved (0: not
+  /// known, in checkpoints written before pieces): a table saved over S
+  /// shards has S parts, and its rows go back where this store keeps them.
+  uint32_t parts = 0;
+  /// Only between a coordinator and a shard loading a table that another
+  /// number of shards saved: the local row of this slice each row of
+  /// `value` belongs to (empty: the rows from `first` on, in order).
+  std::vector<uint64_t> rows;
+
+  /// The whole slice's floats.
+  uint64_t slice_floats() const noexcept {
+    return total != 0 ? total : value.data.size();
+  }
 };
 
 /// The optimizer and every slice of one shard (or, merged, of a store).

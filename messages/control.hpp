@@ -27,8 +27,15 @@ namespace actorps {
 /// job's status, shards' counters per worker, bounded staleness. 7: batch
 /// frames on the UCX plane carry raw values and ids, not CAF's format; the
 /// join's expectation names a transport too (join_mode::expect). 8: saved
-/// slices carry each table row's step (slice_record::row_steps).
-constexpr uint32_t wire_version = 8;
+/// slices carry each table row's step (slice_record::row_steps). 9: saves
+/// and loads move in pieces (save_cursor, save_piece, load_piece; a
+/// slice_record may be a piece of a slice; job_info::message_cap).
+constexpr uint32_t wire_version = 9;
+
+/// Most bytes of records one save or load message carries (one record
+/// more when a single one is larger: a dense slice is never cut below a
+/// piece of this size).
+constexpr uint64_t save_piece_bytes = uint64_t{16} << 20;
 
 /// What carries tensor bytes between worker and server processes.
 namespace transport {
@@ -88,13 +95,16 @@ struct job_info {
   /// The coordinator itself (untyped; cast back). A node reaches only the
   /// job's gate before it joins and gets this handle in the join's reply.
   caf::actor coordinator;
+  /// The largest message the job's processes accept from each other
+  /// (core::message_cap); 0: not said.
+  uint64_t message_cap = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
-           x.transport, x.data_salt, x.coordinator);
+           x.transport, x.data_salt, x.coordinator, x.message_cap);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

@@ -235,7 +235,55 @@ typename Inspector::result_type inspect(Inspector& f, optimizer_config& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, slice_record& x) {
   return f(caf::meta::type_name("slice_record"), x.key_id, x.key, x.part,
-           x.offset, x.step, x.value, x.state, x.row_steps);
+           x.offset, x.step, x.value, x.state, x.row_steps, x.first, x.total,
+           x.parts, x.rows);
+}
+
+/// Where a save stands: its session (0: start one), the shard whose
+/// records come next and the position in that shard's saved state.
+struct save_cursor {
+  uint64_t session = 0;
+  uint32_t shard = 0;
+  uint64_t position = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, save_cursor& x) {
+  return f(caf::meta::type_name("save_cursor"), x.session, x.shard, x.position);
+}
+
+/// Some records of a save (slices, or pieces of large ones: at most
+/// `save_piece_bytes` of them but one record), the optimizer they belong
+/// to, and where the save goes on (`done`: nothing follows).
+struct save_piece {
+  optimizer_config optimizer;
+  std::vector<slice_record> records;
+  save_cursor next;
+  bool done = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, save_piece& x) {
+  return f(caf::meta::type_name("save_piece"), x.optimizer, x.records, x.next,
+           x.done);
+}
+
+/// Some records of a checkpoint being loaded (session 0: the first, which
+/// opens the session and names the optimizer), or its end: `commit` (every
+/// key seen must be whole, then every shard takes its slices at once) or
+/// `give_up` (every shard drops what it assembled).
+struct load_piece {
+  enum end_kind : uint8_t { more = 0, commit = 1, give_up = 2 };
+  uint64_t session = 0;
+  optimizer_config optimizer;
+  std::vector<slice_record> records;
+  uint8_t end = more;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_piece& x) {
+  return f(caf::meta::type_name("load_piece"), x.session, x.optimizer,
+           x.records, x.end);
 }
 
 template <class Inspector>

@@ -148,6 +148,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
         self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
         join_atom::value, role::worker, core::join_proof(o.token), mode))
     return err;
+  set_message_cap(job.message_cap);
   auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
   routing_table table;
   if (auto err = detail::ask(
@@ -167,6 +168,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   }
   auto wc = worker_config_of(o, job.rank, job.sync || job.staleness >= 0);
   wc.batching = rt->batching;
+  wc.message_cap = job.message_cap;
   wc.coordinator = coord;
   for (auto& x : table.shards)
     wc.shards.push_back(caf::actor_cast<shard_actor>(x));

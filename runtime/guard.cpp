@@ -25,6 +25,7 @@
 #include "caf/make_counted.hpp"
 
 #include "actors/trust.hpp"
+#include "core/layout.hpp"
 #include "messages/errors.hpp"
 #include "runtime/link.hpp"
 #include "runtime/proof.hpp"
@@ -32,6 +33,22 @@
 #include "runtime/tls.hpp"
 
 namespace actorps {
+
+namespace {
+
+std::atomic<uint64_t> process_message_cap{core::min_message_cap
+                                          + (uint64_t{1} << 20)};
+
+} // namespace
+
+void set_message_cap(uint64_t bytes) {
+  if (bytes > 0)
+    process_message_cap = bytes;
+}
+
+uint64_t message_cap_in_process() {
+  return process_message_cap.load();
+}
 
 namespace {
 
@@ -95,6 +112,17 @@ public:
   }
 
   void configure_read(caf::io::receive_policy::config config) override {
+    auto cap = message_cap_in_process();
+    if (config.second > cap) {
+      std::fprintf(stderr,
+                   "actorps: closed a connection from %s:%u: it announced a "
+                   "message of %zu bytes, the job's bound is %llu\n",
+                   this->addr().c_str(), static_cast<unsigned>(this->port()),
+                   config.second, static_cast<unsigned long long>(cap));
+      refused_ = true;
+      Base::configure_read(caf::io::receive_policy::at_most(1));
+      return;
+    }
     if (capped_ && config.second > unadmitted_message_cap && !peer_admitted()) {
       refused_ = true;
       Base::configure_read(caf::io::receive_policy::at_most(1));

@@ -23,6 +23,13 @@ namespace actorps {
 /// handshake and a refusal fit many times over.
 constexpr std::size_t unadmitted_message_cap = std::size_t{64} << 10;
 
+/// The largest message any guarded connection of this process accepts,
+/// admitted peer or not (core::message_cap of the job; until a process
+/// knows its job, core::min_message_cap plus headers). A connection whose
+/// peer announces more is closed before CAF allocates it. Thread-safe.
+void set_message_cap(uint64_t bytes);
+uint64_t message_cap_in_process();
+
 /// True if `sys` was made by a `system_config` with TLS files: its
 /// connections then speak mutual TLS (runtime/tls.hpp).
 bool tls_enabled(const caf::actor_system& sys);

@@ -132,11 +132,36 @@ struct kvstore::impl {
 
   // The whole store's state (every shard's slices, the optimizer), as the
   // coordinator gathers it.
+  // Calls `f` with each piece of a save, in order, until the last or the
+  // first error (the coordinator walks the shards one piece at a time).
+  template <class F>
+  caf::error each_saved_piece(F f) {
+    save_cursor at;
+    for (;;) {
+      save_piece piece;
+      if (auto err = call(
+            timeout(), [&](save_piece& x) { piece = std::move(x); },
+            save_atom::value, at))
+        return err;
+      if (auto err = f(piece))
+        return err;
+      if (piece.done)
+        return caf::none;
+      at = piece.next;
+    }
+  }
+
+  // The whole store's state gathered in pieces (a large slice comes as
+  // several records, each with its `first`).
   caf::expected<state_snapshot> snapshot() {
     state_snapshot snap;
-    if (auto err = call(
-          timeout(), [&](state_snapshot& x) { snap = std::move(x); },
-          save_atom::value))
+    auto err = each_saved_piece([&](save_piece& piece) -> caf::error {
+      snap.optimizer = piece.optimizer;
+      for (auto& rec : piece.records)
+        snap.slices.push_back(std::move(rec));
+      return caf::none;
+    });
+    if (err)
       return err;
     return snap;
   }

@@ -11,9 +11,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "actors/worker/worker.hpp"
-#include "core/checkpoint.hpp"
 #include "core/layout.hpp"
-#include "core/safetensors.hpp"
 #include "messages/errors.hpp"
 #include "runtime/handle.hpp"
 
@@ -377,121 +375,6 @@ caf::error kvstore::set_gradient_compression(const std::string& key,
     d.timeout(), [](caf::ok_atom) {}, compress_atom::value, key, c);
 }
 
-caf::error kvstore::save_optimizer_states(const std::string& path) {
-  auto& d = *impl_;
-  if (d.closed)
-    return closed_error("save_optimizer_states");
-  if (auto err = wait_all())
-    return err;
-  auto snap = d.snapshot();
-  if (!snap)
-    return std::move(snap.error());
-  if (auto st = core::check_encodable(*snap); !st.ok())
-    return to_error(st);
-  return to_error(
-    core::write_file_atomic(path, core::encode_checkpoint(*snap)));
-}
-
-caf::error kvstore::export_weights(const std::string& path,
-                                   bool optimizer_state) {
-  auto& d = *impl_;
-  if (d.closed)
-    return closed_error("export_weights");
-  if (auto err = wait_all())
-    return err;
-  auto snap = d.snapshot();
-  if (!snap)
-    return std::move(snap.error());
-  // Each key whole, from its slices; its optimizer state block by block
-  // (a slice's state holds J blocks of the slice's length).
-  struct whole {
-    std::vector<uint64_t> shape;
-    std::vector<float> values;
-    std::vector<std::vector<float>> states;
-    uint64_t covered = 0;
-    // Row tables: the row size and the number of slices (shards holding
-    // rows).
-    uint64_t dim = 0;
-    uint64_t parts = 0;
-  };
-  std::map<std::string, whole> keys;
-  for (auto& rec : snap->slices) {
-    auto& k = keys[rec.key];
-    if (k.shape.empty()) {
-      auto info = d.meta(rec.key);
-      if (!info)
-        return std::move(info.error());
-      k.shape = info->shape;
-      k.values.resize(info->size);
-      k.dim = info->dim;
-      k.parts = info->slices.size();
-    }
-    auto n = rec.value.data.size();
-    if (k.dim > 0) {
-      // A table's shard holds rows part, part + S, ...: put them back.
-      if (auto err = place_table_rows(rec, k.dim, k.parts, k.values,
-                                      optimizer_state ? &k.states : nullptr))
-        return err;
-      k.covered += n;
-      continue;
-    }
-    if (rec.offset > k.values.size() || n > k.values.size() - rec.offset)
-      return make_error(errc::checkpoint_corrupt,
-                        "export_weights: a slice of key '" + rec.key
-                          + "' lies outside it");
-    std::copy(rec.value.data.begin(), rec.value.data.end(),
-              k.values.begin() + static_cast<std::ptrdiff_t>(rec.offset));
-    k.covered += n;
-    if (!optimizer_state || n == 0 || rec.state.data.size() % n != 0)
-      continue;
-    auto blocks = rec.state.data.size() / n;
-    if (blocks > k.states.size())
-      k.states.resize(blocks, std::vector<float>(k.values.size()));
-    for (size_t j = 0; j < blocks && j < k.states.size(); ++j)
-      std::copy_n(
-        rec.state.data.begin() + static_cast<std::ptrdiff_t>(j * n), n,
-        k.states[j].begin() + static_cast<std::ptrdiff_t>(rec.offset));
-  }
-  std::vector<core::named_tensor> tensors;
-  for (auto& [name, k] : keys) {
-    if (k.covered != k.values.size())
-      return make_error(errc::not_initialized,
-                        "export_weights: key '" + name + "' has "
-                          + std::to_string(k.covered) + " of its "
-                          + std::to_string(k.values.size())
-                          + " floats on the shards");
-    tensors.push_back({name, k.shape, k.values.data(), k.values.size()});
-  }
-  for (auto& [name, k] : keys)
-    for (size_t j = 0; j < k.states.size(); ++j)
-      tensors.push_back({"__optimizer__/" + name + "/" + std::to_string(j),
-                         k.shape, k.states[j].data(), k.states[j].size()});
-  std::map<std::string, std::string> meta{{"producer", "actorps"},
-                                          {"format", "pt"}};
-  if (optimizer_state)
-    meta["optimizer"] = snap->optimizer.name;
-  std::vector<char> bytes;
-  if (auto st = core::encode_safetensors(tensors, meta, bytes); !st.ok())
-    return to_error(st);
-  return to_error(core::write_file_atomic(path, bytes));
-}
-
-caf::error kvstore::load_optimizer_states(const std::string& path) {
-  auto& d = *impl_;
-  if (d.closed)
-    return closed_error("load_optimizer_states");
-  if (auto err = wait_all())
-    return err;
-  std::vector<char> bytes;
-  if (auto st = core::read_file(path, bytes); !st.ok())
-    return to_error(st);
-  state_snapshot snap;
-  if (auto st = core::decode_checkpoint(bytes, snap); !st.ok())
-    return make_error(st.code, st.message + " in " + path);
-  return d.call(
-    d.timeout(), [](caf::ok_atom) {}, load_atom::value, std::move(snap));
-}
-
 caf::expected<uint32_t> kvstore::num_dead_node(int node_id,
                                                std::chrono::seconds timeout) {
   auto& d = *impl_;
@@ -510,6 +393,13 @@ caf::error kvstore::send_command_to_servers(int head, const std::string& body) {
   auto& d = *impl_;
   if (d.closed)
     return closed_error("send_command_to_servers");
+  // Every message between a job's processes has a bound
+  // (core::message_cap): a body far below it.
+  if (body.size() > max_command_bytes)
+    return make_error(errc::bad_config,
+                      "send_command_to_servers: the body has "
+                        + std::to_string(body.size()) + " bytes, at most "
+                        + std::to_string(max_command_bytes) + " are sent");
   if (auto err = wait_all())
     return err;
   return d.call(

@@ -313,7 +313,11 @@ public:
                                       const compression& c);
 
   /// Saves weights and optimizer states of the whole store to `path`
-  /// (atomically: temporary file, fsync, rename).
+  /// (atomically: temporary file, fsync, rename). Every shard takes its
+  /// state as it is when the save begins; the coordinator then walks the
+  /// shards one piece at a time (at most save_piece_bytes per message: a
+  /// large table's part comes in pieces), and each piece goes to the file
+  /// as it arrives.
   caf::error save_optimizer_states(const std::string& path);
 
   /// Writes every key's weights, each with its shape, as one safetensors
@@ -327,7 +331,10 @@ public:
   caf::error export_weights(const std::string& path,
                             bool optimizer_state = false);
 
-  /// Loads a file written by `save_optimizer_states`. Every key of the file
+  /// Loads a file written by `save_optimizer_states`, record by record (no
+  /// more of it in memory here than one piece; the shards assemble their
+  /// slices and take them all at once at the end, or nothing). Every key
+  /// of the file
   /// must be initialized here with the same shape. A key that was sliced
   /// otherwise when saved (other shards, slice size or slicing bound) is cut
   /// to this store's slices; a slice cut from several saved ones needs them
@@ -351,8 +358,12 @@ public:
   /// go to the handler the embedding program installed
   /// (`store_options::on_command`, or `server_options::on_command` on the
   /// servers of a distributed job); without one they fail with
-  /// `bad_config`.
+  /// `bad_config`. A body over `max_command_bytes` is refused
+  /// (`bad_config`): every message of a job has a bound.
   caf::error send_command_to_servers(int head, const std::string& body);
+
+  /// Largest command body (64 MiB).
+  static constexpr std::size_t max_command_bytes = std::size_t{64} << 20;
 
   /// DataPredict's clearGradients: every shard drops the pushes of sync
   /// rounds that are not applied yet (in every other mode there are none:

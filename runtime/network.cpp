@@ -20,6 +20,7 @@
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
 #include "core/checkpoint_dir.hpp"
+#include "core/checkpoint_stream.hpp"
 #include "core/join_tally.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
@@ -168,6 +169,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   cc.staleness = opts.sync ? -1 : opts.staleness;
   cc.bigarray_bound = opts.bigarray_bound;
   cc.slice_floats = opts.slice_floats;
+  set_message_cap(core::message_cap(opts.bigarray_bound, opts.slice_floats));
   cc.timeout = opts.timeout;
   cc.heartbeat = sopts.heartbeat.count() > 0 ? sopts.heartbeat
                                              : std::chrono::milliseconds{1000};
@@ -234,6 +236,11 @@ caf::error run_coordinator(const coordinator_options& opts,
   std::set<uint32_t> lost_ranks;
   uint32_t lost_servers = 0;
   uint32_t failed_workers = 0;
+  // The periodic checkpoint being written (its barrier number; 0: none).
+  core::checkpoint_writer writer;
+  uint64_t writing = 0;
+  std::string written;
+  actorps::status failed;
   self->receive_while(running)(
     [&](shutdown_atom) { running = false; },
     [&](node_down_atom, uint32_t node_id, uint8_t role_id, bool lost) {
@@ -259,20 +266,41 @@ caf::error run_coordinator(const coordinator_options& opts,
       if (tally.add(role_id, rank))
         status();
     },
-    [&](save_atom, uint64_t number, state_snapshot& snap) {
-      std::string path;
-      auto st = core::write_numbered_checkpoint(opts.checkpoint_dir,
-                                                checkpoint_base + number, snap,
-                                                opts.checkpoint_keep, path);
+    [&](save_atom, uint64_t number, save_piece& piece) {
+      // Pieces in order, written as they come: the coordinator's process
+      // holds one piece of the model at a time.
+      if (number != writing) {
+        writer.abort();
+        writing = number;
+        failed = core::numbered_checkpoint_path(
+          opts.checkpoint_dir, checkpoint_base + number, written);
+        if (failed.ok())
+          failed = writer.open(written, piece.optimizer);
+      }
+      for (auto& rec : piece.records)
+        if (failed.ok())
+          failed = writer.add(rec);
+      if (!piece.done)
+        return;
+      auto records = writer.records();
+      if (failed.ok())
+        failed = writer.finish();
+      if (failed.ok())
+        core::prune_checkpoints(opts.checkpoint_dir, opts.checkpoint_keep);
+      writing = 0;
       if (opts.on_checkpoint)
-        opts.on_checkpoint(
-          st.ok()
-            ? "checkpoint at barrier " + std::to_string(number) + ": " + path
-                + " (" + std::to_string(snap.slices.size()) + " slices)"
-            : st.message,
-          st.ok());
+        opts.on_checkpoint(failed.ok()
+                             ? "checkpoint at barrier " + std::to_string(number)
+                                 + ": " + written + " ("
+                                 + std::to_string(records) + " records)"
+                             : failed.message,
+                           failed.ok());
     },
     [&](save_atom, uint64_t number, caf::error& err) {
+      if (number == writing) {
+        writer.abort();
+        writing = 0;
+      }
       if (opts.on_checkpoint)
         opts.on_checkpoint("checkpoint at barrier " + std::to_string(number)
                              + " failed: " + render(err),
@@ -332,6 +360,7 @@ caf::error run_server(const server_options& opts,
     return err;
   }
   on_joined(job.rank);
+  set_message_cap(job.message_cap);
   auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
   // The shards and relays trust the coordinator, which tells them the nodes
   // it admits.

@@ -80,19 +80,22 @@ caf::error place_table_rows(const slice_record& rec, uint64_t dim,
                             std::vector<std::vector<float>>* states) {
   auto n = rec.value.data.size();
   auto rows = n / dim;
+  // A piece of the part begins at its row `first / dim`.
+  auto r0 = rec.first / dim;
   auto bad = [&] {
     return make_error(errc::checkpoint_corrupt,
                       "export_weights: a slice of table '" + rec.key
                         + "' does not fit it");
   };
-  if (n % dim != 0 || rec.part >= parts
-      || (rows > 0 && (rows - 1) * parts + rec.part >= values.size() / dim))
+  if (n % dim != 0 || rec.first % dim != 0 || rec.part >= parts
+      || (rows > 0
+          && (r0 + rows - 1) * parts + rec.part >= values.size() / dim))
     return bad();
   for (uint64_t i = 0; i < rows; ++i)
-    std::copy_n(rec.value.data.begin() + static_cast<std::ptrdiff_t>(i * dim),
-                dim,
-                values.begin()
-                  + static_cast<std::ptrdiff_t>((i * parts + rec.part) * dim));
+    std::copy_n(
+      rec.value.data.begin() + static_cast<std::ptrdiff_t>(i * dim), dim,
+      values.begin()
+        + static_cast<std::ptrdiff_t>(((r0 + i) * parts + rec.part) * dim));
   if (states == nullptr || n == 0 || rec.state.data.size() % n != 0)
     return caf::none;
   auto blocks = rec.state.data.size() / n;
@@ -106,7 +109,7 @@ caf::error place_table_rows(const slice_record& rec, uint64_t dim,
           + static_cast<std::ptrdiff_t>((i * blocks + j) * dim),
         dim,
         (*states)[j].begin()
-          + static_cast<std::ptrdiff_t>((i * parts + rec.part) * dim));
+          + static_cast<std::ptrdiff_t>(((r0 + i) * parts + rec.part) * dim));
   return caf::none;
 }
 

@@ -288,41 +288,20 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       gather_snapshot(self, rp);
       return rp;
     },
+    [self](save_atom, const save_cursor& at) -> caf::result<save_piece> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
+      return save_next(self, at);
+    },
+    [self](load_atom, load_piece& piece) -> caf::result<uint64_t> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
+      return load_next(self, piece);
+    },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
         return err;
-      auto& st = self->state;
-      if (auto err = to_error(core::validate(snap.optimizer)))
-        return err;
-      // Map names to this store's ids and cut every key's saved slices to
-      // this store's (as saved when the slicing is the same).
-      std::vector<state_snapshot> per_shard;
-      auto find = [&st](const std::string& name) -> const key_info* {
-        auto i = st.keys.find(name);
-        return i != st.keys.end() && i->second.initialized ? &i->second.info
-                                                           : nullptr;
-      };
-      if (auto res = core::split_snapshot(
-            snap, static_cast<uint32_t>(st.cfg.shards.size()), find, per_shard);
-          !res.ok())
-        return to_error(res);
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      auto& shards = st.cfg.shards;
-      detail::fan_in<decltype(rp)> fan{rp, shards.size()};
-      auto opt = snap.optimizer;
-      for (size_t i = 0; i < shards.size(); ++i)
-        self
-          ->request(shards[i], st.timeout(), load_atom::value,
-                    std::move(per_shard[i]))
-          .then(
-            [=](caf::ok_atom) {
-              if (fan.arrive()) {
-                self->state.optimizer = opt;
-                fan.promise().deliver(caf::ok_atom::value);
-              }
-            },
-            [=](caf::error& err) { fan.fail(std::move(err)); });
-      return rp;
+      return load_whole(self, snap);
     },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {
@@ -398,6 +377,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
       info.transport = st.cfg.transport;
       info.data_salt = st.cfg.data_salt;
+      info.message_cap = core::message_cap(st.cfg.bigarray_bound,
+                                           st.cfg.slice_floats);
       bool replacing = false;
       if (role_id == role::worker) {
         if (st.workers_joined == st.cfg.num_workers) {

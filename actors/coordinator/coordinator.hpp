@@ -59,7 +59,20 @@
 ///   `unknown_key` (key not initialized in this store), `checkpoint_mismatch`
 ///   (other sizes, state sizes, slices that overlap or leave gaps, or a
 ///   slice to cut from saved ones that saw different numbers of updates),
-///   `bad_optimizer`.
+///   `bad_optimizer`. Both move the whole model in one message: for tests
+///   and small stores; kvstore uses the pieces below.
+/// - `(save_atom, save_cursor)` -> `save_piece`: a save in pieces. A cursor
+///   of session 0 begins one (every shard takes its state as it is now);
+///   each answer holds some records (named, offsets filled, `parts` the
+///   key's slice count), at most save_piece_bytes but one record, and the
+///   cursor to ask with next; `done` after the last shard's last.
+/// - `(load_atom, load_piece)` -> session number: a load in pieces. The
+///   first (session 0) names the optimizer and opens a session on every
+///   shard; each piece's records are cut to this store's slices
+///   (core::cut_piece: other shard counts and slicing as for the whole
+///   load) and handed to their shards; `commit` checks that every key seen
+///   is whole, then every shard takes its slices. Errors as for the whole
+///   load; a failed step drops the session everywhere.
 /// - `(command_atom, head, body)` -> `ok_atom` once every shard applied it
 ///   (send_command_to_servers). Head 0 sets the optimizer from text, as
 ///   set_opt does (and is recorded for save); its text is checked first.
@@ -181,6 +194,8 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
+  caf::replies_to<save_atom, save_cursor>::with<save_piece>,
+  caf::replies_to<load_atom, load_piece>::with<uint64_t>,
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
   caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
                   uint32_t>::with<job_info>,

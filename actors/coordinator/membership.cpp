@@ -94,11 +94,15 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
                    node_down_atom::value, node_id, role_of);
     // A checkpoint being gathered from a dead server would hold the barrier
     // until its requests time out: give it up and let the barrier go.
-    if (role_of == role::server && st.checkpointing) {
+    if (role_of == role::server
+        && (st.checkpointing || st.checkpoint_streaming != 0)) {
+      auto number = st.checkpointing ? st.barriers_done + 1
+                                     : st.checkpoint_streaming;
       ++st.checkpoint_generation;
       st.checkpointing = false;
+      st.checkpoint_streaming = 0;
       if (st.cfg.on_done)
-        caf::anon_send(st.cfg.on_done, save_atom::value, st.barriers_done + 1,
+        caf::anon_send(st.cfg.on_done, save_atom::value, number,
                        make_error(errc::dead_node,
                                   "checkpoint: server node "
                                     + std::to_string(node_id)
@@ -295,44 +299,6 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
             arrive();
           });
   return rp;
-}
-
-void release_barrier(coordinator_ptr self) {
-  auto& st = self->state;
-  if (st.checkpointing || !st.barrier_complete())
-    return;
-  if (!st.checkpoint_due()) {
-    st.check_barrier();
-    return;
-  }
-  // Every live worker waits here, none pushes: every slice is at the same
-  // round. Gather it, hand it on, then release.
-  st.checkpointing = true;
-  auto number = st.barriers_done + 1;
-  auto generation = st.checkpoint_generation;
-  auto done = [self] {
-    auto& st = self->state;
-    st.checkpointing = false;
-    st.last_checkpoint = std::chrono::steady_clock::now();
-    st.check_barrier();
-  };
-  detail::callback_promise<state_snapshot> cb;
-  cb.ok = [self, number, done, generation](state_snapshot&& snap) {
-    if (generation != self->state.checkpoint_generation)
-      return;
-    caf::anon_send(self->state.cfg.on_done, save_atom::value, number,
-                   std::move(snap));
-    done();
-  };
-  cb.failed = [self, number, done, generation](caf::error err) {
-    if (generation != self->state.checkpoint_generation)
-      return;
-    // The job goes on without this checkpoint; the runner says why.
-    caf::anon_send(self->state.cfg.on_done, save_atom::value, number,
-                   std::move(err));
-    done();
-  };
-  detail::gather_snapshot(self, std::move(cb));
 }
 
 } // namespace actorps

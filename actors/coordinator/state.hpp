@@ -96,6 +96,17 @@ struct coordinator_state {
   uint64_t checkpoint_generation = 0;
   std::chrono::steady_clock::time_point last_checkpoint
     = std::chrono::steady_clock::now();
+  // A periodic checkpoint whose state was taken (the barrier went on) and
+  // whose pieces still travel to on_done: its barrier number, 0 if none.
+  uint64_t checkpoint_streaming = 0;
+  // Saves and loads in pieces: the last session number given out, and the
+  // loads in progress with what each key received so far.
+  uint64_t last_session = 0;
+  struct load_progress {
+    optimizer_config opt;
+    std::map<std::string, uint64_t> covered;
+  };
+  std::map<uint64_t, load_progress> loads;
 
   bool distributed() const {
     return cfg.num_servers > 0;
@@ -118,6 +129,7 @@ struct coordinator_state {
   // True if the complete barrier must wait for a checkpoint first.
   bool checkpoint_due() const {
     return cfg.checkpoint_every.count() >= 0 && cfg.on_done
+           && checkpoint_streaming == 0
            && std::chrono::steady_clock::now() - last_checkpoint
                 >= cfg.checkpoint_every;
   }
@@ -185,6 +197,22 @@ void release_routing(coordinator_ptr self);
 /// Releases a complete barrier, first taking a checkpoint when one is due
 /// (coordinator_config::checkpoint_every).
 void release_barrier(coordinator_ptr self);
+
+/// The next records of a save in pieces (`save_atom, save_cursor`): a
+/// cursor of session 0 begins one (every shard takes its state as it is
+/// now); records come shard by shard, named, `done` after the last shard.
+caf::result<save_piece> save_next(coordinator_ptr self, const save_cursor& at);
+
+/// A step of a load in pieces (`load_atom, load_piece`): the first opens a
+/// session on every shard; records are cut to this store's slices and
+/// handed to their shards; the commit checks that every key seen is whole
+/// and lets every shard take its slices. Answers the session number.
+caf::result<uint64_t> load_next(coordinator_ptr self, load_piece& piece);
+
+/// A whole checkpoint in one message (`load_atom, state_snapshot`): cut to
+/// this store's slices (core::split_snapshot), each shard's part in one.
+caf::result<caf::ok_atom> load_whole(coordinator_ptr self,
+                                     const state_snapshot& snap);
 
 /// The job's status (`status_atom`): membership from the state, counters
 /// from every shard that answers within a few seconds.

@@ -159,6 +159,28 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       ACTORPS_RELAY_CHECK("load_optimizer_states")
       return self->delegate(shard, a, std::move(snap));
     },
+    [=](save_atom a, uint64_t session) -> ok_result {
+      ACTORPS_RELAY_CHECK("save_optimizer_states")
+      return self->delegate(shard, a, session);
+    },
+    [=](save_atom a, const save_cursor& at) -> caf::result<save_piece> {
+      ACTORPS_RELAY_CHECK("save_optimizer_states")
+      return self->delegate(shard, a, at);
+    },
+    [=](load_atom a, uint64_t session,
+        const optimizer_config& opt) -> ok_result {
+      ACTORPS_RELAY_CHECK("load_optimizer_states")
+      return self->delegate(shard, a, session, opt);
+    },
+    [=](load_atom a, uint64_t session,
+        std::vector<slice_record>& pieces) -> ok_result {
+      ACTORPS_RELAY_CHECK("load_optimizer_states")
+      return self->delegate(shard, a, session, std::move(pieces));
+    },
+    [=](load_atom a, uint64_t session, bool commit) -> ok_result {
+      ACTORPS_RELAY_CHECK("load_optimizer_states")
+      return self->delegate(shard, a, session, commit);
+    },
     [=](workers_atom a, const std::vector<uint32_t>& live) -> ok_result {
       if (auto err = self->state.trusted.check_admitter(self, "workers"))
         return err;

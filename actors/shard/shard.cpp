@@ -218,6 +218,45 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return err;
       return caf::ok_atom::value;
     },
+    // Saves and loads in pieces: no message carries more than a piece.
+    [self](save_atom, uint64_t session) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
+      self->state.open_save(session);
+      return caf::ok_atom::value;
+    },
+    [self](save_atom, const save_cursor& at) -> caf::result<save_piece> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
+      auto piece = self->state.save_next(at.session, at.position);
+      if (!piece)
+        return std::move(piece.error());
+      return std::move(*piece);
+    },
+    [self](load_atom, uint64_t session,
+           const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
+      if (auto err = self->state.open_load(session, opt))
+        return err;
+      return caf::ok_atom::value;
+    },
+    [self](load_atom, uint64_t session,
+           std::vector<slice_record>& pieces) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
+      if (auto err = self->state.load_pieces(session, pieces))
+        return err;
+      return caf::ok_atom::value;
+    },
+    [self](load_atom, uint64_t session,
+           bool commit) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
+      if (auto err = self->state.end_load(session, commit))
+        return err;
+      return caf::ok_atom::value;
+    },
     [self](workers_atom,
            const std::vector<uint32_t>& live) -> caf::result<caf::ok_atom> {
       // Who is live decides whom sync rounds wait for: the coordinator's.

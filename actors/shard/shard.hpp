@@ -80,7 +80,21 @@
 /// - `(load_atom, state_snapshot)` -> `ok_atom`. Restores the optimizer and,
 ///   for each record, weights, state and step; all-or-nothing. Errors:
 ///   `bad_optimizer`, `unknown_key` (slice not initialized here),
-///   `checkpoint_mismatch` (length or state size differs).
+///   `checkpoint_mismatch` (length or state size differs). Both move the
+///   whole shard in one message: for tests and small stores; the
+///   coordinator uses the pieces below.
+/// - `(save_atom, session)` -> `ok_atom`: begins a save of the state as it
+///   is now; `(save_atom, save_cursor)` -> `save_piece`: its next records
+///   (at most save_piece_bytes but one record; a large slice comes in
+///   pieces), `done` with the last. At most `max_sessions` saves (and as
+///   many loads) at once: a new one drops the oldest.
+/// - `(load_atom, session, optimizer_config)` -> `ok_atom` begins a load;
+///   `(load_atom, session, std::vector<slice_record>)` -> `ok_atom` adds
+///   pieces of this shard's slices (core::slice_assembly: sized by the
+///   slice, each float or row at most once); `(load_atom, session, bool
+///   commit)` -> `ok_atom` ends it: with commit every slice touched must be
+///   whole, then the optimizer and all of them are taken at once. Errors as
+///   for the whole load, and `checkpoint_io` for a session that is not open.
 /// - `(workers_atom, std::vector<uint32_t>)` -> `ok_atom`. Sets the live
 ///   workers (ids < num_workers); sync rounds complete when every live worker
 ///   contributed, so a dead worker never blocks a round (nor, with bounded
@@ -193,6 +207,12 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
+  caf::replies_to<save_atom, uint64_t>::with<caf::ok_atom>,
+  caf::replies_to<save_atom, save_cursor>::with<save_piece>,
+  caf::replies_to<load_atom, uint64_t, optimizer_config>::with<caf::ok_atom>,
+  caf::replies_to<load_atom, uint64_t,
+                  std::vector<slice_record>>::with<caf::ok_atom>,
+  caf::replies_to<load_atom, uint64_t, bool>::with<caf::ok_atom>,
   caf::replies_to<workers_atom, std::vector<uint32_t>>::with<caf::ok_atom>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,

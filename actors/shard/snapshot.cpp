@@ -85,6 +85,145 @@ caf::error shard_state::load(state_snapshot& snap) {
   return caf::none;
 }
 
+namespace {
+
+// Drops the oldest sessions (lowest numbers: the coordinator counts up)
+// so that one more fits.
+template <class Map>
+void make_room(Map& sessions) {
+  while (sessions.size() >= shard_state::max_sessions)
+    sessions.erase(sessions.begin());
+}
+
+caf::error no_session(const char* op, uint64_t session) {
+  return make_error(errc::checkpoint_io,
+                    std::string{op} + ": session " + std::to_string(session)
+                      + " is not open on this shard (given up, or a newer "
+                        "one took its place)");
+}
+
+} // namespace
+
+void shard_state::open_save(uint64_t session) {
+  make_room(saves);
+  auto& x = saves[session];
+  x.snap = save();
+  for (auto& rec : x.snap.slices) {
+    auto* s = find(make_slice_id(rec.key_id, rec.part));
+    x.dims.push_back(s != nullptr ? s->dim : 0);
+  }
+}
+
+caf::expected<save_piece> shard_state::save_next(uint64_t session,
+                                                 uint64_t position) {
+  auto i = saves.find(session);
+  if (i == saves.end())
+    return no_session("save_optimizer_states", session);
+  auto& x = i->second;
+  if (position != x.served)
+    return make_error(errc::checkpoint_io,
+                      "save_optimizer_states: piece " + std::to_string(position)
+                        + " asked, " + std::to_string(x.served) + " expected");
+  save_piece out;
+  out.optimizer = x.snap.optimizer;
+  uint64_t used = 0;
+  auto& recs = x.snap.slices;
+  while (x.record < recs.size() && (used == 0 || used < save_piece_bytes)) {
+    auto& rec = recs[x.record];
+    if (rec.value.data.empty()) {
+      ++x.record;
+      continue;
+    }
+    slice_record piece;
+    auto next = core::take_piece(rec, x.from, save_piece_bytes - used,
+                                 x.dims[x.record], piece);
+    used += 4 * (piece.value.data.size() + piece.state.data.size())
+            + 8 * piece.row_steps.size() + 64;
+    out.records.push_back(std::move(piece));
+    if (next < rec.value.data.size()) {
+      x.from = next;
+      continue;
+    }
+    // Taken whole: its memory goes now, not at the end of the save.
+    rec = slice_record{};
+    ++x.record;
+    x.from = 0;
+  }
+  out.next.session = session;
+  out.next.position = ++x.served;
+  out.done = x.record == recs.size();
+  if (out.done)
+    saves.erase(i);
+  return out;
+}
+
+caf::error shard_state::open_load(uint64_t session,
+                                  const optimizer_config& opt) {
+  if (auto err = to_error(core::validate(opt)))
+    return err;
+  make_room(loads);
+  loads[session].opt = opt;
+  return caf::none;
+}
+
+caf::error shard_state::load_pieces(uint64_t session,
+                                    std::vector<slice_record>& pieces) {
+  auto i = loads.find(session);
+  if (i == loads.end())
+    return no_session("load_optimizer_states", session);
+  auto& x = i->second;
+  for (auto& piece : pieces) {
+    auto id = make_slice_id(piece.key_id, piece.part);
+    auto* s = find(id);
+    if (s == nullptr) {
+      loads.erase(i);
+      return make_error(errc::unknown_key, "load_state: " + slice_name(id)
+                                             + " is not initialized on shard "
+                                             + std::to_string(cfg.index));
+    }
+    auto j = x.slices.find(id);
+    if (j == x.slices.end()) {
+      j = x.slices.emplace(id, core::slice_assembly{}).first;
+      // Sized by this shard's own slice, never by the piece.
+      j->second.reset(s->value.size(), s->dim,
+                      s->dim > 0 ? core::state_size(x.opt, s->dim)
+                                 : core::state_size(x.opt, 1));
+    }
+    if (auto st = j->second.add(piece, slice_name(id)); !st.ok()) {
+      loads.erase(i);
+      return to_error(st);
+    }
+  }
+  return caf::none;
+}
+
+caf::error shard_state::end_load(uint64_t session, bool commit) {
+  auto i = loads.find(session);
+  if (i == loads.end())
+    return commit ? no_session("load_optimizer_states", session) : caf::none;
+  auto x = std::move(i->second);
+  loads.erase(i);
+  if (!commit)
+    return caf::none;
+  for (auto& [id, a] : x.slices)
+    if (!a.complete())
+      return make_error(errc::checkpoint_mismatch,
+                        "load_state: the checkpoint leaves "
+                          + std::to_string(a.missing())
+                          + (find(id)->dim > 0 ? " rows" : " floats") + " of "
+                          + slice_name(id) + " out");
+  set_optimizer(x.opt);
+  for (auto& [id, a] : x.slices) {
+    auto& s = slices[id];
+    s.value = shared_floats{std::move(a.value)};
+    s.opt_state = std::move(a.state);
+    s.step = a.step;
+    if (s.dim > 0)
+      s.row_steps = std::move(a.row_steps);
+  }
+  return caf::none;
+}
+
 void shard_state::clear_pending() {
   if (!cfg.sync)
     return;

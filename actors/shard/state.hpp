@@ -17,6 +17,7 @@
 
 #include "actors/shard/shard.hpp"
 #include "actors/trust.hpp"
+#include "core/restore.hpp"
 #include "core/rows.hpp"
 #include "messages/types.hpp"
 
@@ -217,8 +218,31 @@ struct slice_state {
   std::vector<waiting_pull> waiting;
 };
 
+// A save in progress (save_atom with a cursor): the state as it was when
+// the save began, handed out in pieces.
+struct save_session {
+  state_snapshot snap;
+  // Each record's row size (0: dense).
+  std::vector<uint64_t> dims;
+  size_t record = 0;
+  uint64_t from = 0;
+  uint64_t served = 0;
+};
+
+// A load in progress: slices assembled from pieces, taken all at once at
+// the commit.
+struct load_session {
+  optimizer_config opt;
+  std::map<slice_id, core::slice_assembly> slices;
+};
+
 struct shard_state {
   static inline const char* name = "actorps.shard";
+
+  /// Saves and loads in progress at once; a new one drops the oldest (a
+  /// requester that vanished mid-way leaves no copy of the model behind
+  /// for long).
+  static constexpr size_t max_sessions = 2;
 
   /// Operations a worker may run ahead of the next expected one per slice.
   static constexpr uint64_t max_seq_gap = 1 << 16;
@@ -357,6 +381,27 @@ struct shard_state {
   // Restores slices saved by `save`: all or nothing, checked first. The
   // saved buffers are taken over.
   caf::error load(state_snapshot& snap);
+
+  std::map<uint64_t, save_session> saves;
+  std::map<uint64_t, load_session> loads;
+
+  // Begins save `session`: the state as it is now (as `save`).
+  void open_save(uint64_t session);
+
+  // The next records of save `session` (`position`: how many pieces were
+  // taken before), at most save_piece_bytes but one record; `done` once
+  // the last was taken, which ends the session.
+  caf::expected<save_piece> save_next(uint64_t session, uint64_t position);
+
+  // Begins load `session` with the optimizer the checkpoint names.
+  caf::error open_load(uint64_t session, const optimizer_config& opt);
+
+  // Adds pieces to load `session`; an error ends the session.
+  caf::error load_pieces(uint64_t session, std::vector<slice_record>& pieces);
+
+  // Ends load `session`: with `commit`, every slice it touched must be
+  // whole, then all are taken at once; without, it is dropped.
+  caf::error end_load(uint64_t session, bool commit);
 
   // The workers still taking part; rounds stop waiting for the others.
   caf::error set_live(const std::vector<uint32_t>& workers);

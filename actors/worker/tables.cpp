@@ -111,6 +111,22 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
     on_error(to_error(res));
     return;
   }
+  // One shard's part travels as one message: it must fit the job's bound
+  // (a connection that announces more is closed).
+  if (auto cap = st.cfg.message_cap; cap > 0)
+    for (auto& rows : split) {
+      auto bytes = rows.local.size() * (4 * dim + 8) + (uint64_t{1} << 20);
+      if (bytes > cap) {
+        on_error(make_error(
+          errc::bad_config,
+          op + ": " + std::to_string(ids.size()) + " rows of "
+            + std::to_string(dim) + " floats put "
+            + std::to_string(rows.local.size())
+            + " rows on one shard, more than one message of this job carries ("
+            + std::to_string(cap >> 20) + " MiB): " + op + " them in parts"));
+        return;
+      }
+    }
   auto out = std::make_shared<std::vector<float>>(pushes ? 0
                                                          : ids.size() * dim);
   auto g = std::make_shared<gather>();

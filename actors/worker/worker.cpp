@@ -544,6 +544,18 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       return via_coordinator<state_snapshot>(self, self->state.timeout(),
                                              save_atom::value);
     },
+    [self](save_atom, const save_cursor& at) -> caf::result<save_piece> {
+      if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
+        return err;
+      return via_coordinator<save_piece>(self, self->state.timeout(),
+                                         save_atom::value, at);
+    },
+    [self](load_atom, load_piece& piece) -> caf::result<uint64_t> {
+      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+        return err;
+      return via_coordinator<uint64_t>(self, self->state.timeout(),
+                                       load_atom::value, std::move(piece));
+    },
     [self](load_atom, const state_snapshot& snap) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
         return err;

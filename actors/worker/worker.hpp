@@ -85,7 +85,8 @@
 /// - `(leave_atom, why)` -> `ok_atom`: the same after its job failed; the
 ///   coordinator counts it as failed, with `why`.
 /// - `(set_opt_atom, optimizer_config)`, `(save_atom)`, `(load_atom,
-///   state_snapshot)`: forwarded to the coordinator (see its protocol).
+///   state_snapshot)`, `(save_atom, save_cursor)`, `(load_atom,
+///   load_piece)`: forwarded to the coordinator (see its protocol).
 ///
 /// - `(dead_atom, node_or_group, timeout_s)`, `(command_atom, head, body)`:
 ///   forwarded to the coordinator.
@@ -138,6 +139,10 @@ struct worker_config {
   /// The worker quantizes each pushed slice (keeping 2-bit residuals per
   /// slice); the values then cross the network packed.
   actorps::compression compression{};
+  /// The largest message the job's processes accept (job_info::message_cap;
+  /// 0: no bound, a local store): a row request whose part for one shard
+  /// would be larger is refused with `bad_config` before anything is sent.
+  uint64_t message_cap = 0;
   /// Carries data requests to the shards it `carries` (the UCX plane);
   /// none: CAF carries everything. The channel wakes the worker with
   /// `(ucx_atom)` when replies wait.
@@ -174,6 +179,8 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<set_opt_atom, optimizer_config>::with<caf::ok_atom>,
   caf::replies_to<save_atom>::with<state_snapshot>,
   caf::replies_to<load_atom, state_snapshot>::with<caf::ok_atom>,
+  caf::replies_to<save_atom, save_cursor>::with<save_piece>,
+  caf::replies_to<load_atom, load_piece>::with<uint64_t>,
   caf::replies_to<stats_atom>::with<worker_stats>, caf::reacts_to<ucx_atom>,
   caf::reacts_to<ucx_atom, uint64_t>>;
 

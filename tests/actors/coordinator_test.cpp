@@ -580,13 +580,23 @@ TEST_CASE("coordinator: a due checkpoint is taken at a complete barrier",
   f.init_key("w", iota(6));
   caf::scoped_actor r1{f.sys, true};
   auto checkpoint = [&]() {
+    // The checkpoint's pieces, in order, up to the last.
     std::optional<std::pair<uint64_t, state_snapshot>> got;
-    watcher->receive(
-      [&](save_atom, uint64_t n, state_snapshot& snap) {
-        got.emplace(n, std::move(snap));
-      },
-      [](save_atom, uint64_t, caf::error& err) { FAIL(render(err)); },
-      caf::after(std::chrono::seconds{0}) >> [] {});
+    for (bool more = true; more;)
+      watcher->receive(
+        [&](save_atom, uint64_t n, save_piece& piece) {
+          if (!got)
+            got.emplace(n, state_snapshot{});
+          CHECK(got->first == n);
+          for (auto& rec : piece.records)
+            got->second.slices.push_back(std::move(rec));
+          more = !piece.done;
+        },
+        [&](save_atom, uint64_t, caf::error& err) {
+          FAIL(render(err));
+          more = false;
+        },
+        caf::after(std::chrono::seconds{0}) >> [&] { more = false; });
     return got;
   };
   for (uint64_t barrier = 1; barrier <= 2; ++barrier) {

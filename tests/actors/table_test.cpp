@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/restore.hpp"
 #include "tests/actors/fixture.hpp"
 
 using namespace actorps;
@@ -344,4 +345,107 @@ TEST_CASE("table: row steps are saved and loaded with the table", "[table]") {
   g.self->send(g.shard, load_atom::value, bad);
   g.run();
   require_error(g.reply<caf::ok_atom>(), errc::checkpoint_mismatch);
+}
+
+TEST_CASE("table: a save in pieces is the state when it began, piece by "
+          "piece within the bound; a load in pieces counts at the commit only",
+          "[table]") {
+  table_fixture f;
+  optimizer_config adam;
+  adam.name = "adam";
+  REQUIRE(f.set_optimizer(adam));
+  // 200000 rows of 16 with Adam's two state blocks: about 40 MB, so the
+  // save takes several pieces of at most save_piece_bytes.
+  table_init init;
+  init.slice = table;
+  init.rows = 200000;
+  init.dim = 16;
+  init.rule = table_init::uniform;
+  init.low = -1.0f;
+  init.high = 1.0f;
+  init.seed = 7;
+  REQUIRE(f.make(init));
+  REQUIRE(f.push(0, 0, {3, 199999}, std::vector<float>(32, 0.5f)));
+  f.self->send(f.shard, save_atom::value);
+  f.run();
+  auto whole = f.reply<state_snapshot>();
+  REQUIRE(whole);
+  REQUIRE(whole->slices.size() == 1);
+  auto& want = whole->slices[0];
+  f.self->send(f.shard, save_atom::value, uint64_t{1});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  // A push after the save began is not in it.
+  REQUIRE(f.push(0, 1, {3}, std::vector<float>(16, 1.0f)));
+  std::vector<slice_record> pieces;
+  save_cursor at{1, 0, 0};
+  for (bool done = false; !done;) {
+    f.self->send(f.shard, save_atom::value, at);
+    f.run();
+    auto piece = f.reply<save_piece>();
+    REQUIRE(piece);
+    uint64_t bytes = 0;
+    for (auto& rec : piece->records)
+      bytes += 4 * (rec.value.data.size() + rec.state.data.size())
+               + 8 * rec.row_steps.size();
+    CHECK(bytes <= save_piece_bytes);
+    for (auto& rec : piece->records)
+      pieces.push_back(std::move(rec));
+    done = piece->done;
+    at = piece->next;
+    REQUIRE(pieces.size() < 100);
+  }
+  CHECK(pieces.size() >= 3);
+  // The session is gone once the last piece was taken.
+  f.self->send(f.shard, save_atom::value, at);
+  f.run();
+  require_error(f.reply<save_piece>(), errc::checkpoint_io);
+  core::slice_assembly a;
+  a.reset(want.value.data.size(), 16, 2 * 16);
+  for (auto p : pieces)
+    REQUIRE(a.add(p, "table").ok());
+  REQUIRE(a.complete());
+  CHECK(a.value == want.value.data);
+  CHECK(a.state == want.state.data);
+  CHECK(a.row_steps == want.row_steps);
+  // Into a fresh shard holding the same table, piece by piece.
+  table_fixture g;
+  init.low = init.high = 0.0f;
+  init.rule = table_init::constant;
+  REQUIRE(g.make(init));
+  auto load = [&](auto... xs) {
+    g.self->send(g.shard, load_atom::value, xs...);
+    g.run();
+    return g.reply<caf::ok_atom>();
+  };
+  REQUIRE(load(uint64_t{5}, adam));
+  for (size_t i = 0; i + 1 < pieces.size(); ++i)
+    REQUIRE(load(uint64_t{5}, std::vector<slice_record>{pieces[i]}));
+  SECTION("nothing counts before the commit, all of it after") {
+    auto before = g.pull(0, 0, {3});
+    REQUIRE(before);
+    CHECK(*before == std::vector<float>(16, 0.0f));
+    REQUIRE(load(uint64_t{5}, std::vector<slice_record>{pieces.back()}));
+    REQUIRE(load(uint64_t{5}, true));
+    g.self->send(g.shard, save_atom::value);
+    g.run();
+    auto back = g.reply<state_snapshot>();
+    REQUIRE(back);
+    CHECK(back->slices[0].value.data == want.value.data);
+    CHECK(back->slices[0].state.data == want.state.data);
+    CHECK(back->slices[0].row_steps == want.row_steps);
+  }
+  SECTION("a commit with a piece missing is refused and changes nothing") {
+    require_error(load(uint64_t{5}, true), errc::checkpoint_mismatch);
+    auto after = g.pull(0, 0, {3});
+    REQUIRE(after);
+    CHECK(*after == std::vector<float>(16, 0.0f));
+    // The session is gone.
+    require_error(load(uint64_t{5}, std::vector<slice_record>{pieces.back()}),
+                  errc::checkpoint_io);
+  }
+  SECTION("a piece sent twice is refused") {
+    require_error(load(uint64_t{5}, std::vector<slice_record>{pieces[0]}),
+                  errc::checkpoint_mismatch);
+  }
 }

@@ -935,3 +935,50 @@ TEST_CASE_METHOD(cluster_fixture, "coordinator: declare and lookup errors",
   run();
   require_error(reply<caf::ok_atom>(), errc::unknown_key);
 }
+
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a row request whose part for one shard exceeds the "
+                 "job's largest message is refused before it is sent",
+                 "[worker][table]") {
+  // A job whose messages carry at most 2 MiB: 1 MiB of headers, so one
+  // shard's part may hold 1 MiB of rows of 16 floats and an id each.
+  auto wc = make_worker_config(0, coord, shards);
+  wc.message_cap = uint64_t{2} << 20;
+  auto capped = guard(spawn_worker(sys, wc));
+  table_init t;
+  t.rows = 100000;
+  t.dim = 16;
+  self->send(capped, init_atom::value, std::string{"t"}, t);
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  auto fits = (uint64_t{1} << 20) / (4 * 16 + 8); // rows per shard
+  auto request = [&](uint64_t per_shard) {
+    // Ids 0, 2, 4, ... on shard 0; as many on shard 1.
+    std::vector<uint64_t> ids;
+    for (uint64_t i = 0; i < 2 * per_shard; ++i)
+      ids.push_back(i);
+    return ids;
+  };
+  auto ok = request(fits);
+  self->send(capped, pull_atom::value, std::string{"t"}, ok, int32_t{0});
+  run();
+  auto got = reply<float_parts>();
+  REQUIRE(got);
+  auto big = request(fits + 1);
+  self->send(capped, pull_atom::value, std::string{"t"}, big, int32_t{0});
+  run();
+  auto refused = reply<float_parts>();
+  require_error(refused, errc::bad_config);
+  CHECK(render(refused.error()).find("in parts") != std::string::npos);
+  self->send(capped, push_atom::value, std::string{"t"}, big, int32_t{0},
+             floats{std::vector<float>(big.size() * 16, 1.0f)});
+  run();
+  require_error(reply<caf::ok_atom>(), errc::bad_config);
+  // Nothing of the refused push arrived.
+  self->send(capped, pull_atom::value, std::string{"t"},
+             std::vector<uint64_t>{0}, int32_t{0});
+  run();
+  auto row = reply<float_parts>();
+  REQUIRE(row);
+  CHECK(row->flatten() == std::vector<float>(16, 0.0f));
+}

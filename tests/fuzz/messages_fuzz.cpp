@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto rest = data + 1;
   auto n = size - 1;
   using namespace actorps;
-  switch (data[0] % 25) {
+  switch (data[0] % 28) {
     case 0:
       decode<compression>(rest, n);
       break;
@@ -129,8 +129,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 23:
       decode<rows_push>(rest, n);
       break;
-    default:
+    case 24:
       decode<rows_pull>(rest, n);
+      break;
+    case 25:
+      decode<save_cursor>(rest, n);
+      break;
+    case 26:
+      decode<save_piece>(rest, n);
+      break;
+    default:
+      decode<load_piece>(rest, n);
       break;
   }
   return 0;

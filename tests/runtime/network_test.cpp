@@ -40,6 +40,7 @@
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
+#include "core/layout.hpp"
 #include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/connect.hpp"
@@ -495,8 +496,8 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   sgd.name = "sgd";
   sgd.learning_rate = 100;
   state_snapshot zeros;
-  zeros.slices.push_back(
-    slice_record{info.id, "w", 0, 0, 0, floats{{0, 0, 0, 0, 0, 0}}, {}, {}});
+  zeros.slices.push_back(slice_record{
+    info.id, "w", 0, 0, 0, floats{{0, 0, 0, 0, 0, 0}}, {}, {}, 0, 0, 0, {}});
   require_refused(evil, coord, declare_atom::value, std::string{"evil"},
                   std::vector<uint64_t>{1000000000}, uint32_t{0});
   require_refused(evil, coord, init_done_atom::value, info.id, true);
@@ -831,6 +832,64 @@ TEST_CASE("network: a routed message in another node's name closes its "
   CHECK(forged->load() == 0);
 }
 
+TEST_CASE("network: an admitted node cannot make another allocate more than "
+          "the job's largest message",
+          "[integration]") {
+  // B joins A's job through a tap (so it is admitted), then a header
+  // announcing 1 GiB is slipped into its connection: A closes it before
+  // CAF allocates the payload.
+  system_config cfg_a{net_options()};
+  caf::actor_system sys_a{cfg_a};
+  exit_guard guard_a;
+  caf::scoped_actor done{sys_a};
+  auto coord_a = guard_a(spawn_coordinator(sys_a, small_job(done)));
+  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
+  auto port = publish_actor(sys_a, gate_a, 0, "127.0.0.1");
+  REQUIRE(port);
+  tap relay{*port};
+  system_config cfg_b{net_options()};
+  caf::actor_system sys_b{cfg_b};
+  exit_guard guard_b;
+  auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", relay.port());
+  REQUIRE(gate);
+  auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
+  caf::scoped_actor self{sys_b};
+  self->send(agent, join_atom::value, role::worker, std::string{"tok"},
+             join_mode::async);
+  auto job = require_reply<job_info>(self);
+  CHECK(job.message_cap
+        == core::message_cap(uint64_t{1} << 20, uint64_t{1} << 20));
+  auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
+  self->send(coord, dead_atom::value, int32_t{6}, int32_t{60});
+  CHECK(require_reply<uint32_t>(self) == 0);
+  self->monitor(coord);
+  constexpr uint32_t announced = uint32_t{1} << 30;
+  REQUIRE(announced > message_cap_in_process());
+  auto before = resident_kb();
+  caf::io::basp::header hdr{caf::io::basp::message_type::routed_message,
+                            0,
+                            announced,
+                            0,
+                            coord.id(),
+                            coord.id()};
+  std::vector<char> frame;
+  {
+    caf::binary_serializer sink{sys_b, frame};
+    REQUIRE_FALSE(sink(hdr));
+  }
+  relay.inject(frame);
+  // A closes the connection: B sees the coordinator go.
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(10s) >> [] {});
+  CHECK(down);
+  CHECK(resident_kb() - before < long{64} << 10);
+  // A still serves others.
+  system_config cfg_c{net_options()};
+  caf::actor_system sys_c{cfg_c};
+  auto again = connect_actor<gate_actor>(sys_c, "127.0.0.1", *port);
+  CHECK(again);
+}
+
 TEST_CASE("network: over mutual TLS only holders of a job certificate connect",
           "[integration]") {
   test::temp_dir dir;
@@ -1078,8 +1137,18 @@ TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
     // A 400 KB message from the admitted node is read and answered.
     auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
     state_snapshot big;
-    big.slices.push_back(slice_record{
-      0, "w", 0, 0, 0, floats{std::vector<float>(100000, 1.0f)}, {}, {}});
+    big.slices.push_back(slice_record{0,
+                                      "w",
+                                      0,
+                                      0,
+                                      0,
+                                      floats{std::vector<float>(100000, 1.0f)},
+                                      {},
+                                      {},
+                                      0,
+                                      0,
+                                      0,
+                                      {}});
     self->send(coord, load_atom::value, big);
     auto answered = reply<caf::ok_atom>(self);
     CHECK((answered || code_of(answered.error()) != errc::timeout));
