@@ -80,6 +80,22 @@ std::vector<caf::node_id> trusted_nodes::list() const {
   return {nodes_.begin(), nodes_.end()};
 }
 
+void trusted_nodes::bind_workers(std::vector<caf::node_id> workers) {
+  workers_ = std::move(workers);
+}
+
+caf::error trusted_nodes::check_rank(caf::local_actor* self, const char* op,
+                                     uint32_t worker) const {
+  auto sender = self->current_sender();
+  if (sender == nullptr || sender->node() == self->node() || workers_.empty())
+    return caf::none;
+  if (worker < workers_.size() && workers_[worker] == sender->node())
+    return caf::none;
+  return make_error(errc::unauthorized,
+                    std::string{op} + ": node " + to_string(sender->node())
+                      + " did not join as worker " + std::to_string(worker));
+}
+
 caf::error trusted_nodes::check(caf::local_actor* self, const char* op) const {
   auto& sender = self->current_sender();
   caf::node_id from;

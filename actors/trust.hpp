@@ -65,12 +65,23 @@ public:
   /// (one line; at most `max_reported` nodes per actor).
   caf::error check(caf::local_actor* self, const char* op) const;
 
+  /// `workers[r]` is the node that joined as worker r (none: not known).
+  void bind_workers(std::vector<caf::node_id> workers);
+
+  /// `none` if the message `self` is handling now may act as worker
+  /// `worker`: it comes from this process, or no binding was given yet,
+  /// or from the node bound to that rank; `errc::unauthorized` naming `op`
+  /// otherwise. An admitted node acts only as itself.
+  caf::error check_rank(caf::local_actor* self, const char* op,
+                        uint32_t worker) const;
+
   /// Foreign nodes this set reports at most, per actor.
   static constexpr size_t max_reported = 16;
 
 private:
   std::set<caf::node_id> nodes_;
   std::set<caf::node_id> admitters_;
+  std::vector<caf::node_id> workers_;
   // Nodes already reported (an empty id stands for anonymous senders).
   mutable std::set<caf::node_id> reported_;
   mutable bool reported_all_ = false;

@@ -31,6 +31,11 @@ std::string derive_secret(std::string_view token, std::string_view label) {
   return std::string(reinterpret_cast<const char*>(mac), len);
 }
 
+std::string worker_secret(std::string_view rank_key, uint32_t rank) {
+  return derive_secret(rank_key,
+                       "actorps ucx worker " + std::to_string(rank) + " v1");
+}
+
 std::string random_bytes(std::size_t n) {
   std::string out(n, '\0');
   if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()),

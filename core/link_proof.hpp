@@ -30,6 +30,11 @@ namespace actorps::core {
 /// empty token (a job without a token has no secrets).
 std::string derive_secret(std::string_view token, std::string_view label);
 
+/// Worker `rank`'s own secret on the UCX data plane: derived from the
+/// job's rank key, which only the coordinator and the servers hold, so a
+/// worker cannot compute another rank's (see job_info::rank_secret).
+std::string worker_secret(std::string_view rank_key, uint32_t rank);
+
 /// `n` bytes from OpenSSL's random generator (empty if it fails).
 std::string random_bytes(std::size_t n);
 

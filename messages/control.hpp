@@ -98,13 +98,20 @@ struct job_info {
   /// The largest message the job's processes accept from each other
   /// (core::message_cap); 0: not said.
   uint64_t message_cap = 0;
+  /// UCX transport, a server's: the job's rank key, from which each
+  /// worker's secret derives (core::worker_secret); a worker's: its own
+  /// rank's secret only. A worker's plane connections prove its secret, so
+  /// a server takes a frame in worker r's name only from worker r.
+  std::string rank_key;
+  std::string rank_secret;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
-           x.transport, x.data_salt, x.coordinator, x.message_cap);
+           x.transport, x.data_salt, x.coordinator, x.message_cap, x.rank_key,
+           x.rank_secret);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

@@ -194,7 +194,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                           + std::to_string(table.shards.size()) + " shards");
     replies = std::make_shared<ucx::frame_queue>();
     std::string why;
-    rt->data_plane = ucx::start_plane(o.token, job.data_salt, replies, why);
+    rt->data_plane = ucx::start_plane(o.token, job, replies, why);
     if (!rt->data_plane)
       return make_error(errc::bad_config, "create: " + why);
     std::map<uint32_t, ucx::peer_id> peers;

@@ -391,7 +391,7 @@ caf::error run_server(const server_options& opts,
   if (job.transport == transport::ucx) {
     auto requests = std::make_shared<ucx::frame_queue>();
     std::string why;
-    data_plane = ucx::start_plane(opts.token, job.data_salt, requests, why);
+    data_plane = ucx::start_plane(opts.token, job, requests, why);
     if (!data_plane) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

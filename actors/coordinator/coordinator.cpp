@@ -181,6 +181,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
   self->state.cfg = std::move(cfg);
   if (self->state.cfg.data_salt.empty())
     self->state.cfg.data_salt = core::random_bytes(32);
+  if (self->state.cfg.rank_key.empty())
+    self->state.cfg.rank_key = core::random_bytes(32);
   self->state.at_barrier.assign(self->state.cfg.num_workers, false);
   self->state.live.assign(self->state.cfg.num_workers, true);
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
@@ -395,6 +397,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
           info.rank = st.workers_joined++;
         }
         info.node_id = worker_node_id(info.rank);
+        info.rank_secret = core::worker_secret(st.cfg.rank_key, info.rank);
       } else if (role_id == role::server) {
         if (st.servers_joined == st.cfg.num_servers)
           return make_error(errc::bad_config,
@@ -403,6 +406,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                               + " servers");
         info.rank = st.servers_joined++;
         info.node_id = server_node_id(info.rank);
+        info.rank_key = st.cfg.rank_key;
       } else if (role_id == role::observer) {
         // Reads the status only: no rank, no data salt, no admission.
         auto& sender = self->current_sender();

@@ -162,6 +162,9 @@ struct coordinator_config {
   /// UCX transport: the job's data salt (job_info::data_salt); empty: the
   /// coordinator draws 32 random bytes.
   std::string data_salt;
+  /// UCX transport: the job's rank key (job_info::rank_key); empty: the
+  /// coordinator draws 32 random bytes.
+  std::string rank_key;
   /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
   /// `(node_down_atom, node_id, role, lost)` for every node that goes down
   /// (`lost`: a worker that had not left, a server before every worker left

@@ -154,13 +154,20 @@ void send_admissions(coordinator_ptr self, uint32_t rank) {
     return;
   auto version = st.admit_version;
   std::vector<caf::node_id> nodes;
-  for (auto& [id, node] : st.nodes)
+  // Which node each worker rank joined from (a replacement's, once it
+  // took the rank).
+  std::vector<caf::node_id> workers(st.cfg.num_workers);
+  for (auto& [id, node] : st.nodes) {
     if (node.node)
       nodes.push_back(node.node);
+    if (node.node && node.role == role::worker && node.rank < workers.size()
+        && (!workers[node.rank] || !node.dead))
+      workers[node.rank] = node.node;
+  }
   auto& relays = st.server_relays[rank];
   auto pending = std::make_shared<size_t>(relays.size());
   for (auto& relay : relays)
-    self->request(relay, st.timeout(), admit_atom::value, nodes)
+    self->request(relay, st.timeout(), admit_atom::value, nodes, workers)
       .then(
         [self, rank, version, pending](caf::ok_atom) {
           if (--*pending > 0)

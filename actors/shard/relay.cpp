@@ -71,6 +71,10 @@ caf::result<Reply> relay_high(relay_ptr self, const shard_actor& shard,
                               const caf::actor& observer, Atom atom, Msg msg) {
   if (auto err = self->state.trusted.check(self, atom_name(atom)))
     return err;
+  // The shard sees the relay as the sender: the rank is checked here.
+  if (auto err = self->state.trusted.check_rank(self, atom_name(atom),
+                                                msg.worker))
+    return err;
   auto rp = self->make_response_promise<Reply>();
   auto id = first_slice(msg);
   // caf::infinite keeps the high priority in CAF 0.17 (a std::chrono timeout
@@ -194,11 +198,13 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       ACTORPS_RELAY_CHECK("send_command_to_servers")
       return self->delegate(shard, a, head, body);
     },
-    [=](admit_atom a, const std::vector<caf::node_id>& nodes) -> ok_result {
+    [=](admit_atom a, const std::vector<caf::node_id>& nodes,
+        const std::vector<caf::node_id>& workers) -> ok_result {
       if (auto err = self->state.trusted.check_admitter(self, "admit"))
         return err;
       self->state.trusted.add(nodes);
-      return self->delegate(shard, a, nodes);
+      self->state.trusted.bind_workers(workers);
+      return self->delegate(shard, a, nodes, workers);
     },
     [=](push_atom a, slice_push& msg, plane_reply& r) {
       relay_plane(self, shard, a, msg, r);

@@ -95,6 +95,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     [self](push_atom, slice_push& msg) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "push"))
         return err;
+      if (auto err = self->state.trusted.check_rank(self, "push", msg.worker))
+        return err;
       return push_one<caf::ok_atom>(self, "push", op_kind::push, msg);
     },
     // A push, then a pull of the value it produced (one large slice; small
@@ -102,11 +104,16 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     [self](push_pull_atom, slice_push& msg) -> caf::result<shared_floats> {
       if (auto err = self->state.trusted.check(self, "push_pull"))
         return err;
+      if (auto err = self->state.trusted.check_rank(self, "push_pull",
+                                                    msg.worker))
+        return err;
       return push_one<shared_floats>(self, "push_pull", op_kind::push_pull,
                                      msg);
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<shared_floats> {
       if (auto err = self->state.trusted.check(self, "pull"))
+        return err;
+      if (auto err = self->state.trusted.check_rank(self, "pull", msg.worker))
         return err;
       op_target t;
       t.kind = op_kind::pull;
@@ -119,6 +126,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](batch_atom, const slice_batch& msg) -> caf::result<float_parts> {
       if (auto err = self->state.trusted.check(self, "batch"))
+        return err;
+      if (auto err = self->state.trusted.check_rank(self, "batch", msg.worker))
         return err;
       // Once a promise exists, a returned error would be dropped: errors go
       // through the promise.
@@ -166,6 +175,9 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     [self](push_atom, rows_push& msg) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "push_rows"))
         return err;
+      if (auto err = self->state.trusted.check_rank(self, "push_rows",
+                                                    msg.worker))
+        return err;
       op_target t;
       t.push_rp = self->make_response_promise<caf::ok_atom>();
       auto rp = t.push_rp;
@@ -174,6 +186,9 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](pull_atom, rows_pull& msg) -> caf::result<shared_floats> {
       if (auto err = self->state.trusted.check(self, "pull_rows"))
+        return err;
+      if (auto err = self->state.trusted.check_rank(self, "pull_rows",
+                                                    msg.worker))
         return err;
       op_target t;
       t.pull_rp = self->make_response_promise<shared_floats>();
@@ -300,11 +315,13 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return err;
       return caf::ok_atom::value;
     },
-    [self](admit_atom, const std::vector<caf::node_id>& nodes)
-      -> caf::result<caf::ok_atom> {
+    [self](
+      admit_atom, const std::vector<caf::node_id>& nodes,
+      const std::vector<caf::node_id>& workers) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check_admitter(self, "admit"))
         return err;
       self->state.trusted.add(nodes);
+      self->state.trusted.bind_workers(workers);
       return caf::ok_atom::value;
     },
   };

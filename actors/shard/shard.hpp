@@ -104,11 +104,15 @@
 ///   send_command_to_servers). Head 0 sets the optimizer from text (see
 ///   core::parse_optimizer); other heads go to `shard_config::on_command`.
 ///   Errors: `bad_optimizer`, `bad_config` (no handler for the head).
-/// - `(admit_atom, std::vector<caf::node_id>)` -> `ok_atom`: trusts these
-///   nodes from now on (the coordinator sends every node that proved the
-///   job's token). Only the shard's process and the nodes of
-///   `shard_config::trusted` may send it: an admitted worker cannot admit
-///   others.
+/// - `(admit_atom, std::vector<caf::node_id> nodes, std::vector<caf::node_id>
+///   workers)` -> `ok_atom`: trusts these nodes from now on (the
+///   coordinator sends every node that proved the job's token), and
+///   `workers[r]` is the node that joined as worker r: from then on a data
+///   operation in worker r's name is taken from another node only if it is
+///   that one (`unauthorized` otherwise; this process's own senders, such as
+///   a UCX plane that checked the peer itself, act for any rank). Only the
+///   shard's process and the nodes of `shard_config::trusted` may send it:
+///   an admitted worker cannot admit others.
 ///
 /// - `(push_atom, slice_push, plane_reply)`, `(pull_atom, slice_pull,
 ///   plane_reply)`, `(push_pull_atom, slice_push, plane_reply)`,
@@ -216,7 +220,8 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<workers_atom, std::vector<uint32_t>>::with<caf::ok_atom>,
   caf::replies_to<stats_atom>::with<shard_stats>,
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
-  caf::replies_to<admit_atom, std::vector<caf::node_id>>::with<caf::ok_atom>,
+  caf::replies_to<admit_atom, std::vector<caf::node_id>,
+                  std::vector<caf::node_id>>::with<caf::ok_atom>,
   caf::reacts_to<push_atom, slice_push, plane_reply>,
   caf::reacts_to<pull_atom, slice_pull, plane_reply>,
   caf::reacts_to<push_pull_atom, slice_push, plane_reply>,

@@ -19,15 +19,30 @@ constexpr char address_magic[4] = {'A', 'P', 'S', 'A'};
 
 } // namespace
 
+std::string hello_key(const std::string& secret, uint32_t identity,
+                      const std::string& identity_secret) {
+  if (identity == 0)
+    return secret;
+  if (identity_secret.empty())
+    return {};
+  auto key = secret;
+  key.push_back('\0');
+  key += identity_secret;
+  return core::derive_secret(key, "actorps ucx hello of an identity v1");
+}
+
 std::vector<unsigned char>
-hello_mac(const std::string& secret, const unsigned char* nonce,
-          const std::vector<char>& from, const std::vector<char>& to) {
+hello_mac(const std::string& secret, uint32_t identity,
+          const unsigned char* nonce, const std::vector<char>& from,
+          const std::vector<char>& to) {
   std::vector<unsigned char> msg;
-  msg.reserve(nonce_size + from.size() + to.size() + 16);
+  msg.reserve(identity_size + nonce_size + from.size() + to.size() + 16);
   auto put_size = [&](std::size_t n) {
     for (int i = 0; i < 8; ++i)
       msg.push_back(static_cast<unsigned char>(n >> (8 * i)));
   };
+  for (std::size_t i = 0; i < identity_size; ++i)
+    msg.push_back(static_cast<unsigned char>(identity >> (8 * i)));
   msg.insert(msg.end(), nonce, nonce + nonce_size);
   put_size(from.size());
   msg.insert(msg.end(), from.begin(), from.end());

@@ -16,6 +16,7 @@
 #include "caf/message_priority.hpp"
 #include "caf/send.hpp"
 
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/ucx/frames.hpp"
@@ -70,15 +71,32 @@ std::vector<frame> frame_queue::take() {
 }
 
 std::shared_ptr<plane>
-start_plane(const std::string& token, const std::string& salt,
+start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error) {
+  // Both handlers run on the plane's progress thread: the map needs no
+  // lock.
+  auto identities = std::make_shared<std::map<peer_id, uint32_t>>();
   plane_handlers handlers;
-  handlers.on_message = [queue](peer_id from, std::vector<char> header,
-                                buffer body) {
-    queue->push(frame{from, std::move(header), std::move(body)});
+  handlers.on_peer_up = [identities](peer_id id, const std::vector<char>&,
+                                     uint32_t identity) {
+    (*identities)[id] = identity;
   };
+  handlers.on_message
+    = [queue, identities](peer_id from, std::vector<char> header, buffer body) {
+        auto i = identities->find(from);
+        queue->push(frame{from, i != identities->end() ? i->second : 0,
+                          std::move(header), std::move(body)});
+      };
   plane_options opts;
-  opts.secret = data_secret(token, salt);
+  opts.secret = data_secret(token, job.data_salt);
+  if (!job.rank_secret.empty()) {
+    opts.identity = job.rank + 1;
+    opts.identity_secret = job.rank_secret;
+  }
+  if (!job.rank_key.empty())
+    opts.secret_of = [key = job.rank_key](uint32_t identity) {
+      return core::worker_secret(key, identity - 1);
+    };
   return plane::start(std::move(opts), std::move(handlers), error);
 }
 
@@ -264,6 +282,22 @@ struct ingress {
       caf::anon_send(shard, std::forward<Ts>(xs)...);
   }
 
+  // True if frame `x` may act as worker `worker`: its connection's hello
+  // proved that worker's secret. Otherwise the request fails with
+  // `unauthorized`.
+  bool admits(const frame& x, uint32_t worker, uint64_t request) {
+    if (x.identity == 0 || x.identity - 1 != worker) {
+      sink->fail(x.from, request,
+                 make_error(errc::unauthorized,
+                            "ucx: a request in worker " + std::to_string(worker)
+                              + "'s name from a connection that did not "
+                                "prove its secret"));
+      return false;
+    }
+    seen(worker, x.from);
+    return true;
+  }
+
   void serve(frame& x) {
     auto h = decode(x.header);
     if (!h || h->kind == frame_kind::reply || h->kind == frame_kind::failure)
@@ -294,7 +328,8 @@ struct ingress {
         auto values = values_of(*meta, x.body);
         if (!values)
           return bad_body();
-        seen(meta->worker, from);
+        if (!admits(x, meta->worker, request))
+          return;
         slice_push p{meta->slice, meta->worker, meta->seq, std::move(*values)};
         if (h->kind == frame_kind::push)
           tell(shard, h->priority, push_atom::value, std::move(p),
@@ -308,7 +343,8 @@ struct ingress {
         auto meta = decode_meta(x.header);
         if (!meta || x.body.size() != 0)
           return bad_body();
-        seen(meta->worker, from);
+        if (!admits(x, meta->worker, request))
+          return;
         tell(shard, h->priority, pull_atom::value,
              slice_pull{meta->slice, meta->worker, meta->seq},
              std::move(reply));
@@ -321,7 +357,8 @@ struct ingress {
         std::vector<uint64_t> rows;
         if (!meta || !decode_rows(*meta, x.body, values, rows))
           return bad_body();
-        seen(meta->worker, from);
+        if (!admits(x, meta->worker, request))
+          return;
         if (h->kind == frame_kind::rows_push)
           tell(shard, h->priority, push_atom::value,
                actorps::rows_push{meta->slice, meta->worker, meta->seq,
@@ -338,7 +375,8 @@ struct ingress {
         auto b = decode_batch(x.header, x.body);
         if (!b)
           return bad_body();
-        seen(b->worker, from);
+        if (!admits(x, b->worker, request))
+          return;
         tell(shard, h->priority, batch_atom::value, std::move(*b),
              std::move(reply));
         return;
@@ -398,17 +436,17 @@ public:
     auto replies = replies_;
     auto request = x.request;
     auto shard = x.shard;
-    out_->send(
-      peers_.at(shard), std::move(header),
-      payload{std::move(pieces), std::move(x.keep)},
-      [&sys, replies, request, shard](const std::string& why) {
-        if (why.empty())
-          return;
-        auto err = make_error(errc::dead_node, "shard " + std::to_string(shard)
-                                                 + " is unreachable (" + why
-                                                 + ")");
-        replies->push(frame{0, failure_header(request), error_body(sys, err)});
-      });
+    out_->send(peers_.at(shard), std::move(header),
+               payload{std::move(pieces), std::move(x.keep)},
+               [&sys, replies, request, shard](const std::string& why) {
+                 if (why.empty())
+                   return;
+                 auto err = make_error(errc::dead_node,
+                                       "shard " + std::to_string(shard)
+                                         + " is unreachable (" + why + ")");
+                 replies->push(
+                   frame{0, 0, failure_header(request), error_body(sys, err)});
+               });
   }
 
   void shard_down(uint32_t shard) override {

@@ -45,6 +45,7 @@
 
 #include "actors/shard/shard.hpp"
 #include "actors/worker/channel.hpp"
+#include "messages/control.hpp"
 #include "runtime/ucx/plane.hpp"
 
 namespace actorps::ucx {
@@ -52,6 +53,8 @@ namespace actorps::ucx {
 /// One message the plane received.
 struct frame {
   peer_id from = 0;
+  /// What the sender's hello proved (plane_options::identity).
+  uint32_t identity = 0;
   std::vector<char> header;
   buffer body;
 };
@@ -80,12 +83,14 @@ private:
   std::vector<frame> items_;
 };
 
-/// Starts the plane of a job whose token is `token` and whose data salt is
-/// `salt` (its secret is `data_secret(token, salt)`), every message of which
-/// goes into `queue`; null, with UCX's reason in `error`, if UCX cannot
-/// start.
+/// Starts the plane of a node that joined job `job` with `token` (its
+/// secret is `data_secret(token, job.data_salt)`), every message of which
+/// goes into `queue`, tagged with what its sender proved; null, with UCX's
+/// reason in `error`, if UCX cannot start. A worker (job.rank_secret set)
+/// proves worker job.rank's secret in its hellos; a server (job.rank_key
+/// set) checks every worker's.
 std::shared_ptr<plane>
-start_plane(const std::string& token, const std::string& salt,
+start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error);
 
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s

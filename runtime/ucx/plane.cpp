@@ -208,17 +208,21 @@ void plane::impl::open(peer_id id, const std::vector<char>& addr) {
   }
   p.out = ep;
   by_out_ep[ep] = id;
-  // hello: magic, nonce, HMAC; body: our address.
+  // hello: magic, identity, nonce, HMAC; body: our address.
   auto state = new send_state;
   state->self = this;
   state->to = id;
   state->header.resize(hello_header_size);
-  std::memcpy(state->header.data(), hello_magic, sizeof(hello_magic));
-  auto* nonce = reinterpret_cast<unsigned char*>(state->header.data()
-                                                 + sizeof(hello_magic));
+  auto* head = state->header.data();
+  std::memcpy(head, hello_magic, sizeof(hello_magic));
+  for (std::size_t i = 0; i < identity_size; ++i)
+    head[sizeof(hello_magic) + i] = static_cast<char>(opts.identity >> (8 * i));
+  auto* nonce = reinterpret_cast<unsigned char*>(head + sizeof(hello_magic)
+                                                 + identity_size);
   RAND_bytes(nonce, nonce_size);
-  auto mac = hello_mac(opts.secret, nonce, address, addr);
-  std::memcpy(state->header.data() + sizeof(hello_magic) + nonce_size,
+  auto key = hello_key(opts.secret, opts.identity, opts.identity_secret);
+  auto mac = hello_mac(key, opts.identity, nonce, address, addr);
+  std::memcpy(head + sizeof(hello_magic) + identity_size + nonce_size,
               mac.data(), mac.size());
   state->body = payload{address.data(), address.size()};
   submit(ep, hello_am, state);

@@ -96,8 +96,11 @@ struct plane_handlers {
   std::function<void(peer_id from, std::vector<char> header, buffer body)>
     on_message;
   /// A peer admitted itself (its hello checked out); `address` is the one
-  /// it published, the same bytes `connect` takes.
-  std::function<void(peer_id, const std::vector<char>& address)> on_peer_up;
+  /// it published, the same bytes `connect` takes; `identity` the one its
+  /// hello proved (plane_options::identity: 0 for none, r + 1 for worker r).
+  std::function<void(peer_id, const std::vector<char>& address,
+                     uint32_t identity)>
+    on_peer_up;
   /// A peer's connection failed or closed: sends to it fail from now on.
   std::function<void(peer_id, const std::string& why)> on_peer_down;
 };
@@ -113,6 +116,14 @@ std::string data_secret(const std::string& token, const std::string& salt);
 struct plane_options {
   /// The job's data secret: peers prove they hold it.
   std::string secret;
+  /// Who this plane is: 0 for no one in particular (a server), r + 1 for
+  /// worker r. A plane with an identity proves `identity_secret` as well
+  /// in its hellos (the MAC's key joins both secrets).
+  uint32_t identity = 0;
+  std::string identity_secret;
+  /// The identity secret a peer that claims `identity` (> 0) must prove;
+  /// empty (or no function): such peers are refused.
+  std::function<std::string(uint32_t identity)> secret_of;
   /// Peers on this host (same host name and boot) may use shared memory.
   /// UCX 1.13 detects no peer failure over shared memory, so such peers are
   /// connected without UCX's failure detection: the owner learns of their

@@ -22,11 +22,21 @@ ucs_status_t plane::impl::on_hello(void* arg, const void* header,
       || std::memcmp(header, hello_magic, sizeof(hello_magic)) != 0)
     return UCS_OK;
   auto* bytes = static_cast<const unsigned char*>(header);
-  auto* nonce = bytes + sizeof(hello_magic);
+  uint32_t identity = 0;
+  for (std::size_t i = 0; i < identity_size; ++i)
+    identity |= uint32_t{bytes[sizeof(hello_magic) + i]} << (8 * i);
+  auto* nonce = bytes + sizeof(hello_magic) + identity_size;
   auto* mac = nonce + nonce_size;
+  // A claimed identity must be proven with its own secret as well.
+  std::string identity_secret;
+  if (identity != 0 && self->opts.secret_of)
+    identity_secret = self->opts.secret_of(identity);
+  auto mac_key = hello_key(self->opts.secret, identity, identity_secret);
+  if (identity != 0 && mac_key.empty())
+    return UCS_OK;
   std::vector<char> from(static_cast<const char*>(data),
                          static_cast<const char*>(data) + length);
-  auto expected = hello_mac(self->opts.secret, nonce, from, self->address);
+  auto expected = hello_mac(mac_key, identity, nonce, from, self->address);
   if (expected.size() != mac_size
       || CRYPTO_memcmp(expected.data(), mac, mac_size) != 0)
     return UCS_OK;
@@ -42,8 +52,9 @@ ucs_status_t plane::impl::on_hello(void* arg, const void* header,
     self->open(id, from); // Our own connection back, with our hello.
   if (!p.admitted) {
     p.admitted = true;
+    p.identity = identity;
     if (self->handlers.on_peer_up)
-      self->handlers.on_peer_up(id, from);
+      self->handlers.on_peer_up(id, from, identity);
   }
   return UCS_OK;
 }

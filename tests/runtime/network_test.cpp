@@ -544,6 +544,7 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
     require_refused(evil, dest, command_atom::value, int32_t{0},
                     std::string{"name=sgd"});
     require_refused(evil, dest, admit_atom::value,
+                    std::vector<caf::node_id>{sys_c.node()},
                     std::vector<caf::node_id>{sys_c.node()});
   }
 
@@ -656,7 +657,8 @@ TEST_CASE("network: an admitted worker acts only as itself", "[integration]") {
   // Nor say which workers are live (whom sync rounds wait for).
   for (auto& dest : {shard, relay}) {
     require_refused(self, dest, admit_atom::value,
-                    std::vector<caf::node_id>{sys_c.node()});
+                    std::vector<caf::node_id>{sys_c.node()},
+                    std::vector<caf::node_id>{sys_c.node(), sys_c.node()});
     require_refused(self, dest, workers_atom::value, std::vector<uint32_t>{0});
   }
   // A key too large to hold is refused before any layout is made for it.
@@ -668,7 +670,29 @@ TEST_CASE("network: an admitted worker acts only as itself", "[integration]") {
   // As itself, B still declares keys.
   self->send(coord, declare_atom::value, std::string{"w"},
              std::vector<uint64_t>{4}, uint32_t{0});
-  CHECK(require_reply<key_info>(self).size == 4);
+  auto w = require_reply<key_info>(self);
+  CHECK(w.size == 4);
+  // Nor push or pull in worker 1's name, on the shard or through the relay
+  // (whose requests the shard sees as its own process's).
+  auto id = make_slice_id(w.id, 0);
+  for (auto& dest : {shard, relay}) {
+    require_refused(self, dest, pull_atom::value, slice_pull{id, 1, 0});
+    require_refused(self, dest, push_atom::value,
+                    slice_push{id, 1, 0, floats{{1, 1, 1, 1}}});
+    require_refused(self, dest, pull_atom::value,
+                    rows_pull{id, 1, 0, std::vector<uint64_t>{0}});
+    slice_batch batch;
+    batch.worker = 1;
+    batch.kind = static_cast<uint8_t>(op_kind::pull);
+    batch.slices = {id};
+    batch.seqs = {0};
+    require_refused(self, dest, batch_atom::value, batch);
+    // As worker 0 the shard takes it up (the slice is not made yet).
+    self->send(dest, pull_atom::value, slice_pull{id, 0, 0});
+    auto own = reply<shared_floats>(self);
+    REQUIRE_FALSE(own);
+    CHECK(code_of(own.error()) != errc::unauthorized);
+  }
   done->send(coord_a, shutdown_atom::value);
   bool done_seen = false;
   done->receive([&](shutdown_atom) { done_seen = true; },

@@ -60,7 +60,7 @@ struct inbox {
       bodies.push_back(body.bytes());
       cv.notify_all();
     };
-    h.on_peer_up = [this](peer_id id, const std::vector<char>&) {
+    h.on_peer_up = [this](peer_id id, const std::vector<char>&, uint32_t) {
       std::lock_guard<std::mutex> guard{mtx};
       up.push_back(id);
       cv.notify_all();
@@ -119,11 +119,21 @@ struct outcome {
   }
 };
 
+// The secret worker `identity - 1` proves in these tests (as
+// core::worker_secret gives each worker its own in a job).
+std::string test_secret_of(uint32_t identity) {
+  return "worker secret " + std::to_string(identity);
+}
+
+// A plane; with an identity, it proves that identity's test secret.
 std::unique_ptr<plane> start(const std::string& secret, inbox& box,
-                             bool shared_memory = true) {
+                             bool shared_memory = true, uint32_t identity = 0) {
   plane_options opts;
   opts.secret = secret;
   opts.shared_memory = shared_memory;
+  opts.identity = identity;
+  if (identity != 0)
+    opts.identity_secret = test_secret_of(identity);
   std::string error;
   auto p = plane::start(opts, box.handlers(), error);
   INFO(error);
@@ -240,6 +250,10 @@ TEST_CASE("ucx: a peer without the secret gets nothing in and nothing out",
   REQUIRE(server_box.wait([](inbox& x) { return x.bodies.size() == 1; }));
   CHECK(server_box.headers[0].second == bytes("ok"));
   CHECK(server_box.up.size() == 1);
+  // The server's connection back to the friend is up before the friend
+  // goes (UCX 1.13 aborts when a peer dies during connection setup:
+  // openucx/ucx#8175).
+  REQUIRE(friend_box.wait([](inbox& x) { return x.up.size() == 1; }));
   // Nothing went back to the intruder: the server never connected to it.
   CHECK(intruder_box.up.empty());
   CHECK(intruder_box.bodies.empty());
@@ -464,21 +478,31 @@ std::vector<float> as_floats(const std::vector<char>& body) {
   return out;
 }
 
-// A plane whose messages go into `queue` (counted in `count`, if given).
+// A plane whose messages go into `queue` (counted in `count`, if given),
+// each tagged with the identity its sender proved (peers prove the test
+// secrets); with an identity of its own, it proves that one's.
 std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
                                   std::atomic<int>* count = nullptr,
-                                  inbox* downs = nullptr) {
+                                  inbox* downs = nullptr,
+                                  uint32_t identity = 0) {
   plane_handlers handlers;
   if (downs != nullptr)
     handlers.on_peer_down = downs->handlers().on_peer_down;
-  handlers.on_message = [queue, count](peer_id from, std::vector<char> header,
-                                       buffer body) {
+  auto ids = std::make_shared<std::map<peer_id, uint32_t>>();
+  handlers.on_peer_up = [ids](peer_id id, const std::vector<char>&,
+                              uint32_t who) { (*ids)[id] = who; };
+  handlers.on_message = [queue, count, ids](
+                          peer_id from, std::vector<char> header, buffer body) {
     if (count != nullptr)
       ++*count;
-    queue->push(frame{from, std::move(header), std::move(body)});
+    queue->push(frame{from, (*ids)[from], std::move(header), std::move(body)});
   };
   plane_options opts;
   opts.secret = "s";
+  opts.secret_of = test_secret_of;
+  opts.identity = identity;
+  if (identity != 0)
+    opts.identity_secret = test_secret_of(identity);
   std::string error;
   std::shared_ptr<plane> result = plane::start(opts, handlers, error);
   INFO(error);
@@ -539,8 +563,9 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   std::vector<float> first{1, 2, 3, 4};
   for (auto& s : {f.shard, reference})
     ask<caf::ok_atom>(self, s, init_atom::value, slice_init{id, floats{first}});
+  // Worker 0's plane.
   inbox client_box;
-  auto client = start("s", client_box);
+  auto client = start("s", client_box, true, 1);
   auto to_server = client->connect(server->address());
   // Sends a request frame and waits for the frame that answers it.
   auto send_frame = [&](uint64_t req, std::vector<char> header,
@@ -666,7 +691,7 @@ TEST_CASE("ucx: the ingress serves rows of a table as the shard's row "
   for (auto& s : {f.shard, reference})
     ask<caf::ok_atom>(self, s, init_atom::value, spec);
   inbox client_box;
-  auto client = start("s", client_box);
+  auto client = start("s", client_box, true, 1);
   auto to_server = client->connect(f.server->address());
   // Sends a rows request (header, then values and rows) and waits for its
   // answer.
@@ -777,7 +802,8 @@ TEST_CASE("ucx: the ingress drops the peers of a worker whose node went "
                     slice_init{id, floats{{1}}});
   // Worker `w` pulls with sequence number `seq`; true once answered.
   inbox boxes[2];
-  std::unique_ptr<plane> clients[2]{start("s", boxes[0]), start("s", boxes[1])};
+  std::unique_ptr<plane> clients[2]{start("s", boxes[0], true, 1),
+                                    start("s", boxes[1], true, 2)};
   peer_id to_server[2]{clients[0]->connect(server->address()),
                        clients[1]->connect(server->address())};
   auto pull = [&](uint32_t w, uint64_t seq) {
@@ -799,6 +825,78 @@ TEST_CASE("ucx: the ingress drops the peers of a worker whose node went "
   CHECK(server_box.down.size() == 1);
 }
 
+TEST_CASE("ucx: a connection acts only as the worker whose secret its hello "
+          "proved",
+          "[ucx]") {
+  shard_config sc;
+  sc.index = 0;
+  sc.num_workers = 2;
+  ingress_fixture f{sc};
+  auto id = make_slice_id(1, 0);
+  ask<caf::ok_atom>(f.self, f.shard, init_atom::value,
+                    slice_init{id, floats{{5}}});
+  auto pull = [&](plane& from, peer_id to, inbox& box, uint64_t req,
+                  uint32_t worker) {
+    frame_header h;
+    h.kind = frame_kind::pull;
+    h.request = req;
+    from.send(to, encode(h, slice_meta{id, worker, 0}), payload{});
+    return box.reply_to(req);
+  };
+  auto error_of = [&](const std::vector<char>& body) {
+    caf::error err;
+    caf::binary_deserializer source{f.sys, body};
+    REQUIRE_FALSE(source(err));
+    return err;
+  };
+  // Worker 0's plane: served as worker 0, refused as worker 1.
+  inbox w0_box;
+  auto w0 = start("s", w0_box, true, 1);
+  auto w0_to = w0->connect(f.server->address());
+  auto [k1, b1] = pull(*w0, w0_to, w0_box, 1, 0);
+  CHECK(k1 == frame_kind::reply);
+  CHECK(as_floats(b1) == std::vector<float>{5});
+  auto [k2, b2] = pull(*w0, w0_to, w0_box, 2, 1);
+  REQUIRE(k2 == frame_kind::failure);
+  CHECK(code_of(error_of(b2)) == errc::unauthorized);
+  // A plane that proves the data secret only (as a server's does) is
+  // admitted, but acts for no worker.
+  inbox anon_box;
+  auto anon = start("s", anon_box);
+  auto anon_to = anon->connect(f.server->address());
+  auto [k3, b3] = pull(*anon, anon_to, anon_box, 3, 1);
+  REQUIRE(k3 == frame_kind::failure);
+  CHECK(code_of(error_of(b3)) == errc::unauthorized);
+  // One that claims worker 1 without its secret is not admitted at all:
+  // the server never connects back to it, and it is never answered.
+  plane_options forged;
+  forged.secret = "s";
+  forged.identity = 2;
+  forged.identity_secret = test_secret_of(1);
+  inbox forged_box;
+  std::string error;
+  auto liar = plane::start(forged, forged_box.handlers(), error);
+  REQUIRE(liar);
+  auto liar_to = liar->connect(f.server->address());
+  frame_header h;
+  h.kind = frame_kind::pull;
+  h.request = 4;
+  outcome sent;
+  liar->send(liar_to, encode(h, slice_meta{id, 1, 0}), payload{},
+             sent.callback());
+  REQUIRE(sent.wait());
+  // Worker 1's own plane, connecting after it, is served as worker 1.
+  inbox w1_box;
+  auto w1 = start("s", w1_box, true, 2);
+  auto w1_to = w1->connect(f.server->address());
+  auto [k4, b4] = pull(*w1, w1_to, w1_box, 5, 1);
+  CHECK(k4 == frame_kind::reply);
+  CHECK(forged_box.up.empty());
+  CHECK(forged_box.bodies.empty());
+  for (auto* p : {w0.get(), anon.get(), liar.get(), w1.get()})
+    p->close();
+}
+
 TEST_CASE("ucx: a worker's data requests travel over the plane and give "
           "what CAF gives",
           "[ucx]") {
@@ -812,7 +910,8 @@ TEST_CASE("ucx: a worker's data requests travel over the plane and give "
   std::atomic<int> frames_in{0};
   auto server = plane_into(requests, &frames_in);
   auto replies = std::make_shared<frame_queue>();
-  auto client = plane_into(replies);
+  // The worker of small_job is rank 0.
+  auto client = plane_into(replies, nullptr, nullptr, 1);
   auto peer = client->connect(server->address());
   auto channel = make_worker_channel(sys, client, replies,
                                      {{0, peer}, {1, peer}});
@@ -883,16 +982,27 @@ TEST_CASE("ucx: a request frame with priority overtakes the shard's backlog",
   std::atomic<int> frames_in{0};
   auto server = plane_into(queue, &frames_in);
   guard(spawn_ingress(sys, queue, server, {{0, shard}}));
+  // Worker 0's plane pushes, worker 1's pulls.
   inbox client_box;
-  auto client = start("s", client_box);
+  auto client = start("s", client_box, true, 1);
   auto to_server = client->connect(server->address());
+  inbox puller_box;
+  auto puller = start("s", puller_box, true, 2);
+  auto puller_to_server = puller->connect(server->address());
   uint64_t next_request = 1;
   uint64_t push_seq = 0;
   uint64_t pull_seq = 0;
+  auto frames_reach = [&](int n) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (frames_in.load() < n && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    return frames_in.load() == n;
+  };
   auto pulled_after_backlog = [&](int32_t priority) {
     test::thread_blocker blocker{sys};
     auto frames_before = frames_in.load();
     auto replies_before = client_box.bodies.size();
+    auto pulls_before = puller_box.bodies.size();
     // Worker 0 pushes 1 twenty times at priority 0; worker 1 then pulls.
     auto one = std::make_shared<std::vector<float>>(1, 1.0f);
     for (int i = 0; i < 20; ++i) {
@@ -901,31 +1011,30 @@ TEST_CASE("ucx: a request frame with priority overtakes the shard's backlog",
                    encode(h, slice_meta{slice, 0, push_seq++, {}, 1}),
                    payload{one->data(), sizeof(float), one});
     }
+    // Every frame waits in the ingress's queue before the thread is free,
+    // the pull behind the pushes.
+    REQUIRE(frames_reach(frames_before + 20));
     auto pull_request = next_request++;
     frame_header h{frame_kind::pull, pull_request, 0, priority};
-    client->send(to_server, encode(h, slice_meta{slice, 1, pull_seq++}),
+    puller->send(puller_to_server, encode(h, slice_meta{slice, 1, pull_seq++}),
                  payload{});
-    // Every frame waits in the ingress's queue before the thread is free.
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (frames_in.load() < frames_before + 21
-           && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::yield();
-    REQUIRE(frames_in.load() == frames_before + 21);
+    REQUIRE(frames_reach(frames_before + 21));
     blocker.release();
     REQUIRE(client_box.wait(
-      [&](inbox& x) { return x.bodies.size() == replies_before + 21; }));
-    std::lock_guard<std::mutex> lock{client_box.mtx};
-    for (size_t i = replies_before; i < client_box.headers.size(); ++i)
-      if (decode(client_box.headers[i].second)->request == pull_request)
-        return as_floats(client_box.bodies[i]).at(0);
-    FAIL("no reply to the pull");
-    return -1.0f;
+      [&](inbox& x) { return x.bodies.size() == replies_before + 20; }));
+    REQUIRE(puller_box.wait(
+      [&](inbox& x) { return x.bodies.size() == pulls_before + 1; }));
+    std::lock_guard<std::mutex> lock{puller_box.mtx};
+    auto& last = puller_box.headers.back().second;
+    REQUIRE(decode(last)->request == pull_request);
+    return as_floats(puller_box.bodies.back()).at(0);
   };
   // At priority 10 the pull is applied before the 20 queued pushes.
   CHECK(pulled_after_backlog(10) == 0.0f);
   // At priority 0 it waits behind them (20 more on top of the first 20).
   CHECK(pulled_after_backlog(0) == 40.0f);
   client->close();
+  puller->close();
   server->close();
 }
 

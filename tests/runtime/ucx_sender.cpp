@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   std::condition_variable cv;
   bool up = false;
   plane_handlers handlers;
-  handlers.on_peer_up = [&](peer_id, const std::vector<char>&) {
+  handlers.on_peer_up = [&](peer_id, const std::vector<char>&, uint32_t) {
     std::lock_guard<std::mutex> guard{mtx};
     up = true;
     cv.notify_all();
