@@ -139,6 +139,21 @@ split_snapshot(const state_snapshot& snap, uint32_t shards,
 
 namespace actorps::core {
 
+bool shape_fits(const slice_record& rec, uint64_t dim) noexcept {
+  auto n = static_cast<uint64_t>(rec.value.data.size());
+  auto unit = dim > 0 ? dim : 1;
+  if (n % unit != 0)
+    return false;
+  auto units = n / unit;
+  if (units == 0)
+    return rec.state.data.empty() && rec.row_steps.empty();
+  if (rec.state.data.size() % units != 0)
+    return false;
+  if (dim == 0)
+    return rec.row_steps.empty();
+  return rec.row_steps.empty() || rec.row_steps.size() == units;
+}
+
 uint64_t take_piece(const slice_record& whole, uint64_t from, uint64_t budget,
                     uint64_t dim, slice_record& out) {
   auto n = static_cast<uint64_t>(whole.value.data.size());
@@ -150,6 +165,8 @@ uint64_t take_piece(const slice_record& whole, uint64_t from, uint64_t budget,
   uint64_t unit_bytes = dim > 0 ? 4 * dim + 4 * state_per + steps
                                 : 4 + 4 * state_per;
   auto first_unit = from / unit;
+  if (first_unit >= units)
+    return n; // nothing left (or no whole row): the caller checked shapes
   auto k = std::max<uint64_t>(1, budget / unit_bytes);
   k = std::min(k, units - first_unit);
   out = slice_record{};
@@ -205,8 +222,11 @@ status cut_piece(const slice_record& saved, const key_info& info,
                       + std::to_string(saved.state.data.size())
                       + " state floats, expected "
                       + std::to_string(per_float * n));
+    if (saved.offset > info.size || saved.first > info.size - saved.offset)
+      return mismatch("a saved piece starts past the key's "
+                      + std::to_string(info.size) + " floats");
     auto start = saved.offset + saved.first;
-    if (saved.offset > info.size || start > info.size || n > info.size - start)
+    if (n > info.size - start)
       return mismatch("the checkpoint holds floats up to "
                       + std::to_string(saved.offset + total) + ", the key here "
                       + std::to_string(info.size));
@@ -337,11 +357,10 @@ status slice_assembly::add(slice_record& piece, const std::string& name) {
   if (n % unit != 0 || piece.first % unit != 0)
     return mismatch("a piece holds part of a row");
   auto units = n / unit;
-  if (!piece.rows.empty() && piece.rows.size() != units)
+  if (!piece.rows.empty() && (dim_ == 0 || piece.rows.size() != units))
     return mismatch("a piece names " + std::to_string(piece.rows.size())
-                    + " rows for " + std::to_string(units));
-  if (piece.rows.empty()
-      && (piece.first > length_ || n > length_ - piece.first))
+                    + " rows for " + std::to_string(dim_ == 0 ? 0 : units));
+  if (piece.first > length_ || n > length_ - piece.first)
     return mismatch("a piece lies outside the slice");
   if (piece.state.data.size() != per_ * units)
     return mismatch("a piece has " + std::to_string(piece.state.data.size())

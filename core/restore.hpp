@@ -52,9 +52,16 @@ split_snapshot(const state_snapshot& snap, uint32_t shards,
 /// least one float (one row): key, part, offset, step and parts as in
 /// `whole`, `first` and `total` set (both 0 when the piece is the whole
 /// slice). Returns where the next piece starts (the slice's size after the
-/// last). Precondition: `from` lies inside the slice.
+/// last). Precondition: `whole` is well formed (`shape_fits`); a `from`
+/// past its last whole float (row) returns the slice's size.
 uint64_t take_piece(const slice_record& whole, uint64_t from, uint64_t budget,
                     uint64_t dim, slice_record& out);
+
+/// Whether `rec`'s arrays fit each other for a slice of rows of `dim`
+/// floats (0: dense): whole rows, state a whole number of floats per float
+/// (per row), row steps none or one per row. What take_piece needs of a
+/// record read from a file.
+bool shape_fits(const slice_record& rec, uint64_t dim) noexcept;
 
 /// Cuts one saved record (a slice of a checkpoint, or a piece of one,
 /// named) into pieces of this store's slices of the key `info` describes:

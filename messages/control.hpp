@@ -37,6 +37,10 @@ constexpr uint32_t wire_version = 9;
 /// piece of this size).
 constexpr uint64_t save_piece_bytes = uint64_t{16} << 20;
 
+/// Most records one save or load message carries (with their key names,
+/// each at most 64 KiB: far below the job's message bound).
+constexpr std::size_t max_piece_records = 1024;
+
 /// What carries tensor bytes between worker and server processes.
 namespace transport {
 /// CAF's own connections (BASP).

@@ -242,6 +242,8 @@ typename Inspector::result_type inspect(Inspector& f, slice_record& x) {
 /// Where a save stands: its session (0: start one), the shard whose
 /// records come next and the position in that shard's saved state.
 struct save_cursor {
+  /// A position that gives the save up: every shard drops its copy.
+  static constexpr uint64_t give_up = ~uint64_t{0};
   uint64_t session = 0;
   uint32_t shard = 0;
   uint64_t position = 0;

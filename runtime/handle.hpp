@@ -134,17 +134,27 @@ struct kvstore::impl {
   // coordinator gathers it.
   // Calls `f` with each piece of a save, in order, until the last or the
   // first error (the coordinator walks the shards one piece at a time).
+  // A failure gives the save up, so that no shard keeps its copy.
   template <class F>
   caf::error each_saved_piece(F f) {
     save_cursor at;
+    auto give_up = [&](caf::error err) {
+      if (at.session != 0) {
+        at.position = save_cursor::give_up;
+        call(
+          timeout(), [](save_piece&) {}, save_atom::value, at);
+      }
+      return err;
+    };
     for (;;) {
       save_piece piece;
       if (auto err = call(
             timeout(), [&](save_piece& x) { piece = std::move(x); },
             save_atom::value, at))
-        return err;
+        return give_up(std::move(err));
+      at.session = piece.next.session;
       if (auto err = f(piece))
-        return err;
+        return give_up(std::move(err));
       if (piece.done)
         return caf::none;
       at = piece.next;

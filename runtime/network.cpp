@@ -266,9 +266,10 @@ caf::error run_coordinator(const coordinator_options& opts,
       if (tally.add(role_id, rank))
         status();
     },
-    [&](save_atom, uint64_t number, save_piece& piece) {
-      // Pieces in order, written as they come: the coordinator's process
-      // holds one piece of the model at a time.
+    [&](save_atom, uint64_t number,
+        save_piece& piece) -> caf::result<caf::ok_atom> {
+      // Pieces in order, each asked for once the one before is written: the
+      // coordinator's process holds one piece of the model at a time.
       if (number != writing) {
         writer.abort();
         writing = number;
@@ -280,8 +281,16 @@ caf::error run_coordinator(const coordinator_options& opts,
       for (auto& rec : piece.records)
         if (failed.ok())
           failed = writer.add(rec);
+      if (!failed.ok() && !piece.done) {
+        // Said here, once; the coordinator stops sending this checkpoint.
+        writer.abort();
+        writing = 0;
+        if (opts.on_checkpoint)
+          opts.on_checkpoint(failed.message, false);
+        return make_error(errc::checkpoint_io, failed.message);
+      }
       if (!piece.done)
-        return;
+        return caf::ok_atom::value;
       auto records = writer.records();
       if (failed.ok())
         failed = writer.finish();
@@ -295,6 +304,7 @@ caf::error run_coordinator(const coordinator_options& opts,
                                  + std::to_string(records) + " records)"
                              : failed.message,
                            failed.ok());
+      return caf::ok_atom::value;
     },
     [&](save_atom, uint64_t number, caf::error& err) {
       if (number == writing) {

@@ -179,31 +179,41 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
       rec.parts = parts[rec.key];
     }
     // A record written before pieces may be a whole table part of
-    // gigabytes: it goes in pieces too, of whole rows.
-    uint64_t dim = 0;
-    if (4 * rec.value.data.size() > save_piece_bytes) {
+    // gigabytes: it goes in pieces too, of whole rows (the store's key
+    // says how long a row is).
+    auto record_bytes = [](const slice_record& r) {
+      return 4 * (r.value.data.size() + r.state.data.size())
+             + 8 * r.row_steps.size() + 64 + r.key.size();
+    };
+    std::vector<slice_record> cut;
+    if (record_bytes(rec) <= save_piece_bytes) {
+      cut.push_back(std::move(rec));
+    } else {
       auto info = d.meta(rec.key);
       if (!info)
         return give_up(std::move(info.error()));
-      dim = info->dim;
-    }
-    for (uint64_t from = 0; from < rec.value.data.size();) {
-      slice_record part;
-      auto next = dim == 0 && 4 * rec.value.data.size() <= save_piece_bytes
-                    ? rec.value.data.size()
-                    : core::take_piece(rec, from, save_piece_bytes, dim, part);
-      if (next == rec.value.data.size() && from == 0)
-        part = std::move(rec);
-      else if (rec.total != 0) {
-        // Already a piece: keep where it lies in its slice.
-        part.first += rec.first;
-        part.total = rec.total;
+      if (!core::shape_fits(rec, info->dim))
+        return give_up(make_error(errc::checkpoint_mismatch,
+                                  "load_state: a record of key '" + rec.key
+                                    + "' does not fit its rows of "
+                                    + std::to_string(info->dim) + " floats in "
+                                    + path));
+      for (uint64_t from = 0; from < rec.value.data.size();) {
+        slice_record part;
+        from = core::take_piece(rec, from, save_piece_bytes, info->dim, part);
+        if (rec.total != 0) {
+          // Already a piece: keep where it lies in its slice.
+          part.first += rec.first;
+          part.total = rec.total;
+        }
+        cut.push_back(std::move(part));
       }
-      bytes += 4 * (part.value.data.size() + part.state.data.size())
-               + 8 * part.row_steps.size();
+    }
+    for (auto& part : cut) {
+      bytes += record_bytes(part);
       piece.records.push_back(std::move(part));
-      from = next;
-      if (bytes >= save_piece_bytes)
+      if (bytes >= save_piece_bytes
+          || piece.records.size() >= max_piece_records)
         if (auto err = send())
           return give_up(err);
     }

@@ -62,8 +62,8 @@ void next_piece(coordinator_ptr self, Promise rp, save_cursor at) {
     .then(
       [self, rp, at, n](save_piece& piece) mutable {
         auto& st = self->state;
+        // The optimizer the shard's state belongs to, as it saved it.
         name_records(st, piece.records);
-        piece.optimizer = st.optimizer;
         piece.next.session = at.session;
         piece.next.shard = at.shard;
         if (piece.done && at.shard + 1 < n) {
@@ -249,11 +249,14 @@ caf::result<uint64_t> load_next(coordinator_ptr self, load_piece& piece) {
   for (auto& [name, covered] : i->second.covered) {
     auto& info = st.keys[name].info;
     if (covered != info.size) {
+      // The message first: dropping the session frees `name`.
+      auto err
+        = make_error(errc::checkpoint_mismatch,
+                     "load_state: key '" + name + "': the checkpoint holds "
+                       + std::to_string(covered) + " floats, the key here "
+                       + std::to_string(info.size));
       drop_load(self, session);
-      return make_error(errc::checkpoint_mismatch,
-                        "load_state: key '" + name + "': the checkpoint holds "
-                          + std::to_string(covered) + " floats, the key here "
-                          + std::to_string(info.size));
+      return err;
     }
   }
   auto opt = i->second.opt;

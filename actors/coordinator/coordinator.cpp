@@ -101,6 +101,11 @@ caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
                                           + " workers)");
   if (auto err = speaks_for(self, "init", worker_node_id(rank)))
     return err;
+  if (key.size() > max_key_name)
+    return make_error(errc::bad_config, "init: a key name of "
+                                          + std::to_string(key.size())
+                                          + " bytes (at most "
+                                          + std::to_string(max_key_name) + ")");
   auto size = core::shape_size(shape);
   if (shape.empty() || size == 0)
     return make_error(errc::shape_mismatch, "init: key " + quoted(key)

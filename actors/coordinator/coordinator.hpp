@@ -136,6 +136,10 @@ namespace actorps {
 /// Largest key the coordinator accepts, in floats (256 GiB of float32).
 constexpr uint64_t max_key_floats = uint64_t{1} << 36;
 
+/// Longest key name, in bytes: a save's piece names at most
+/// `max_piece_records` keys, which keeps it far below the message bound.
+constexpr std::size_t max_key_name = std::size_t{64} << 10;
+
 /// Static configuration of the coordinator.
 struct coordinator_config {
   uint32_t num_workers = 1;

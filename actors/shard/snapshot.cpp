@@ -105,6 +105,9 @@ caf::error no_session(const char* op, uint64_t session) {
 } // namespace
 
 void shard_state::open_save(uint64_t session) {
+  // A number seen before (a shard that outlived its coordinator) starts
+  // afresh.
+  saves.erase(session);
   make_room(saves);
   auto& x = saves[session];
   x.snap = save();
@@ -116,6 +119,13 @@ void shard_state::open_save(uint64_t session) {
 
 caf::expected<save_piece> shard_state::save_next(uint64_t session,
                                                  uint64_t position) {
+  if (position == save_cursor::give_up) {
+    saves.erase(session);
+    save_piece out;
+    out.next.session = session;
+    out.done = true;
+    return out;
+  }
   auto i = saves.find(session);
   if (i == saves.end())
     return no_session("save_optimizer_states", session);
@@ -128,7 +138,8 @@ caf::expected<save_piece> shard_state::save_next(uint64_t session,
   out.optimizer = x.snap.optimizer;
   uint64_t used = 0;
   auto& recs = x.snap.slices;
-  while (x.record < recs.size() && (used == 0 || used < save_piece_bytes)) {
+  while (x.record < recs.size() && (used == 0 || used < save_piece_bytes)
+         && out.records.size() < max_piece_records) {
     auto& rec = recs[x.record];
     if (rec.value.data.empty()) {
       ++x.record;
@@ -161,6 +172,7 @@ caf::error shard_state::open_load(uint64_t session,
                                   const optimizer_config& opt) {
   if (auto err = to_error(core::validate(opt)))
     return err;
+  loads.erase(session);
   make_room(loads);
   loads[session].opt = opt;
   return caf::none;

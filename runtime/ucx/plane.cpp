@@ -39,9 +39,10 @@ void plane::impl::wake() {
   }
 }
 
-peer_id plane::impl::id_of(const std::vector<char>& addr) {
+peer_id plane::impl::id_of(const std::vector<char>& addr, uint32_t identity) {
   std::lock_guard<std::mutex> guard{mtx};
-  auto [i, added] = by_address.emplace(addr, next_peer);
+  auto [i, added] = by_address.emplace(std::make_pair(addr, identity),
+                                       next_peer);
   if (added)
     ++next_peer;
   return i->second;
@@ -413,7 +414,8 @@ const std::vector<char>& plane::address() const {
 
 peer_id plane::connect(const std::vector<char>& address) {
   auto* d = impl_.get();
-  auto id = d->id_of(address);
+  // Planes connect to servers, which claim no identity.
+  auto id = d->id_of(address, 0);
   {
     std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
     if (d->stopping || d->closed)

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <ucp/api/ucp.h>
@@ -88,7 +89,10 @@ struct plane::impl {
   // Addresses and peer ids.
   std::mutex mtx;
   peer_id next_peer = 1;
-  std::map<std::vector<char>, peer_id> by_address;
+  // Peers by address and the identity their hellos proved: a hello that
+  // names another plane's address with its own identity is another peer,
+  // never the plane whose address it named.
+  std::map<std::pair<std::vector<char>, uint32_t>, peer_id> by_address;
 
   // Every UCX call, and everything below, happens under `ucx_mtx`: callers
   // send on their own thread (a small message leaves at once, without
@@ -113,7 +117,7 @@ struct plane::impl {
   // Wakes the progress thread if it sleeps (or is about to).
   void wake();
 
-  peer_id id_of(const std::vector<char>& addr);
+  peer_id id_of(const std::vector<char>& addr, uint32_t identity);
 
   // -- progress thread ----------------------------------------------------
 

@@ -43,7 +43,7 @@ ucs_status_t plane::impl::on_hello(void* arg, const void* header,
   std::vector<unsigned char> key(nonce, nonce + nonce_size);
   if (!self->used_nonces.insert(key).second)
     return UCS_OK; // A replayed hello.
-  auto id = self->id_of(from);
+  auto id = self->id_of(from, identity);
   self->by_reply_ep[param->reply_ep] = id;
   auto& p = self->peers[id];
   if (p.down)

@@ -582,7 +582,9 @@ TEST_CASE("coordinator: a due checkpoint is taken at a complete barrier",
   auto checkpoint = [&]() {
     // The checkpoint's pieces, in order, up to the last.
     std::optional<std::pair<uint64_t, state_snapshot>> got;
-    for (bool more = true; more;)
+    for (bool more = true; more;) {
+      // The coordinator asks for the next piece once the last is written.
+      f.run();
       watcher->receive(
         [&](save_atom, uint64_t n, save_piece& piece) {
           if (!got)
@@ -591,12 +593,15 @@ TEST_CASE("coordinator: a due checkpoint is taken at a complete barrier",
           for (auto& rec : piece.records)
             got->second.slices.push_back(std::move(rec));
           more = !piece.done;
+          // Written: the coordinator may send the next piece.
+          return caf::ok_atom::value;
         },
         [&](save_atom, uint64_t, caf::error& err) {
           FAIL(render(err));
           more = false;
         },
         caf::after(std::chrono::seconds{0}) >> [&] { more = false; });
+    }
     return got;
   };
   for (uint64_t barrier = 1; barrier <= 2; ++barrier) {

@@ -396,6 +396,19 @@ TEST_CASE("table: a save in pieces is the state when it began, piece by "
     REQUIRE(pieces.size() < 100);
   }
   CHECK(pieces.size() >= 3);
+  // A save given up is gone at once.
+  f.self->send(f.shard, save_atom::value, uint64_t{2});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.self->send(f.shard, save_atom::value,
+               save_cursor{2, 0, save_cursor::give_up});
+  f.run();
+  auto given_up = f.reply<save_piece>();
+  REQUIRE(given_up);
+  CHECK(given_up->done);
+  f.self->send(f.shard, save_atom::value, save_cursor{2, 0, 0});
+  f.run();
+  require_error(f.reply<save_piece>(), errc::checkpoint_io);
   // The session is gone once the last piece was taken.
   f.self->send(f.shard, save_atom::value, at);
   f.run();

@@ -416,6 +416,12 @@ TEST_CASE("pieces: an assembly refuses overlaps, gaps, other sizes and "
   SECTION("a piece outside the slice") {
     pieces[3].first = 95;
     CHECK(a.add(pieces[3], "w").code == errc::checkpoint_mismatch);
+    // Also when it names rows (a dense slice has none) or starts far out.
+    pieces[3].rows.assign(pieces[3].value.data.size(), 0);
+    CHECK(a.add(pieces[3], "w").code == errc::checkpoint_mismatch);
+    pieces[3].rows.clear();
+    pieces[3].first = uint64_t{1} << 40;
+    CHECK(a.add(pieces[3], "w").code == errc::checkpoint_mismatch);
   }
   SECTION("state of the wrong size") {
     pieces[1].state.data.assign(3, 0.0f);
@@ -439,6 +445,22 @@ TEST_CASE("pieces: an assembly refuses overlaps, gaps, other sizes and "
     // Nothing stuck from the refused piece.
     REQUIRE(t.add(part, "emb").ok());
     CHECK(t.complete());
+  }
+  SECTION("shape_fits: records whose arrays do not fit their rows") {
+    auto info = table_key("emb", 10, 2, 1);
+    auto part = saved_table(info, 2).front();
+    CHECK(core::shape_fits(part, 2));
+    auto odd = part;
+    odd.value.data.pop_back();
+    CHECK_FALSE(core::shape_fits(odd, 2));
+    auto steps = part;
+    steps.row_steps.pop_back();
+    CHECK_FALSE(core::shape_fits(steps, 2));
+    auto state = part;
+    state.state.data.pop_back();
+    CHECK_FALSE(core::shape_fits(state, 2));
+    CHECK(core::shape_fits(whole, 0));
+    CHECK_FALSE(core::shape_fits(part, 0)); // dense with row steps
   }
   SECTION("cut_piece: a table record of unknown parts or wrong size") {
     auto info = table_key("emb", 10, 2, 2);

@@ -507,6 +507,13 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   require_refused(evil, coord, set_opt_atom::value, sgd);
   require_refused(evil, coord, save_atom::value);
   require_refused(evil, coord, load_atom::value, zeros);
+  require_refused(evil, coord, save_atom::value, save_cursor{});
+  load_piece piece;
+  piece.optimizer = sgd;
+  piece.records = zeros.slices;
+  require_refused(evil, coord, load_atom::value, piece);
+  piece.end = load_piece::commit;
+  require_refused(evil, coord, load_atom::value, piece);
   require_refused(evil, coord, command_atom::value, int32_t{0},
                   std::string{"name=sgd"});
   require_refused(evil, coord, join_atom::value, role::worker,
@@ -538,6 +545,11 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
     require_refused(evil, dest, set_opt_atom::value, sgd);
     require_refused(evil, dest, save_atom::value);
     require_refused(evil, dest, load_atom::value, zeros);
+    require_refused(evil, dest, save_atom::value, uint64_t{1});
+    require_refused(evil, dest, save_atom::value, save_cursor{1, 0, 0});
+    require_refused(evil, dest, load_atom::value, uint64_t{1}, sgd);
+    require_refused(evil, dest, load_atom::value, uint64_t{1}, zeros.slices);
+    require_refused(evil, dest, load_atom::value, uint64_t{1}, true);
     require_refused(evil, dest, workers_atom::value,
                     std::vector<uint32_t>{0, 1, 2});
     require_refused(evil, dest, stats_atom::value);
@@ -574,6 +586,8 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
   require_refused(evil, worker, set_opt_atom::value, sgd);
   require_refused(evil, worker, save_atom::value);
   require_refused(evil, worker, load_atom::value, zeros);
+  require_refused(evil, worker, save_atom::value, save_cursor{});
+  require_refused(evil, worker, load_atom::value, piece);
   evil->send(agent, heartbeat_atom::value);
   evil->send(agent, node_down_atom::value, uint32_t{1}, role::coordinator);
   evil->send(agent, shutdown_atom::value);

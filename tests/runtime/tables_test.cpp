@@ -321,6 +321,21 @@ TEST_CASE("tables: a table larger than one message saves, loads and exports "
     INFO(render(loaded));
     REQUIRE_FALSE(loaded);
     check_loaded(five);
+    // A part that does not hold whole rows, or fewer row steps than rows,
+    // is refused (not cut forever), and the store keeps what it had.
+    auto before = as_vector(pull_rows(five, "t", ids, dim));
+    for (int broken = 0; broken < 2; ++broken) {
+      auto bad = old;
+      if (broken == 0)
+        bad.slices[0].value.data.pop_back();
+      else
+        bad.slices[0].row_steps.pop_back();
+      REQUIRE(core::write_file_atomic(path, core::encode_checkpoint(bad)).ok());
+      auto refused = five.load_optimizer_states(path);
+      REQUIRE(refused);
+      CHECK(code_of(refused) == errc::checkpoint_mismatch);
+      CHECK(as_vector(pull_rows(five, "t", ids, dim)) == before);
+    }
   }
   SECTION("export_weights puts every piece's rows in place") {
     auto out = path + ".safetensors";
