@@ -117,6 +117,12 @@ std::string describe_node(uint32_t node_id, uint8_t role_id) {
          + " (node " + std::to_string(node_id) + ")";
 }
 
+void leave_ucx_to_exit() {
+#ifdef ACTORPS_HAVE_UCX
+  ucx::keep_ucx_at_close(true);
+#endif
+}
+
 bool built_with_ucx() {
 #ifdef ACTORPS_HAVE_UCX
   return true;

@@ -93,6 +93,14 @@ struct coordinator_options {
   std::function<void(const std::string& line, bool ok)> on_checkpoint;
 };
 
+/// For a process that exits when its job ends (the apps): its UCX data
+/// plane then closes its connections but leaves UCX's own teardown to the
+/// process's exit. UCX 1.13 can abort in that teardown when a peer vanished
+/// while a connection to it was being set up (openucx/ucx#8175, fixed after
+/// 1.13): a server whose last worker exited at once would crash at its own
+/// end. No effect without UCX.
+void leave_ucx_to_exit();
+
 /// True if this build can carry tensors over UCX (built with libucx-dev).
 bool built_with_ucx();
 

@@ -93,6 +93,8 @@ int run(int argc, char** argv) {
       !w.empty())
     cli::log_error(w);
   opts.on_event = cli::event_printer(app, net);
+  // This process ends with its job: UCX's teardown is left to the exit.
+  actorps::leave_ucx_to_exit();
   bool joined = false;
   auto err = actorps::run_server(opts, [&](uint32_t rank) {
     joined = true;

@@ -170,6 +170,8 @@ int run(int argc, char** argv) {
   auto info = net.level >= cli::log_level::info;
   store.timeout = std::chrono::milliseconds{timeout_ms};
   cli::apply_network(net, store);
+  // This process ends with its job: UCX's teardown is left to the exit.
+  actorps::leave_ucx_to_exit();
   auto kv = actorps::kvstore::create(mode == "job" ? "dist" : mode, store);
   if (!kv)
     return cli::fail(app, actorps::render(kv.error()));

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/plane.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -16,7 +17,26 @@
 
 namespace actorps::ucx {
 
+namespace {
+
+std::atomic<bool> keep_at_close{false};
+
+} // namespace
+
+void keep_ucx_at_close(bool keep) {
+  keep_at_close = keep;
+}
+
 plane::impl::~impl() {
+  if (keep_at_close) {
+    // The process exits next and takes UCX with it; what UCX still holds
+    // (its worker, context, requests it gave up) goes with the process.
+    if (wake_fd >= 0)
+      ::close(wake_fd);
+    if (epoll_fd >= 0)
+      ::close(epoll_fd);
+    return;
+  }
   if (worker != nullptr)
     ucp_worker_destroy(worker);
   // UCX gave up on these with its worker.

@@ -145,6 +145,10 @@ struct plane_options {
   std::size_t max_body = std::size_t{1} << 30;
 };
 
+/// From now on, closing a plane leaves UCX's worker and context to the
+/// process's exit (see leave_ucx_to_exit in runtime/network.hpp).
+void keep_ucx_at_close(bool keep);
+
 /// One process's UCX endpoint. Thread-safe: every member may be called from
 /// any thread; the handlers run on the plane's progress thread.
 class plane {
