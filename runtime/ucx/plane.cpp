@@ -28,23 +28,16 @@ void keep_ucx_at_close(bool keep) {
 }
 
 plane::impl::~impl() {
-  if (keep_at_close) {
-    // The process exits next and takes UCX with it; what UCX still holds
-    // (its worker, context, requests it gave up) goes with the process.
-    if (wake_fd >= 0)
-      ::close(wake_fd);
-    if (epoll_fd >= 0)
-      ::close(epoll_fd);
-    return;
-  }
-  if (worker != nullptr)
+  // With keep_at_close the process exits next and takes UCX's worker and
+  // context with it (no UCX code runs after the progress thread stopped).
+  if (worker != nullptr && !keep_at_close)
     ucp_worker_destroy(worker);
   // UCX gave up on these with its worker.
   for (auto* x : abandoned_sends)
     delete x;
   for (auto* x : abandoned_fetches)
     delete x;
-  if (context != nullptr)
+  if (context != nullptr && !keep_at_close)
     ucp_cleanup(context);
   if (wake_fd >= 0)
     ::close(wake_fd);
@@ -353,6 +346,16 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
       ucp_config_release(config);
       error = "UCX: cannot leave out its shared-memory FIFOs (" + reason(status)
               + "; set UCX_TLS to choose the transports)";
+      return nullptr;
+    }
+  }
+  // A job on this host only: nothing of UCX listens beyond loopback.
+  if (d->opts.loopback_only && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    if (auto status = ucp_config_modify(config, "NET_DEVICES", "lo");
+        status != UCS_OK) {
+      ucp_config_release(config);
+      error = "UCX: cannot keep to the loopback interface (" + reason(status)
+              + "; set UCX_NET_DEVICES to choose its devices)";
       return nullptr;
     }
   }
