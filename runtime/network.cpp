@@ -21,6 +21,7 @@
 #include "actors/shard/shard.hpp"
 #include "core/checkpoint_dir.hpp"
 #include "core/checkpoint_stream.hpp"
+#include "core/hosts.hpp"
 #include "core/join_tally.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
@@ -407,7 +408,8 @@ caf::error run_server(const server_options& opts,
   if (job.transport == transport::ucx) {
     auto requests = std::make_shared<ucx::frame_queue>();
     std::string why;
-    data_plane = ucx::start_plane(opts.token, job, requests, why);
+    data_plane = ucx::start_plane(
+      opts.token, job, requests, core::is_loopback(opts.coordinator.host), why);
     if (!data_plane) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

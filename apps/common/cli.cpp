@@ -18,6 +18,7 @@
 #include "apps/common/train.hpp"
 #include "core/checkpoint_dir.hpp"
 #include "core/file_system.hpp"
+#include "core/hosts.hpp"
 
 namespace po = boost::program_options;
 
@@ -259,7 +260,7 @@ std::optional<int> check_threads(const std::string& app, uint64_t threads) {
 }
 
 bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  return core::is_loopback(host);
 }
 
 std::string exposure_warning(const std::string& host, bool has_token,

@@ -70,9 +70,10 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
-std::shared_ptr<plane>
-start_plane(const std::string& token, const job_info& job,
-            std::shared_ptr<frame_queue> queue, std::string& error) {
+std::shared_ptr<plane> start_plane(const std::string& token,
+                                   const job_info& job,
+                                   std::shared_ptr<frame_queue> queue,
+                                   bool loopback_only, std::string& error) {
   // Both handlers run on the plane's progress thread: the map needs no
   // lock.
   auto identities = std::make_shared<std::map<peer_id, uint32_t>>();
@@ -89,6 +90,7 @@ start_plane(const std::string& token, const job_info& job,
       };
   plane_options opts;
   opts.secret = data_secret(token, job.data_salt);
+  opts.loopback_only = loopback_only;
   if (!job.rank_secret.empty()) {
     opts.identity = job.rank + 1;
     opts.identity_secret = job.rank_secret;

@@ -139,6 +139,11 @@ struct plane_options {
   /// writes a slot blocks the slot, and with it every peer's messages, for
   /// good: one dead worker would stall the server for all.
   bool shared_memory = true;
+  /// Every peer is on this host (the job's coordinator listens on a
+  /// loopback address): UCX then listens on the loopback interface only
+  /// (UCX_NET_DEVICES=lo, unless that variable is set), so no other host
+  /// can open a connection to the plane at all.
+  bool loopback_only = false;
   /// Largest header and body a peer may send (messages beyond are dropped
   /// and the peer cut off).
   std::size_t max_header = std::size_t{64} << 10;

@@ -1,18 +1,27 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include "caf/actor_system.hpp"
 #include "caf/binary_deserializer.hpp"
@@ -205,6 +214,91 @@ TEST_CASE("ucx: planes holding the secret exchange small and large "
   CHECK(a_box.bodies[0].empty());
   // Connecting twice gives the same peer.
   CHECK(a->connect(b->address()) == to_b);
+}
+
+namespace {
+
+// The local addresses (hex, as /proc/net/tcp and tcp6 write them) of the
+// TCP sockets this process listens on, by socket inode.
+std::map<std::string, std::string> listening_sockets() {
+  std::set<std::string> mine;
+  for (auto& fd : std::filesystem::directory_iterator{"/proc/self/fd"}) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0)
+      mine.insert(target.substr(8, target.size() - 9));
+  }
+  std::map<std::string, std::string> out;
+  for (auto* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in{table};
+    std::string line;
+    std::getline(in, line); // header
+    while (std::getline(in, line)) {
+      std::istringstream fields{line};
+      std::string slot, local, remote, state, queues, timer, retr, uid, tmo,
+        inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retr
+        >> uid >> tmo >> inode;
+      if (state == "0A" && mine.count(inode) > 0)
+        out[inode] = local.substr(0, local.find(':'));
+    }
+  }
+  return out;
+}
+
+bool loopback_hex(const std::string& addr) {
+  return addr == "0100007F" || addr == "00000000000000000000000001000000";
+}
+
+// True if this host has an IPv4 address beyond loopback.
+bool has_network_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0)
+    return false;
+  bool found = false;
+  for (auto* a = list; a != nullptr; a = a->ifa_next)
+    if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET) {
+      auto ip = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
+      if ((ntohl(ip) >> 24) != 127)
+        found = true;
+    }
+  ::freeifaddrs(list);
+  return found;
+}
+
+} // namespace
+
+TEST_CASE("ucx: a plane of a job on this host listens on loopback only",
+          "[ucx]") {
+  auto new_listeners = [](bool loopback_only) {
+    auto before = listening_sockets();
+    plane_options opts;
+    opts.secret = "s";
+    opts.loopback_only = loopback_only;
+    inbox box;
+    std::string error;
+    auto p = plane::start(opts, box.handlers(), error);
+    INFO(error);
+    REQUIRE(p);
+    std::vector<std::string> added;
+    for (auto& [inode, addr] : listening_sockets())
+      if (before.count(inode) == 0)
+        added.push_back(addr);
+    p->close();
+    return added;
+  };
+  auto local = new_listeners(true);
+  REQUIRE_FALSE(local.empty());
+  for (auto& addr : local) {
+    INFO(addr);
+    CHECK(loopback_hex(addr));
+  }
+  // Without it, UCX listens on the host's other interfaces too.
+  if (has_network_address()) {
+    auto all = new_listeners(false);
+    CHECK(std::any_of(all.begin(), all.end(),
+                      [](const std::string& a) { return !loopback_hex(a); }));
+  }
 }
 
 TEST_CASE("ucx: a job's data secret needs its token or its salt", "[ucx]") {
