@@ -108,6 +108,9 @@ struct job_info {
   /// a server takes a frame in worker r's name only from worker r.
   std::string rank_key;
   std::string rank_secret;
+  /// The coordinator listens on a loopback address: every node of the job
+  /// is on its host (UCX planes then listen on loopback only).
+  bool loopback = false;
 };
 
 template <class Inspector>
@@ -115,7 +118,7 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
            x.transport, x.data_salt, x.coordinator, x.message_cap, x.rank_key,
-           x.rank_secret);
+           x.rank_secret, x.loopback);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

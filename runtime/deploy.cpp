@@ -12,7 +12,6 @@
 #include "actors/gate.hpp"
 #include "actors/node.hpp"
 #include "actors/shard/shard.hpp"
-#include "core/hosts.hpp"
 #include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
@@ -195,8 +194,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
                           + std::to_string(table.shards.size()) + " shards");
     replies = std::make_shared<ucx::frame_queue>();
     std::string why;
-    rt->data_plane = ucx::start_plane(o.token, job, replies,
-                                      core::is_loopback(where->host), why);
+    rt->data_plane = ucx::start_plane(o.token, job, replies, why);
     if (!rt->data_plane)
       return make_error(errc::bad_config, "create: " + why);
     std::map<uint32_t, ucx::peer_id> peers;

@@ -177,6 +177,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   cc.bigarray_bound = opts.bigarray_bound;
   cc.slice_floats = opts.slice_floats;
   set_message_cap(core::message_cap(opts.bigarray_bound, opts.slice_floats));
+  cc.loopback = core::is_loopback(opts.host);
   cc.timeout = opts.timeout;
   cc.heartbeat = sopts.heartbeat.count() > 0 ? sopts.heartbeat
                                              : std::chrono::milliseconds{1000};
@@ -246,6 +247,7 @@ caf::error run_coordinator(const coordinator_options& opts,
   // The periodic checkpoint being written (its barrier number; 0: none).
   core::checkpoint_writer writer;
   uint64_t writing = 0;
+  uint64_t given_up = 0;
   std::string written;
   actorps::status failed;
   self->receive_while(running)(
@@ -277,6 +279,12 @@ caf::error run_coordinator(const coordinator_options& opts,
         save_piece& piece) -> caf::result<caf::ok_atom> {
       // Pieces in order, each asked for once the one before is written: the
       // coordinator's process holds one piece of the model at a time.
+      // A checkpoint that failed here stays failed: none of its later
+      // pieces starts a file of its own.
+      if (number == given_up)
+        return make_error(errc::checkpoint_io, "checkpoint "
+                                                 + std::to_string(number)
+                                                 + " was given up");
       if (number != writing) {
         writer.abort();
         writing = number;
@@ -292,6 +300,7 @@ caf::error run_coordinator(const coordinator_options& opts,
         // Said here, once; the coordinator stops sending this checkpoint.
         writer.abort();
         writing = 0;
+        given_up = number;
         if (opts.on_checkpoint)
           opts.on_checkpoint(failed.message, false);
         return make_error(errc::checkpoint_io, failed.message);
@@ -301,6 +310,8 @@ caf::error run_coordinator(const coordinator_options& opts,
       auto records = writer.records();
       if (failed.ok())
         failed = writer.finish();
+      else
+        writer.abort();
       if (failed.ok())
         core::prune_checkpoints(opts.checkpoint_dir, opts.checkpoint_keep);
       writing = 0;
@@ -408,8 +419,7 @@ caf::error run_server(const server_options& opts,
   if (job.transport == transport::ucx) {
     auto requests = std::make_shared<ucx::frame_queue>();
     std::string why;
-    data_plane = ucx::start_plane(
-      opts.token, job, requests, core::is_loopback(opts.coordinator.host), why);
+    data_plane = ucx::start_plane(opts.token, job, requests, why);
     if (!data_plane) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

@@ -38,6 +38,17 @@ void name_records(coordinator_state& st, std::vector<slice_record>& recs) {
   recs = std::move(kept);
 }
 
+// Gives save `session` up: every live shard drops its copy of the state.
+void abandon_save(coordinator_ptr self, uint64_t session) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.cfg.shards.size(); ++i)
+    if (i >= st.shard_dead.size() || !st.shard_dead[i])
+      self
+        ->request(st.cfg.shards[i], st.timeout(), save_atom::value,
+                  save_cursor{session, 0, save_cursor::give_up})
+        .then([](save_piece&) {}, [](caf::error&) {});
+}
+
 // Asks shard `at.shard` for its next records and delivers them named, with
 // the cursor that follows (the next shard's first once this one is done).
 template <class Promise>
@@ -86,27 +97,53 @@ void open_save(coordinator_ptr self, Promise rp, uint64_t session, Then then) {
     [](size_t, caf::ok_atom) {}, false, save_atom::value, session);
 }
 
-// Sends the pieces of periodic checkpoint `number` to on_done one by one.
+// Sends the pieces of periodic checkpoint `number` to on_done one by one,
+// each once on_done answered that it wrote the one before: no more of the
+// model waits in its mailbox than a piece. Any failure gives the save up on
+// every shard.
 void stream_checkpoint(coordinator_ptr self, uint64_t number,
                        uint64_t generation, save_cursor at) {
+  auto session = at.session;
+  // False (and the save given up) if this checkpoint was given up meanwhile
+  // (a server died: the generation moved on).
+  auto current = [self, generation, session] {
+    if (generation == self->state.checkpoint_generation)
+      return true;
+    abandon_save(self, session);
+    return false;
+  };
   detail::callback_promise<save_piece> cb;
-  cb.ok = [self, number, generation](save_piece&& piece) {
-    auto& st = self->state;
-    if (generation != st.checkpoint_generation)
+  cb.ok = [self, number, generation, session, current](save_piece&& piece) {
+    if (!current())
       return;
+    auto& st = self->state;
     auto done = piece.done;
     auto next = piece.next;
-    caf::anon_send(st.cfg.on_done, save_atom::value, number, std::move(piece));
-    if (done)
-      st.checkpoint_streaming = 0;
-    else
-      stream_checkpoint(self, number, generation, next);
+    self
+      ->request(st.cfg.on_done, st.timeout(), save_atom::value, number,
+                std::move(piece))
+      .then(
+        [self, number, generation, done, next, current](caf::ok_atom) {
+          if (!current())
+            return;
+          if (done)
+            self->state.checkpoint_streaming = 0;
+          else
+            stream_checkpoint(self, number, generation, next);
+        },
+        [self, session, current](caf::error&) {
+          // The runner could not write it and said so itself.
+          if (current())
+            self->state.checkpoint_streaming = 0;
+          abandon_save(self, session);
+        });
   };
-  cb.failed = [self, number, generation](caf::error err) {
-    auto& st = self->state;
-    if (generation != st.checkpoint_generation)
+  cb.failed = [self, number, session, current](caf::error err) {
+    if (!current())
       return;
+    auto& st = self->state;
     st.checkpoint_streaming = 0;
+    abandon_save(self, session);
     caf::anon_send(st.cfg.on_done, save_atom::value, number, std::move(err));
   };
   next_piece(self, std::move(cb), at);
@@ -189,6 +226,15 @@ void load_records(coordinator_ptr self,
 } // namespace
 
 caf::result<save_piece> save_next(coordinator_ptr self, const save_cursor& at) {
+  if (at.position == save_cursor::give_up) {
+    // Every shard, not only the one the cursor names.
+    abandon_save(self, at.session);
+    save_piece out;
+    out.optimizer = self->state.optimizer;
+    out.next = at;
+    out.done = true;
+    return out;
+  }
   auto rp = self->make_response_promise<save_piece>();
   if (at.session != 0) {
     next_piece(self, rp, at);
@@ -324,8 +370,10 @@ void release_barrier(coordinator_ptr self) {
   auto generation = st.checkpoint_generation;
   auto session = ++st.last_session;
   detail::callback_promise<caf::ok_atom> failed_open;
-  failed_open.failed = [self, number, generation](caf::error err) {
+  failed_open.failed = [self, number, generation, session](caf::error err) {
     auto& st = self->state;
+    // The shards that took their state drop it.
+    abandon_save(self, session);
     if (generation != st.checkpoint_generation)
       return;
     // The job goes on without this checkpoint; the runner says why.
@@ -337,7 +385,7 @@ void release_barrier(coordinator_ptr self) {
   open_save(self, failed_open, session, [self, number, generation, session] {
     auto& st = self->state;
     if (generation != st.checkpoint_generation)
-      return;
+      return abandon_save(self, session);
     st.checkpointing = false;
     st.last_checkpoint = std::chrono::steady_clock::now();
     st.checkpoint_streaming = number;

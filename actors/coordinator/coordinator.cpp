@@ -386,6 +386,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.data_salt = st.cfg.data_salt;
       info.message_cap = core::message_cap(st.cfg.bigarray_bound,
                                            st.cfg.slice_floats);
+      info.loopback = st.cfg.loopback;
       bool replacing = false;
       if (role_id == role::worker) {
         if (st.workers_joined == st.cfg.num_workers) {

@@ -169,6 +169,8 @@ struct coordinator_config {
   /// UCX transport: the job's rank key (job_info::rank_key); empty: the
   /// coordinator draws 32 random bytes.
   std::string rank_key;
+  /// It listens on a loopback address only (job_info::loopback).
+  bool loopback = false;
   /// Receives `(shutdown_atom)` once every worker left or died (dist mode),
   /// `(node_down_atom, node_id, role, lost)` for every node that goes down
   /// (`lost`: a worker that had not left, a server before every worker left

@@ -56,7 +56,10 @@ struct frame_header {
   frame_kind kind = frame_kind::push;
   /// Chosen by the requester; a reply names its request.
   uint64_t request = 0;
-  /// The shard a request is for (its index in the job's routing table).
+  /// The shard a request is for (its index in the job's routing table); in
+  /// a reply or failure, the identity whose connection sent the request
+  /// (plane_options::identity), which the requester checks: a reply for
+  /// another worker is dropped.
   uint32_t shard = 0;
   /// > 0: the request overtakes the shard's normal backlog.
   int32_t priority = 0;

@@ -70,10 +70,9 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
-std::shared_ptr<plane> start_plane(const std::string& token,
-                                   const job_info& job,
-                                   std::shared_ptr<frame_queue> queue,
-                                   bool loopback_only, std::string& error) {
+std::shared_ptr<plane>
+start_plane(const std::string& token, const job_info& job,
+            std::shared_ptr<frame_queue> queue, std::string& error) {
   // Both handlers run on the plane's progress thread: the map needs no
   // lock.
   auto identities = std::make_shared<std::map<peer_id, uint32_t>>();
@@ -90,7 +89,7 @@ std::shared_ptr<plane> start_plane(const std::string& token,
       };
   plane_options opts;
   opts.secret = data_secret(token, job.data_salt);
-  opts.loopback_only = loopback_only;
+  opts.loopback_only = job.loopback;
   if (!job.rank_secret.empty()) {
     opts.identity = job.rank + 1;
     opts.identity_secret = job.rank_secret;
@@ -106,10 +105,13 @@ std::shared_ptr<plane> start_plane(const std::string& token,
 
 namespace {
 
-std::vector<char> reply_header(frame_kind kind, uint64_t request) {
+// A reply names the identity whose request it answers (frame_header).
+std::vector<char> reply_header(frame_kind kind, uint64_t request,
+                               uint32_t identity) {
   frame_header h;
   h.kind = kind;
   h.request = request;
+  h.shard = identity;
   return encode(h);
 }
 
@@ -161,8 +163,10 @@ public:
 
 private:
   void send(uint64_t peer, frame_kind kind, uint64_t request, payload body) {
-    if (auto out = out_.lock())
-      out->send(peer, reply_header(kind, request), std::move(body));
+    if (auto out = out_.lock()) {
+      auto header = reply_header(kind, request, out->identity_of(peer));
+      out->send(peer, std::move(header), std::move(body));
+    }
   }
 
   caf::actor_system& sys_;
@@ -469,6 +473,12 @@ public:
       auto h = decode(x.header);
       if (!h
           || (h->kind != frame_kind::reply && h->kind != frame_kind::failure))
+        continue;
+      // A server answers a request to the address its sender's hello
+      // named: a reply stamped for another identity was asked for by a
+      // peer that named this plane's address, and is none of ours. (Local
+      // failures come from no peer.)
+      if (x.from != 0 && h->shard != out_->identity())
         continue;
       data_reply r;
       r.request = h->request;

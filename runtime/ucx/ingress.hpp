@@ -88,12 +88,12 @@ private:
 /// goes into `queue`, tagged with what its sender proved; null, with UCX's
 /// reason in `error`, if UCX cannot start. A worker (job.rank_secret set)
 /// proves worker job.rank's secret in its hellos; a server (job.rank_key
-/// set) checks every worker's. With `loopback_only`, every node of the job
-/// is on this host (plane_options::loopback_only).
-std::shared_ptr<plane> start_plane(const std::string& token,
-                                   const job_info& job,
-                                   std::shared_ptr<frame_queue> queue,
-                                   bool loopback_only, std::string& error);
+/// set) checks every worker's. A job whose coordinator listens on loopback
+/// (job.loopback) keeps the plane on loopback too
+/// (plane_options::loopback_only).
+std::shared_ptr<plane>
+start_plane(const std::string& token, const job_info& job,
+            std::shared_ptr<frame_queue> queue, std::string& error);
 
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the

@@ -435,6 +435,16 @@ const std::vector<char>& plane::address() const {
   return impl_->address;
 }
 
+uint32_t plane::identity() const {
+  return impl_->opts.identity;
+}
+
+uint32_t plane::identity_of(peer_id id) const {
+  std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
+  auto i = impl_->peers.find(id);
+  return i != impl_->peers.end() ? i->second.identity : 0;
+}
+
 peer_id plane::connect(const std::vector<char>& address) {
   auto* d = impl_.get();
   // Planes connect to servers, which claim no identity.

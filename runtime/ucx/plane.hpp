@@ -140,7 +140,8 @@ struct plane_options {
   /// good: one dead worker would stall the server for all.
   bool shared_memory = true;
   /// Every peer is on this host (the job's coordinator listens on a
-  /// loopback address): UCX then listens on the loopback interface only
+  /// loopback address, job_info::loopback): UCX then listens on the
+  /// loopback interface only
   /// (UCX_NET_DEVICES=lo, unless that variable is set), so no other host
   /// can open a connection to the plane at all.
   bool loopback_only = false;
@@ -171,6 +172,12 @@ public:
   /// This plane's address, for peers to `connect` to: UCX's worker address
   /// behind the identity of this host.
   const std::vector<char>& address() const;
+
+  /// This plane's identity (plane_options::identity).
+  uint32_t identity() const;
+
+  /// The identity peer `id`'s hello proved (0 if none, or no such peer).
+  uint32_t identity_of(peer_id id) const;
 
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives

@@ -625,6 +625,39 @@ TEST_CASE("coordinator: a due checkpoint is taken at a complete barrier",
     }
     CHECK(saved == iota(6));
   }
+  SECTION("the next piece waits until the last one was written") {
+    f.self->send(f.coord, barrier_atom::value, uint32_t{0});
+    r1->send(f.coord, barrier_atom::value, uint32_t{1});
+    f.run();
+    CHECK(f.reply<caf::ok_atom>());
+    CHECK(f.reply<caf::ok_atom>(r1));
+    // The first piece, not answered yet.
+    caf::response_promise written;
+    bool first = false;
+    watcher->receive(
+      [&](save_atom, uint64_t, save_piece& piece) {
+        first = true;
+        CHECK_FALSE(piece.done);
+        written = watcher->make_response_promise();
+      },
+      caf::after(std::chrono::seconds{0}) >> [] {});
+    REQUIRE(first);
+    f.run();
+    bool early = false;
+    watcher->receive([&](save_atom, uint64_t, save_piece&) { early = true; },
+                     caf::after(std::chrono::seconds{0}) >> [] {});
+    CHECK_FALSE(early);
+    written.deliver(caf::ok_atom::value);
+    f.run();
+    bool next = false;
+    watcher->receive(
+      [&](save_atom, uint64_t, save_piece&) {
+        next = true;
+        return caf::ok_atom::value;
+      },
+      caf::after(std::chrono::seconds{0}) >> [] {});
+    CHECK(next);
+  }
   SECTION("not before the interval passed") {
     f.respawn([&](coordinator_config& cc) {
       cc.checkpoint_every = std::chrono::hours{1};
