@@ -96,6 +96,13 @@ caf::error trusted_nodes::check_rank(caf::local_actor* self, const char* op,
                       + " did not join as worker " + std::to_string(worker));
 }
 
+caf::error trusted_nodes::check(caf::local_actor* self, const char* op,
+                                uint32_t worker) const {
+  if (auto err = check(self, op))
+    return err;
+  return check_rank(self, op, worker);
+}
+
 caf::error trusted_nodes::check(caf::local_actor* self, const char* op) const {
   auto& sender = self->current_sender();
   caf::node_id from;

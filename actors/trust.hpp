@@ -75,6 +75,11 @@ public:
   caf::error check_rank(caf::local_actor* self, const char* op,
                         uint32_t worker) const;
 
+  /// `check`, then `check_rank`: for a data operation in worker
+  /// `worker`'s name.
+  caf::error check(caf::local_actor* self, const char* op,
+                   uint32_t worker) const;
+
   /// Foreign nodes this set reports at most, per actor.
   static constexpr size_t max_reported = 16;
 

@@ -319,20 +319,6 @@ bool read_slice(reader& in, slice_record& x) {
   return true;
 }
 
-status corrupt(const std::string& what) {
-  return status{errc::checkpoint_corrupt, "checkpoint: " + what};
-}
-
-std::string hex32(uint32_t x) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "0x%08x", static_cast<unsigned>(x));
-  return buf;
-}
-
-std::string record_name(uint64_t index) {
-  return "record " + std::to_string(index);
-}
-
 status io_error(const char* what, const std::string& path, int err) {
   return status{errc::checkpoint_io, std::string{"checkpoint: cannot "} + what
                                        + " " + path + ": "
@@ -373,9 +359,13 @@ uint32_t load_u32(const char* p) noexcept {
   return reader::load_u32(p);
 }
 
-std::string parse(const char* payload, std::size_t len, optimizer_config& x) {
+namespace {
+
+// Reads a whole payload with `read`; what is wrong, or "".
+template <class T, class Read>
+std::string parse_with(const char* payload, std::size_t len, T& x, Read read) {
   reader in{payload, len};
-  if (!read_optimizer(in, x))
+  if (!read(in, x))
     return in.error();
   if (in.remaining() != 0)
     return std::to_string(in.remaining())
@@ -383,14 +373,14 @@ std::string parse(const char* payload, std::size_t len, optimizer_config& x) {
   return {};
 }
 
+} // namespace
+
+std::string parse(const char* payload, std::size_t len, optimizer_config& x) {
+  return parse_with(payload, len, x, read_optimizer);
+}
+
 std::string parse(const char* payload, std::size_t len, slice_record& x) {
-  reader in{payload, len};
-  if (!read_slice(in, x))
-    return in.error();
-  if (in.remaining() != 0)
-    return std::to_string(in.remaining())
-           + " unexpected bytes at the end of the payload";
-  return {};
+  return parse_with(payload, len, x, read_slice);
 }
 
 bool parse_end(const char* payload, std::size_t len, uint64_t& count) {
@@ -419,18 +409,26 @@ uint64_t record_payload_size(std::size_t key_bytes, uint64_t values,
          + state * sizeof(float) + 8 + row_steps * sizeof(uint64_t) + 8 + 8 + 4;
 }
 
+uint64_t record_payload_size(const slice_record& x) noexcept {
+  return record_payload_size(x.key.size(), x.value.data.size(),
+                             x.state.data.size(), x.row_steps.size());
+}
+
+status check_encodable(const slice_record& s) {
+  auto n = record_payload_size(s);
+  if (n > std::numeric_limits<uint32_t>::max())
+    return {errc::checkpoint_io,
+            "checkpoint: part " + std::to_string(s.part) + " of key '" + s.key
+              + "' takes " + std::to_string(n >> 20)
+              + " MiB with its optimizer state, more than a record holds "
+                "(4 GiB): spread the key over more shards"};
+  return {};
+}
+
 status check_encodable(const state_snapshot& snapshot) {
-  constexpr uint64_t limit = std::numeric_limits<uint32_t>::max();
-  for (const auto& s : snapshot.slices) {
-    auto n = record_payload_size(s.key.size(), s.value.data.size(),
-                                 s.state.data.size(), s.row_steps.size());
-    if (n > limit)
-      return {errc::checkpoint_io,
-              "checkpoint: part " + std::to_string(s.part) + " of key '" + s.key
-                + "' takes " + std::to_string(n >> 20)
-                + " MiB with its optimizer state, more than a record holds "
-                  "(4 GiB): spread the key over more shards"};
-  }
+  for (const auto& s : snapshot.slices)
+    if (auto st = check_encodable(s); !st.ok())
+      return st;
   return {};
 }
 
@@ -438,88 +436,15 @@ std::vector<char> encode_checkpoint(const state_snapshot& snapshot) {
   size_t total = sizeof(magic) + 2 * record_header_size + 64
                  + snapshot.optimizer.name.size() + end_payload_size;
   for (const auto& s : snapshot.slices)
-    total += record_header_size + 64 + s.key.size()
-             + (s.value.data.size() + s.state.data.size()) * sizeof(float);
+    total += record_header_size + record_payload_size(s);
   std::vector<char> buf;
   buf.reserve(total);
-  writer out{buf};
-  out.bytes(magic, sizeof(magic));
-  auto pos = out.begin_record();
-  write_optimizer(out, snapshot.optimizer);
-  out.end_record(pos);
-  for (const auto& s : snapshot.slices) {
-    pos = out.begin_record();
-    write_slice(out, s);
-    out.end_record(pos);
-  }
-  pos = out.begin_record();
-  out.bytes(end_tag, sizeof(end_tag));
-  out.u64(snapshot.slices.size());
-  out.end_record(pos);
+  buf.insert(buf.end(), magic, magic + sizeof(magic));
+  codec::append_record(buf, snapshot.optimizer);
+  for (const auto& s : snapshot.slices)
+    codec::append_record(buf, s);
+  codec::append_end_record(buf, snapshot.slices.size());
   return buf;
-}
-
-status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out) {
-  if (bytes.size() < sizeof(magic)
-      || std::memcmp(bytes.data(), magic, sizeof(magic)) != 0)
-    return corrupt("bad magic (not an actorps checkpoint of version 1)");
-  state_snapshot result;
-  const char* pos = bytes.data() + sizeof(magic);
-  const char* end = bytes.data() + bytes.size();
-  for (uint64_t index = 0;; ++index) {
-    auto left = static_cast<size_t>(end - pos);
-    if (left == 0)
-      return corrupt(index == 0
-                       ? std::string{"missing optimizer record"}
-                       : "missing end record after " + record_name(index - 1));
-    if (left < record_header_size)
-      return corrupt(record_name(index) + ": truncated header, "
-                     + std::to_string(left) + " bytes left");
-    auto len = reader::load_u32(pos);
-    auto stored_crc = reader::load_u32(pos + 4);
-    pos += record_header_size;
-    left -= record_header_size;
-    if (len > left)
-      return corrupt(record_name(index) + ": payload length "
-                     + std::to_string(len) + " exceeds the "
-                     + std::to_string(left) + " bytes left");
-    const char* payload = pos;
-    pos += len;
-    auto computed_crc = crc32(payload, len);
-    if (computed_crc != stored_crc)
-      return corrupt(record_name(index) + ": CRC mismatch (stored "
-                     + hex32(stored_crc) + ", computed " + hex32(computed_crc)
-                     + ")");
-    reader in{payload, len};
-    if (index == 0) {
-      if (!read_optimizer(in, result.optimizer))
-        return corrupt(record_name(0) + " (optimizer): " + in.error());
-    } else if (len == end_payload_size
-               && std::memcmp(payload, end_tag, sizeof(end_tag)) == 0) {
-      // A slice record is never this short (at least 44 bytes), so the tag
-      // cannot be mistaken for one.
-      uint64_t count = 0;
-      reader tail{payload + sizeof(end_tag), len - sizeof(end_tag)};
-      tail.u64(count);
-      if (count != result.slices.size())
-        return corrupt(record_name(index) + " (end): says "
-                       + std::to_string(count) + " slice records, found "
-                       + std::to_string(result.slices.size()));
-      if (pos != end)
-        return corrupt(std::to_string(end - pos)
-                       + " trailing bytes after the end record");
-      out = std::move(result);
-      return status{};
-    } else {
-      slice_record rec;
-      if (!read_slice(in, rec))
-        return corrupt(record_name(index) + " (slice): " + in.error());
-      result.slices.push_back(std::move(rec));
-    }
-    if (in.remaining() != 0)
-      return corrupt(record_name(index) + ": " + std::to_string(in.remaining())
-                     + " unexpected bytes at the end of the payload");
-  }
 }
 
 status write_file_atomic(const std::string& path,

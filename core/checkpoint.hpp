@@ -40,6 +40,12 @@ uint32_t crc32(const void* data, std::size_t n) noexcept;
 uint64_t record_payload_size(std::size_t key_bytes, uint64_t values,
                              uint64_t state, uint64_t row_steps) noexcept;
 
+/// The same for one record as it is.
+uint64_t record_payload_size(const slice_record& x) noexcept;
+
+/// Whether one record fits the format (see below).
+status check_encodable(const slice_record& rec);
+
 /// Whether every record of `snapshot` fits the format (a payload below
 /// 4 GiB: a dense slice always does; a shard's part of a large table with
 /// its optimizer state may not); `checkpoint_io` naming the first that
@@ -52,7 +58,8 @@ std::vector<char> encode_checkpoint(const state_snapshot& snapshot);
 
 /// Decodes bytes produced by `encode_checkpoint`; `slices[i].key` and all
 /// other fields round-trip exactly (floats bit for bit). On failure `out` is
-/// left unchanged.
+/// left unchanged. Runs core::checkpoint_reader (checkpoint_stream.hpp) over
+/// the bytes: one parser for files and buffers.
 status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out);
 
 /// Writes `bytes` to `path` atomically: to "<path>.tmp", flush, fsync,

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/checkpoint_stream.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <limits>
+#include <memory>
 #include <set>
 
 #include "core/checkpoint.hpp"
@@ -55,13 +56,9 @@ status checkpoint_writer::open(const std::string& path,
 status checkpoint_writer::add(const slice_record& rec) {
   if (!is_open())
     return {errc::checkpoint_io, "checkpoint: the writer is not open"};
-  auto size = record_payload_size(rec.key.size(), rec.value.data.size(),
-                                  rec.state.data.size(), rec.row_steps.size());
-  if (size > std::numeric_limits<uint32_t>::max()) {
+  if (auto st = check_encodable(rec); !st.ok()) {
     abort();
-    return {errc::checkpoint_io, "checkpoint: a record of key '" + rec.key
-                                   + "' takes " + std::to_string(size >> 20)
-                                   + " MiB, more than a record holds (4 GiB)"};
+    return st;
   }
   buf_.clear();
   codec::append_record(buf_, rec);
@@ -109,7 +106,8 @@ void checkpoint_writer::abort() {
 // -- reader -------------------------------------------------------------------
 
 status checkpoint_reader::corrupt(const std::string& what) const {
-  return {errc::checkpoint_corrupt, "checkpoint: " + what + " in " + path_};
+  return {errc::checkpoint_corrupt,
+          "checkpoint: " + what + (path_.empty() ? "" : " in " + path_)};
 }
 
 namespace {
@@ -222,6 +220,85 @@ status checkpoint_reader::next(slice_record& out, bool& done) {
     return corrupt(name + " (slice): " + why);
   out = std::move(rec);
   ++index_;
+  return {};
+}
+
+namespace {
+
+// One file's bytes, held in memory, as the only file of a file system.
+class memory_file_system final : public file_system {
+public:
+  explicit memory_file_system(const std::vector<char>& bytes) : bytes_(bytes) {
+    // nop
+  }
+
+  int create(const std::string&, std::unique_ptr<writable_file>&) override {
+    return ENOSYS;
+  }
+
+  int open(const std::string&, std::unique_ptr<readable_file>& out) override {
+    out = std::make_unique<file>(bytes_);
+    return 0;
+  }
+
+  int rename(const std::string&, const std::string&) override {
+    return ENOSYS;
+  }
+
+  int remove(const std::string&) override {
+    return ENOSYS;
+  }
+
+  int sync_dir(const std::string&) override {
+    return ENOSYS;
+  }
+
+private:
+  class file final : public readable_file {
+  public:
+    explicit file(const std::vector<char>& bytes) : bytes_(bytes) {
+      // nop
+    }
+
+    int read(char* buf, std::size_t n, std::size_t& got) override {
+      got = std::min(n, bytes_.size() - at_);
+      if (got > 0)
+        std::memcpy(buf, bytes_.data() + at_, got);
+      at_ += got;
+      return 0;
+    }
+
+    std::size_t size_hint() const override {
+      return bytes_.size();
+    }
+
+  private:
+    const std::vector<char>& bytes_;
+    std::size_t at_ = 0;
+  };
+
+  const std::vector<char>& bytes_;
+};
+
+} // namespace
+
+status decode_checkpoint(const std::vector<char>& bytes, state_snapshot& out) {
+  // The streaming reader over the bytes: one parser for files and buffers.
+  memory_file_system fs{bytes};
+  checkpoint_reader in;
+  if (auto st = in.open("", fs); !st.ok())
+    return st;
+  state_snapshot result;
+  result.optimizer = in.optimizer();
+  for (bool done = false;;) {
+    slice_record rec;
+    if (auto st = in.next(rec, done); !st.ok())
+      return st;
+    if (done)
+      break;
+    result.slices.push_back(std::move(rec));
+  }
+  out = std::move(result);
   return {};
 }
 

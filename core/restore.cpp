@@ -10,6 +10,23 @@
 
 namespace actorps::core {
 
+namespace {
+
+// Appends floats [from, from + k) of each of the `blocks` state blocks of a
+// dense slice of `n` floats (block b is [b * n, (b + 1) * n)): the state
+// of that range of the slice, block after block.
+void append_blocks(const std::vector<float>& state, uint64_t n,
+                   std::size_t blocks, uint64_t from, uint64_t k,
+                   std::vector<float>& out) {
+  out.reserve(out.size() + blocks * k);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    auto s = state.begin() + static_cast<std::ptrdiff_t>(b * n + from);
+    out.insert(out.end(), s, s + static_cast<std::ptrdiff_t>(k));
+  }
+}
+
+} // namespace
+
 status reslice(const std::vector<const slice_record*>& saved, uint64_t size,
                const std::vector<slice_range>& target, std::size_t per_float,
                std::vector<slice_record>& out) {
@@ -135,10 +152,6 @@ split_snapshot(const state_snapshot& snap, uint32_t shards,
   return {};
 }
 
-} // namespace actorps::core
-
-namespace actorps::core {
-
 bool shape_fits(const slice_record& rec, uint64_t dim) noexcept {
   auto n = static_cast<uint64_t>(rec.value.data.size());
   auto unit = dim > 0 ? dim : 1;
@@ -193,13 +206,8 @@ uint64_t take_piece(const slice_record& whole, uint64_t from, uint64_t budget,
         whole.row_steps.begin() + static_cast<std::ptrdiff_t>(first_unit),
         whole.row_steps.begin() + static_cast<std::ptrdiff_t>(first_unit + k));
   } else {
-    // State block b of the slice is [b * n, (b + 1) * n).
-    out.state.data.reserve(state_per * k);
-    for (std::size_t b = 0; b < state_per; ++b)
-      out.state.data.insert(
-        out.state.data.end(),
-        s + static_cast<std::ptrdiff_t>(b * n + first_unit),
-        s + static_cast<std::ptrdiff_t>(b * n + first_unit + k));
+    append_blocks(whole.state.data, n, state_per, first_unit, k,
+                  out.state.data);
   }
   return (first_unit + k) * unit;
 }
@@ -246,12 +254,8 @@ status cut_piece(const slice_record& saved, const key_info& info,
       auto v = saved.value.data.begin()
                + static_cast<std::ptrdiff_t>(lo - start);
       piece.value.data.assign(v, v + static_cast<std::ptrdiff_t>(hi - lo));
-      for (std::size_t b = 0; b < per_float; ++b) {
-        auto s = saved.state.data.begin()
-                 + static_cast<std::ptrdiff_t>(b * n + (lo - start));
-        piece.state.data.insert(piece.state.data.end(), s,
-                                s + static_cast<std::ptrdiff_t>(hi - lo));
-      }
+      append_blocks(saved.state.data, n, per_float, lo - start, hi - lo,
+                    piece.state.data);
       result.emplace_back(t.shard, std::move(piece));
     }
   } else {
@@ -333,14 +337,23 @@ void slice_assembly::reset(uint64_t length, uint64_t dim,
   length_ = length;
   dim_ = dim;
   per_ = state_per;
-  auto units = dim > 0 ? length / dim : length;
-  value.assign(length, 0.0f);
-  state.assign(state_per * units, 0.0f);
-  row_steps.assign(dim > 0 ? units : 0, 0);
-  have_.assign(units, false);
+  units_ = dim > 0 ? length / dim : length;
+  value.clear();
+  state.clear();
+  row_steps.clear();
+  have_.assign(dim > 0 ? units_ : 0, false);
+  ranges_.clear();
   have_count_ = 0;
   step = 0;
   stepped_ = false;
+}
+
+void slice_assembly::allocate() {
+  if (value.size() == length_)
+    return;
+  value.assign(length_, 0.0f);
+  state.assign(per_ * units_, 0.0f);
+  row_steps.assign(dim_ > 0 ? units_ : 0, 0);
 }
 
 status slice_assembly::add(slice_record& piece, const std::string& name) {
@@ -377,7 +390,43 @@ status slice_assembly::add(slice_record& piece, const std::string& name) {
                     + std::to_string(step) + " and "
                     + std::to_string(piece.step)
                     + "); load it into a store sliced as when it was saved");
-  // Where each unit of the piece goes, checked before anything is copied.
+  if (n == 0)
+    return {};
+  auto pv = piece.value.data.begin();
+  auto ps = piece.state.data.begin();
+  if (dim_ == 0) {
+    // One range of floats: refused if it meets one that came before.
+    auto lo = piece.first;
+    auto hi = lo + n;
+    auto next = ranges_.lower_bound(lo);
+    if (next != ranges_.end() && next->first < hi)
+      return mismatch("the saved pieces overlap at float "
+                      + std::to_string(next->first));
+    if (next != ranges_.begin() && std::prev(next)->second > lo)
+      return mismatch("the saved pieces overlap at float "
+                      + std::to_string(lo));
+    ranges_.emplace(lo, hi);
+    have_count_ += n;
+    step = piece.step;
+    stepped_ = true;
+    if (n == length_) {
+      // The whole slice in one piece: its buffers are taken over (a dense
+      // piece's state blocks are then laid out as the slice's).
+      value = std::move(piece.value.data);
+      state = std::move(piece.state.data);
+      return {};
+    }
+    allocate();
+    // State block b of the piece is [b * n, (b + 1) * n).
+    std::copy_n(pv, n, value.begin() + static_cast<std::ptrdiff_t>(lo));
+    for (std::size_t b = 0; b < per_; ++b)
+      std::copy_n(ps + static_cast<std::ptrdiff_t>(b * n), n,
+                  state.begin()
+                    + static_cast<std::ptrdiff_t>(b * length_ + lo));
+    return {};
+  }
+  // Rows: where each row of the piece goes, checked before anything is
+  // copied.
   auto first_unit = piece.first / unit;
   auto at = [&](uint64_t i) {
     return piece.rows.empty() ? first_unit + i : piece.rows[i];
@@ -390,27 +439,14 @@ status slice_assembly::add(slice_record& piece, const std::string& name) {
     if (have_[u]) {
       for (uint64_t j = 0; j < i; ++j)
         have_[at(j)] = false;
-      return mismatch("the saved pieces overlap at "
-                      + std::string{dim_ > 0 ? "row " : "float "}
-                      + std::to_string(u));
+      return mismatch("the saved pieces overlap at row " + std::to_string(u));
     }
     have_[u] = true;
   }
   have_count_ += units;
-  step = dim_ == 0 ? piece.step : std::max(step, piece.step);
+  step = std::max(step, piece.step);
   stepped_ = true;
-  auto pv = piece.value.data.begin();
-  auto ps = piece.state.data.begin();
-  if (dim_ == 0) {
-    // One range; state block b of the piece is [b * n, (b + 1) * n).
-    std::copy_n(pv, n,
-                value.begin() + static_cast<std::ptrdiff_t>(piece.first));
-    for (std::size_t b = 0; b < per_; ++b)
-      std::copy_n(ps + static_cast<std::ptrdiff_t>(b * n), n,
-                  state.begin()
-                    + static_cast<std::ptrdiff_t>(b * length_ + piece.first));
-    return {};
-  }
+  allocate();
   for (uint64_t i = 0; i < units; ++i) {
     auto u = at(i);
     std::copy_n(pv + static_cast<std::ptrdiff_t>(i * unit), unit,

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,7 +79,8 @@ status cut_piece(const slice_record& saved, const key_info& info,
                  std::vector<std::pair<uint32_t, slice_record>>& out);
 
 /// A shard's slice loaded in pieces: allocated to the slice's own size
-/// (never to a size a piece names), filled piece by piece, each float or
+/// (never to a size a piece names; a dense slice that comes whole in one
+/// piece keeps that piece's buffers), filled piece by piece, each float or
 /// row at most once.
 class slice_assembly {
 public:
@@ -96,12 +98,12 @@ public:
 
   /// Whether every float (row) arrived.
   bool complete() const noexcept {
-    return have_count_ == have_.size();
+    return have_count_ == units_;
   }
 
   /// Floats (rows) still missing.
   uint64_t missing() const noexcept {
-    return have_.size() - have_count_;
+    return units_ - have_count_;
   }
 
   std::vector<float> value;
@@ -110,10 +112,18 @@ public:
   uint64_t step = 0;
 
 private:
+  // Sizes the buffers to the slice (zeros) unless they are.
+  void allocate();
+
   uint64_t length_ = 0;
   uint64_t dim_ = 0;
   std::size_t per_ = 0;
+  // Floats of a dense slice, rows of a table.
+  uint64_t units_ = 0;
+  // A table's rows that arrived.
   std::vector<bool> have_;
+  // A dense slice's ranges that arrived: first float -> one past the last.
+  std::map<uint64_t, uint64_t> ranges_;
   uint64_t have_count_ = 0;
   bool stepped_ = false;
 };

@@ -142,13 +142,18 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
   load_piece piece;
   piece.optimizer = in.optimizer();
   uint64_t bytes = 0;
+  // The records move into the message (no copy of their floats); the
+  // session and the optimizer stay for the next one.
   auto send = [&]() -> caf::error {
-    auto err = d.call(
-      d.timeout(), [&](uint64_t session) { piece.session = session; },
-      load_atom::value, piece);
+    load_piece out;
+    out.session = piece.session;
+    out.optimizer = piece.optimizer;
+    out.records = std::move(piece.records);
     piece.records.clear();
     bytes = 0;
-    return err;
+    return d.call(
+      d.timeout(), [&](uint64_t session) { piece.session = session; },
+      load_atom::value, std::move(out));
   };
   // A failed step leaves nothing behind on the shards.
   auto give_up = [&](caf::error err) {
@@ -181,12 +186,8 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
     // A record written before pieces may be a whole table part of
     // gigabytes: it goes in pieces too, of whole rows (the store's key
     // says how long a row is).
-    auto record_bytes = [](const slice_record& r) {
-      return 4 * (r.value.data.size() + r.state.data.size())
-             + 8 * r.row_steps.size() + 64 + r.key.size();
-    };
     std::vector<slice_record> cut;
-    if (record_bytes(rec) <= save_piece_bytes) {
+    if (core::record_payload_size(rec) <= save_piece_bytes) {
       cut.push_back(std::move(rec));
     } else {
       auto info = d.meta(rec.key);
@@ -210,7 +211,7 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
       }
     }
     for (auto& part : cut) {
-      bytes += record_bytes(part);
+      bytes += core::record_payload_size(part);
       piece.records.push_back(std::move(part));
       if (bytes >= save_piece_bytes
           || piece.records.size() >= max_piece_records)

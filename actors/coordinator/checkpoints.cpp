@@ -38,15 +38,20 @@ void name_records(coordinator_state& st, std::vector<slice_record>& recs) {
   recs = std::move(kept);
 }
 
-// Gives save `session` up: every live shard drops its copy of the state.
-void abandon_save(coordinator_ptr self, uint64_t session) {
+// Tells every live shard `xs...`, whose answer (`Reply`) nobody awaits.
+template <class Reply, class... Ts>
+void tell_live_shards(coordinator_ptr self, Ts... xs) {
   auto& st = self->state;
   for (size_t i = 0; i < st.cfg.shards.size(); ++i)
     if (i >= st.shard_dead.size() || !st.shard_dead[i])
-      self
-        ->request(st.cfg.shards[i], st.timeout(), save_atom::value,
-                  save_cursor{session, 0, save_cursor::give_up})
-        .then([](save_piece&) {}, [](caf::error&) {});
+      self->request(st.cfg.shards[i], st.timeout(), xs...)
+        .then([](Reply&) {}, [](caf::error&) {});
+}
+
+// Gives save `session` up: every live shard drops its copy of the state.
+void abandon_save(coordinator_ptr self, uint64_t session) {
+  tell_live_shards<save_piece>(self, save_atom::value,
+                               save_cursor{session, 0, save_cursor::give_up});
 }
 
 // Asks shard `at.shard` for its next records and delivers them named, with
@@ -152,11 +157,8 @@ void stream_checkpoint(coordinator_ptr self, uint64_t number,
 // Gives up load `session`: the coordinator forgets it, every shard drops
 // what it assembled.
 void drop_load(coordinator_ptr self, uint64_t session) {
-  auto& st = self->state;
-  st.loads.erase(session);
-  for (auto& shard : st.cfg.shards)
-    self->request(shard, st.timeout(), load_atom::value, session, false)
-      .then([](caf::ok_atom) {}, [](caf::error&) {});
+  self->state.loads.erase(session);
+  tell_live_shards<caf::ok_atom>(self, load_atom::value, session, false);
 }
 
 // Cuts `records` to this store's slices and hands each shard its pieces.

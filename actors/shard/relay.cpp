@@ -69,11 +69,8 @@ slice_id first_slice(const slice_batch& x) {
 template <class Reply, class Atom, class Msg>
 caf::result<Reply> relay_high(relay_ptr self, const shard_actor& shard,
                               const caf::actor& observer, Atom atom, Msg msg) {
-  if (auto err = self->state.trusted.check(self, atom_name(atom)))
-    return err;
   // The shard sees the relay as the sender: the rank is checked here.
-  if (auto err = self->state.trusted.check_rank(self, atom_name(atom),
-                                                msg.worker))
+  if (auto err = self->state.trusted.check(self, atom_name(atom), msg.worker))
     return err;
   auto rp = self->make_response_promise<Reply>();
   auto id = first_slice(msg);

@@ -93,27 +93,20 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     // Takes the message by mutable reference: CAF then hands over its own
     // copy only if the message is shared, so the shard may keep the buffer.
     [self](push_atom, slice_push& msg) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push"))
-        return err;
-      if (auto err = self->state.trusted.check_rank(self, "push", msg.worker))
+      if (auto err = self->state.trusted.check(self, "push", msg.worker))
         return err;
       return push_one<caf::ok_atom>(self, "push", op_kind::push, msg);
     },
     // A push, then a pull of the value it produced (one large slice; small
     // ones travel in batches).
     [self](push_pull_atom, slice_push& msg) -> caf::result<shared_floats> {
-      if (auto err = self->state.trusted.check(self, "push_pull"))
-        return err;
-      if (auto err = self->state.trusted.check_rank(self, "push_pull",
-                                                    msg.worker))
+      if (auto err = self->state.trusted.check(self, "push_pull", msg.worker))
         return err;
       return push_one<shared_floats>(self, "push_pull", op_kind::push_pull,
                                      msg);
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<shared_floats> {
-      if (auto err = self->state.trusted.check(self, "pull"))
-        return err;
-      if (auto err = self->state.trusted.check_rank(self, "pull", msg.worker))
+      if (auto err = self->state.trusted.check(self, "pull", msg.worker))
         return err;
       op_target t;
       t.kind = op_kind::pull;
@@ -125,9 +118,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return rp;
     },
     [self](batch_atom, const slice_batch& msg) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "batch"))
-        return err;
-      if (auto err = self->state.trusted.check_rank(self, "batch", msg.worker))
+      if (auto err = self->state.trusted.check(self, "batch", msg.worker))
         return err;
       // Once a promise exists, a returned error would be dropped: errors go
       // through the promise.
@@ -173,10 +164,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return caf::ok_atom::value;
     },
     [self](push_atom, rows_push& msg) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push_rows"))
-        return err;
-      if (auto err = self->state.trusted.check_rank(self, "push_rows",
-                                                    msg.worker))
+      if (auto err = self->state.trusted.check(self, "push_rows", msg.worker))
         return err;
       op_target t;
       t.push_rp = self->make_response_promise<caf::ok_atom>();
@@ -185,10 +173,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return rp;
     },
     [self](pull_atom, rows_pull& msg) -> caf::result<shared_floats> {
-      if (auto err = self->state.trusted.check(self, "pull_rows"))
-        return err;
-      if (auto err = self->state.trusted.check_rank(self, "pull_rows",
-                                                    msg.worker))
+      if (auto err = self->state.trusted.check(self, "pull_rows", msg.worker))
         return err;
       op_target t;
       t.pull_rp = self->make_response_promise<shared_floats>();

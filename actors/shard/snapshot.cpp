@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/checkpoint.hpp"
 #include "core/optimizer.hpp"
 #include "messages/errors.hpp"
 
@@ -145,17 +146,23 @@ caf::expected<save_piece> shard_state::save_next(uint64_t session,
       ++x.record;
       continue;
     }
+    auto room = save_piece_bytes - used;
+    if (x.from == 0 && core::record_payload_size(rec) <= room) {
+      // Whole: the session's copy goes out as it is (its memory with it).
+      used += core::record_payload_size(rec);
+      out.records.push_back(std::move(rec));
+      ++x.record;
+      continue;
+    }
     slice_record piece;
-    auto next = core::take_piece(rec, x.from, save_piece_bytes - used,
-                                 x.dims[x.record], piece);
-    used += 4 * (piece.value.data.size() + piece.state.data.size())
-            + 8 * piece.row_steps.size() + 64;
+    auto next = core::take_piece(rec, x.from, room, x.dims[x.record], piece);
+    used += core::record_payload_size(piece);
     out.records.push_back(std::move(piece));
     if (next < rec.value.data.size()) {
       x.from = next;
       continue;
     }
-    // Taken whole: its memory goes now, not at the end of the save.
+    // Taken to its end: its memory goes now, not at the end of the save.
     rec = slice_record{};
     ++x.record;
     x.from = 0;

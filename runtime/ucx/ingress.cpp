@@ -105,13 +105,19 @@ start_plane(const std::string& token, const job_info& job,
 
 namespace {
 
-// A reply names the identity whose request it answers (frame_header).
-std::vector<char> reply_header(frame_kind kind, uint64_t request,
-                               uint32_t identity) {
+// Where a reply goes, as the shards hand it back to the sink (their
+// plane_reply::peer, opaque to them): the peer that sent the request and,
+// in the upper half, the identity its connection proved, which the reply
+// names (frame_header). Peer ids stay far below 2^32.
+uint64_t reply_to(const frame& x) {
+  return (uint64_t{x.identity} << 32) | (x.from & 0xFFFFFFFFu);
+}
+
+std::vector<char> reply_header(frame_kind kind, uint64_t request, uint64_t to) {
   frame_header h;
   h.kind = kind;
   h.request = request;
-  h.shard = identity;
+  h.shard = static_cast<uint32_t>(to >> 32);
   return encode(h);
 }
 
@@ -163,10 +169,9 @@ public:
 
 private:
   void send(uint64_t peer, frame_kind kind, uint64_t request, payload body) {
-    if (auto out = out_.lock()) {
-      auto header = reply_header(kind, request, out->identity_of(peer));
-      out->send(peer, std::move(header), std::move(body));
-    }
+    if (auto out = out_.lock())
+      out->send(peer & 0xFFFFFFFFu, reply_header(kind, request, peer),
+                std::move(body));
   }
 
   caf::actor_system& sys_;
@@ -293,7 +298,7 @@ struct ingress {
   // `unauthorized`.
   bool admits(const frame& x, uint32_t worker, uint64_t request) {
     if (x.identity == 0 || x.identity - 1 != worker) {
-      sink->fail(x.from, request,
+      sink->fail(reply_to(x), request,
                  make_error(errc::unauthorized,
                             "ucx: a request in worker " + std::to_string(worker)
                               + "'s name from a connection that did not "
@@ -308,7 +313,7 @@ struct ingress {
     auto h = decode(x.header);
     if (!h || h->kind == frame_kind::reply || h->kind == frame_kind::failure)
       return;
-    auto from = x.from;
+    auto from = reply_to(x);
     auto request = h->request;
     auto i = shards.find(h->shard);
     if (i == shards.end()) {

@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <openssl/rand.h>
 #include <sys/epoll.h>
@@ -338,36 +340,31 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
             + "; check the UCX_* environment variables)";
     return nullptr;
   }
-  // No shared-memory FIFOs unless the user asks for them: a peer that dies
-  // while writing into one blocks it for every peer (plane_options).
-  if (std::getenv("UCX_TLS") == nullptr) {
-    if (auto status = ucp_config_modify(config, "TLS", "^mm");
-        status != UCS_OK) {
-      ucp_config_release(config);
-      error = "UCX: cannot leave out its shared-memory FIFOs (" + reason(status)
-              + "; set UCX_TLS to choose the transports)";
-      return nullptr;
-    }
-  }
+  // Our defaults for UCX's settings, each unless the user set its variable.
+  struct setting {
+    const char* name;
+    const char* value;
+    const char* what;
+  };
+  std::vector<setting> defaults{
+    // No shared-memory FIFOs: a peer that dies while writing into one
+    // blocks it for every peer (plane_options).
+    {"TLS", "^mm", "leave out its shared-memory FIFOs"},
+    // Messages up to 128 KB go eagerly: UCX 1.13's own choice sent 8-64 KB
+    // by rendezvous, slower here than one eager send (docs/benchmarks.md).
+    {"RNDV_THRESH", "128K", "set its rendezvous threshold"}};
   // A job on this host only: nothing of UCX listens beyond loopback.
-  if (d->opts.loopback_only && std::getenv("UCX_NET_DEVICES") == nullptr) {
-    if (auto status = ucp_config_modify(config, "NET_DEVICES", "lo");
+  if (d->opts.loopback_only)
+    defaults.push_back({"NET_DEVICES", "lo", "keep to the loopback interface"});
+  for (auto& x : defaults) {
+    auto var = std::string{"UCX_"} + x.name;
+    if (std::getenv(var.c_str()) != nullptr)
+      continue;
+    if (auto status = ucp_config_modify(config, x.name, x.value);
         status != UCS_OK) {
       ucp_config_release(config);
-      error = "UCX: cannot keep to the loopback interface (" + reason(status)
-              + "; set UCX_NET_DEVICES to choose its devices)";
-      return nullptr;
-    }
-  }
-  // Messages up to 128 KB go eagerly unless the user chooses: UCX 1.13's
-  // own choice sent 8-64 KB by rendezvous, slower here than one eager
-  // send (docs/benchmarks.md).
-  if (std::getenv("UCX_RNDV_THRESH") == nullptr) {
-    if (auto status = ucp_config_modify(config, "RNDV_THRESH", "128K");
-        status != UCS_OK) {
-      ucp_config_release(config);
-      error = "UCX: cannot set its rendezvous threshold (" + reason(status)
-              + "; set UCX_RNDV_THRESH to choose it)";
+      error = std::string{"UCX: cannot "} + x.what + " (" + reason(status)
+              + "; set " + var + " to choose)";
       return nullptr;
     }
   }
@@ -437,12 +434,6 @@ const std::vector<char>& plane::address() const {
 
 uint32_t plane::identity() const {
   return impl_->opts.identity;
-}
-
-uint32_t plane::identity_of(peer_id id) const {
-  std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
-  auto i = impl_->peers.find(id);
-  return i != impl_->peers.end() ? i->second.identity : 0;
 }
 
 peer_id plane::connect(const std::vector<char>& address) {

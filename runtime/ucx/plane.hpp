@@ -176,9 +176,6 @@ public:
   /// This plane's identity (plane_options::identity).
   uint32_t identity() const;
 
-  /// The identity peer `id`'s hello proved (0 if none, or no such peer).
-  uint32_t identity_of(peer_id id) const;
-
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives
   /// the same peer.

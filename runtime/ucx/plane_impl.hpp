@@ -42,8 +42,6 @@ struct plane::impl {
     // undefined), and what is in flight on it is failed by us.
     bool unwatched = false;
     bool admitted = false;
-    // What its hello proved (plane_options::identity).
-    uint32_t identity = 0;
     bool down = false;
     std::set<send_state*> sending;
     std::set<fetch_state*> fetching;

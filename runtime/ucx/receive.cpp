@@ -52,7 +52,6 @@ ucs_status_t plane::impl::on_hello(void* arg, const void* header,
     self->open(id, from); // Our own connection back, with our hello.
   if (!p.admitted) {
     p.admitted = true;
-    p.identity = identity;
     if (self->handlers.on_peer_up)
       self->handlers.on_peer_up(id, from, identity);
   }

@@ -714,6 +714,29 @@ TEST_CASE("network: an admitted worker acts only as itself", "[integration]") {
   CHECK(done_seen);
 }
 
+// A job's coordinator (small_job) and its gate, in an actor system of
+// their own.
+struct coordinator_side {
+  system_config cfg{net_options()};
+  caf::actor_system sys{cfg};
+  exit_guard guard;
+  caf::scoped_actor done{sys};
+  coordinator_actor coord{guard(spawn_coordinator(sys, small_job(done)))};
+  gate_actor gate{guard(spawn_gate(sys, coord))};
+};
+
+// A node agent of `sys` joins the job whose gate listens on 127.0.0.1:`port`
+// as a worker (token "tok"); the job's answer.
+job_info join_as_worker(caf::actor_system& sys, exit_guard& guard,
+                        caf::scoped_actor& self, uint16_t port) {
+  auto gate = connect_actor<gate_actor>(sys, "127.0.0.1", port);
+  REQUIRE(gate);
+  auto agent = guard(spawn_node_agent(sys, *gate, caf::actor{}));
+  self->send(agent, join_atom::value, role::worker, std::string{"tok"},
+             join_mode::async);
+  return require_reply<job_info>(self);
+}
+
 // A TCP relay from a client to 127.0.0.1:`target`, into whose client-to-
 // server direction a test slips bytes of its own.
 class tap {
@@ -876,25 +899,15 @@ TEST_CASE("network: an admitted node cannot make another allocate more than "
   // B joins A's job through a tap (so it is admitted), then a header
   // announcing 1 GiB is slipped into its connection: A closes it before
   // CAF allocates the payload.
-  system_config cfg_a{net_options()};
-  caf::actor_system sys_a{cfg_a};
-  exit_guard guard_a;
-  caf::scoped_actor done{sys_a};
-  auto coord_a = guard_a(spawn_coordinator(sys_a, small_job(done)));
-  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
-  auto port = publish_actor(sys_a, gate_a, 0, "127.0.0.1");
+  coordinator_side a;
+  auto port = publish_actor(a.sys, a.gate, 0, "127.0.0.1");
   REQUIRE(port);
   tap relay{*port};
   system_config cfg_b{net_options()};
   caf::actor_system sys_b{cfg_b};
   exit_guard guard_b;
-  auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", relay.port());
-  REQUIRE(gate);
-  auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
   caf::scoped_actor self{sys_b};
-  self->send(agent, join_atom::value, role::worker, std::string{"tok"},
-             join_mode::async);
-  auto job = require_reply<job_info>(self);
+  auto job = join_as_worker(sys_b, guard_b, self, relay.port());
   CHECK(job.message_cap
         == core::message_cap(uint64_t{1} << 20, uint64_t{1} << 20));
   auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
@@ -1130,12 +1143,9 @@ TEST_CASE("network: a job's ports publish only gates", "[integration]") {
 TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
           "what a message header announces",
           "[integration]") {
-  system_config cfg_a{net_options()};
-  caf::actor_system sys_a{cfg_a};
-  exit_guard guard_a;
-  caf::scoped_actor done{sys_a};
-  auto coord_a = guard_a(spawn_coordinator(sys_a, small_job(done)));
-  auto gate_a = guard_a(spawn_gate(sys_a, coord_a));
+  coordinator_side a;
+  auto& sys_a = a.sys;
+  auto& gate_a = a.gate;
   constexpr uint32_t announced = uint32_t{256} << 20;
   constexpr long margin_kb = 64 << 10;
   SECTION("CAF's own publish allocates it (the attack works)") {
@@ -1164,13 +1174,8 @@ TEST_CASE("network: a peer that was not admitted cannot make a node allocate "
     system_config cfg_b{net_options()};
     caf::actor_system sys_b{cfg_b};
     exit_guard guard_b;
-    auto gate = connect_actor<gate_actor>(sys_b, "127.0.0.1", *port);
-    REQUIRE(gate);
-    auto agent = guard_b(spawn_node_agent(sys_b, *gate, caf::actor{}));
     caf::scoped_actor self{sys_b};
-    self->send(agent, join_atom::value, role::worker, std::string{"tok"},
-               join_mode::async);
-    auto job = require_reply<job_info>(self);
+    auto job = join_as_worker(sys_b, guard_b, self, *port);
     CHECK(job.rank == 0);
     // A 400 KB message from the admitted node is read and answered.
     auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);
