@@ -29,8 +29,9 @@ namespace actorps {
 /// join's expectation names a transport too (join_mode::expect). 8: saved
 /// slices carry each table row's step (slice_record::row_steps). 9: saves
 /// and loads move in pieces (save_cursor, save_piece, load_piece; a
-/// slice_record may be a piece of a slice; job_info::message_cap).
-constexpr uint32_t wire_version = 9;
+/// slice_record may be a piece of a slice; job_info::message_cap). 10: a
+/// server may be replaced (job_info::recovery_ms, routing_table::version).
+constexpr uint32_t wire_version = 10;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a
@@ -111,6 +112,10 @@ struct job_info {
   /// The coordinator listens on a loopback address: every node of the job
   /// is on its host (UCX planes then listen on loopback only).
   bool loopback = false;
+  /// How long the workers' calls to a dead server's shards wait for a
+  /// replacement server (restored from the newest checkpoint) before they
+  /// fail; 0: they fail at once.
+  uint32_t recovery_ms = 0;
 };
 
 template <class Inspector>
@@ -118,7 +123,7 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
            x.transport, x.data_salt, x.coordinator, x.message_cap, x.rank_key,
-           x.rank_secret, x.loopback);
+           x.rank_secret, x.loopback, x.recovery_ms);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard
@@ -133,12 +138,15 @@ struct routing_table {
   /// With the UCX transport, for each shard the UCX address (bytes) of the
   /// server hosting it; empty otherwise.
   std::vector<std::string> data_addresses;
+  /// Counts the replacements of servers: a table of a higher version routes
+  /// a replaced server's shards to its replacement.
+  uint64_t version = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
   return f(caf::meta::type_name("routing_table"), x.shards, x.relays, x.servers,
-           x.data_addresses);
+           x.data_addresses, x.version);
 }
 
 template <class Inspector>

@@ -74,5 +74,6 @@ CAF_ADD_ATOM(actorps, actorps, compress_atom, "compress")
 CAF_ADD_ATOM(actorps, actorps, admit_atom, "admit")
 CAF_ADD_ATOM(actorps, actorps, ucx_atom, "ucx")
 CAF_ADD_ATOM(actorps, actorps, status_atom, "status")
+CAF_ADD_ATOM(actorps, actorps, recover_atom, "recover")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

@@ -170,6 +170,20 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   wc.batching = rt->batching;
   wc.message_cap = job.message_cap;
   wc.coordinator = coord;
+  wc.recovery = std::chrono::milliseconds{job.recovery_ms};
+  wc.routing_version = table.version;
+  // A replacement server: this process connects to it directly too.
+  wc.reach_server = [sys = &rt->sys](const std::string& server) -> caf::error {
+    auto at = parse_endpoint(server);
+    if (!at)
+      return std::move(at.error());
+    auto direct = connect_actor<gate_actor>(*sys, at->host, at->port);
+    if (!direct)
+      return make_error(errc::dead_node, "cannot reach the server at " + server
+                                           + " (" + render(direct.error())
+                                           + ")");
+    return caf::none;
+  };
   for (auto& x : table.shards)
     wc.shards.push_back(caf::actor_cast<shard_actor>(x));
   for (auto& x : table.relays)

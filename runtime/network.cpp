@@ -25,6 +25,7 @@
 #include "core/join_tally.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
+#include "core/load_pieces.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
 #include "runtime/connect.hpp"
@@ -152,6 +153,17 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + std::to_string(opts.slice_floats) + ")");
   if (auto err = check_tls(opts.system.tls))
     return make_error(errc::bad_config, "coordinator: " + context_of(err));
+  if (opts.recovery_timeout.count() > 0 && (opts.sync || opts.staleness >= 0))
+    return make_error(errc::bad_config,
+                      "coordinator: a recovery timeout needs dist_async (the "
+                      "rounds of dist_sync and the clocks of dist_ssp on a "
+                      "restored server would not line up with the other "
+                      "servers': not built yet)");
+  if (opts.recovery_timeout.count() > 0 && opts.checkpoint_dir.empty())
+    return make_error(errc::bad_config,
+                      "coordinator: a recovery timeout needs a checkpoint "
+                      "folder (a replacement server is restored from its "
+                      "newest checkpoint)");
   if (opts.transport != transport::caf && opts.transport != transport::ucx)
     return make_error(errc::bad_config, "coordinator: unknown transport "
                                           + std::to_string(opts.transport));
@@ -187,6 +199,8 @@ caf::error run_coordinator(const coordinator_options& opts,
   if (!opts.checkpoint_dir.empty())
     cc.checkpoint_every = std::max(opts.checkpoint_every,
                                    std::chrono::milliseconds{0});
+  cc.recovery_timeout = std::max(opts.recovery_timeout,
+                                 std::chrono::milliseconds{0});
   auto coord = spawn_coordinator(sys, cc);
   // Only the gate listens: a peer reaches the coordinator itself once it
   // proved the token (see actors/gate.hpp).
@@ -250,6 +264,10 @@ caf::error run_coordinator(const coordinator_options& opts,
   uint64_t given_up = 0;
   std::string written;
   actorps::status failed;
+  // The checkpoint a replacement server is restored from, being read.
+  core::load_pieces restoring;
+  uint64_t restore_id = 0;
+  std::string restore_path;
   self->receive_while(running)(
     [&](shutdown_atom) { running = false; },
     [&](node_down_atom, uint32_t node_id, uint8_t role_id, bool lost) {
@@ -323,6 +341,61 @@ caf::error run_coordinator(const coordinator_options& opts,
                              : failed.message,
                            failed.ok());
       return caf::ok_atom::value;
+    },
+    [&](load_atom, uint64_t restore,
+        uint64_t index) -> caf::result<load_piece> {
+      // The coordinator restores a replacement server: the newest
+      // checkpoint that reads back whole, piece by piece.
+      if (index == 0) {
+        restore_id = restore;
+        auto st = core::latest_checkpoint(opts.checkpoint_dir, restore_path);
+        if (st.ok())
+          st = restoring.open(restore_path, save_piece_bytes,
+                              max_piece_records);
+        if (!st.ok())
+          return to_error(st);
+      } else if (restore != restore_id) {
+        return make_error(errc::checkpoint_io, "restore "
+                                                 + std::to_string(restore)
+                                                 + " is not being read");
+      }
+      load_piece piece;
+      piece.optimizer = restoring.optimizer();
+      bool done = false;
+      // Files written before pieces may hold records larger than a piece:
+      // not restored from (the coordinator knows its keys' rows, this
+      // runner does not).
+      auto row_size = [](const std::string& key, uint64_t&) -> actorps::status {
+        return {errc::checkpoint_mismatch,
+                "restore: a record of key '" + key
+                  + "' is larger than a piece (a checkpoint written by an "
+                    "older actorps)"};
+      };
+      if (auto st = restoring.next(piece.records, done, row_size); !st.ok())
+        return to_error(st);
+      piece.end = done ? load_piece::commit : load_piece::more;
+      return piece;
+    },
+    [&](recover_atom, uint32_t rank, uint8_t kind, const std::string& what) {
+      auto server = "server " + std::to_string(rank);
+      if (kind == recovery_event::replaced) {
+        // A replacement makes up for the server's loss.
+        if (lost_servers > 0)
+          --lost_servers;
+        if (opts.on_recovery)
+          opts.on_recovery(server
+                             + " was replaced by a new process, "
+                               "restored from "
+                             + restore_path + " (" + what + ")",
+                           true);
+      } else if (opts.on_recovery) {
+        opts.on_recovery(kind == recovery_event::waiting
+                           ? server + " is down: waiting up to " + what
+                               + " for a replacement (start an "
+                                 "actorps-server for this job)"
+                           : server + " was not replaced: " + what,
+                         kind == recovery_event::waiting);
+      }
     },
     [&](save_atom, uint64_t number, caf::error& err) {
       if (number == writing) {
@@ -475,8 +548,11 @@ caf::error run_server(const server_options& opts,
     if (opts.on_metrics)
       opts.on_metrics(metrics->port());
   }
+  // A replacement server's registration is answered once its shards were
+  // restored from the newest checkpoint: give that time.
+  auto registration = job.recovery_ms > 0 ? 10 * opts.timeout : opts.timeout;
   err = detail::ask(
-    self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, shards_atom::value,
+    self.ptr(), coord, registration, [](caf::ok_atom) {}, shards_atom::value,
     job.node_id, shards, relays, opts.host + ":" + std::to_string(*port),
     data_address);
   if (err) {

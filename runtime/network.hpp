@@ -88,6 +88,14 @@ struct coordinator_options {
   std::string checkpoint_dir;
   std::chrono::milliseconds checkpoint_every{60000};
   uint32_t checkpoint_keep = 2;
+  /// Replacement servers (needs `checkpoint_dir`): for this long after a
+  /// server went down, a new server may take its place, restored from the
+  /// newest checkpoint, and the workers' calls to its shards wait for it
+  /// (see coordinator.hpp, "Replacement servers"); 0: never.
+  std::chrono::milliseconds recovery_timeout{0};
+  /// Gets a line when a dead server's replacement is awaited or done
+  /// (`ok`), or given up (caller's thread).
+  std::function<void(const std::string& line, bool ok)> on_recovery;
   /// Gets a line for each checkpoint written (`ok`) or failed (caller's
   /// thread).
   std::function<void(const std::string& line, bool ok)> on_checkpoint;

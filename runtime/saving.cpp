@@ -13,7 +13,7 @@
 
 #include "core/checkpoint.hpp"
 #include "core/checkpoint_stream.hpp"
-#include "core/restore.hpp"
+#include "core/load_pieces.hpp"
 #include "core/safetensors.hpp"
 #include "messages/errors.hpp"
 #include "runtime/handle.hpp"
@@ -136,25 +136,11 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
   // Record by record from the file, in pieces of at most
   // save_piece_bytes to the coordinator; the shards take it all at the
   // commit, or nothing.
-  core::checkpoint_reader in;
-  if (auto st = in.open(path); !st.ok())
+  core::load_pieces in;
+  if (auto st = in.open(path, save_piece_bytes, max_piece_records); !st.ok())
     return to_error(st);
   load_piece piece;
   piece.optimizer = in.optimizer();
-  uint64_t bytes = 0;
-  // The records move into the message (no copy of their floats); the
-  // session and the optimizer stay for the next one.
-  auto send = [&]() -> caf::error {
-    load_piece out;
-    out.session = piece.session;
-    out.optimizer = piece.optimizer;
-    out.records = std::move(piece.records);
-    piece.records.clear();
-    bytes = 0;
-    return d.call(
-      d.timeout(), [&](uint64_t session) { piece.session = session; },
-      load_atom::value, std::move(out));
-  };
   // A failed step leaves nothing behind on the shards.
   auto give_up = [&](caf::error err) {
     if (piece.session != 0) {
@@ -165,63 +151,32 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
     }
     return err;
   };
-  // Checkpoints written before pieces do not say over how many parts a
-  // table was saved: count them first (a whole read of the file).
-  std::map<std::string, uint32_t> parts;
-  bool counted = false;
-  for (bool done = false;;) {
-    slice_record rec;
-    if (auto st = in.next(rec, done); !st.ok())
+  // The store's key says how long a row is, for records too large for one
+  // piece (written before pieces), which go in pieces of whole rows.
+  auto row_size = [&d](const std::string& key, uint64_t& dim) -> status {
+    auto info = d.meta(key);
+    if (!info)
+      return {code_of(info.error()), render(info.error())};
+    dim = info->dim;
+    return {};
+  };
+  for (bool done = false; !done;) {
+    std::vector<slice_record> records;
+    if (auto st = in.next(records, done, row_size); !st.ok())
       return give_up(to_error(st));
-    if (done)
-      break;
-    if (rec.parts == 0) {
-      if (!counted) {
-        if (auto st = core::count_saved_parts(path, parts); !st.ok())
-          return give_up(to_error(st));
-        counted = true;
-      }
-      rec.parts = parts[rec.key];
-    }
-    // A record written before pieces may be a whole table part of
-    // gigabytes: it goes in pieces too, of whole rows (the store's key
-    // says how long a row is).
-    std::vector<slice_record> cut;
-    if (core::record_payload_size(rec) <= save_piece_bytes) {
-      cut.push_back(std::move(rec));
-    } else {
-      auto info = d.meta(rec.key);
-      if (!info)
-        return give_up(std::move(info.error()));
-      if (!core::shape_fits(rec, info->dim))
-        return give_up(make_error(errc::checkpoint_mismatch,
-                                  "load_state: a record of key '" + rec.key
-                                    + "' does not fit its rows of "
-                                    + std::to_string(info->dim) + " floats in "
-                                    + path));
-      for (uint64_t from = 0; from < rec.value.data.size();) {
-        slice_record part;
-        from = core::take_piece(rec, from, save_piece_bytes, info->dim, part);
-        if (rec.total != 0) {
-          // Already a piece: keep where it lies in its slice.
-          part.first += rec.first;
-          part.total = rec.total;
-        }
-        cut.push_back(std::move(part));
-      }
-    }
-    for (auto& part : cut) {
-      bytes += core::record_payload_size(part);
-      piece.records.push_back(std::move(part));
-      if (bytes >= save_piece_bytes
-          || piece.records.size() >= max_piece_records)
-        if (auto err = send())
-          return give_up(err);
-    }
-  }
-  if (!piece.records.empty() || piece.session == 0)
-    if (auto err = send())
+    if (records.empty() && piece.session != 0)
+      continue;
+    // The records move into the message (no copy of their floats); the
+    // session and the optimizer stay for the next one.
+    load_piece out;
+    out.session = piece.session;
+    out.optimizer = piece.optimizer;
+    out.records = std::move(records);
+    if (auto err = d.call(
+          d.timeout(), [&](uint64_t session) { piece.session = session; },
+          load_atom::value, std::move(out)))
       return give_up(err);
+  }
   piece.end = load_piece::commit;
   return d.call(
     d.timeout(), [](uint64_t) {}, load_atom::value, piece);

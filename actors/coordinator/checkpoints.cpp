@@ -124,21 +124,22 @@ void stream_checkpoint(coordinator_ptr self, uint64_t number,
     auto& st = self->state;
     auto done = piece.done;
     auto next = piece.next;
+    // The last piece left the shards: a server going down now (the job's
+    // end) no longer spoils this checkpoint, and the runner writes the
+    // piece before any of the next checkpoint's.
+    if (done)
+      st.checkpoint_streaming = 0;
     self
       ->request(st.cfg.on_done, st.timeout(), save_atom::value, number,
                 std::move(piece))
       .then(
         [self, number, generation, done, next, current](caf::ok_atom) {
-          if (!current())
-            return;
-          if (done)
-            self->state.checkpoint_streaming = 0;
-          else
+          if (!done && current())
             stream_checkpoint(self, number, generation, next);
         },
-        [self, session, current](caf::error&) {
+        [self, number, session, current](caf::error&) {
           // The runner could not write it and said so itself.
-          if (current())
+          if (current() && self->state.checkpoint_streaming == number)
             self->state.checkpoint_streaming = 0;
           abandon_save(self, session);
         });

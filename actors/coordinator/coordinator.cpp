@@ -39,52 +39,11 @@ std::string quoted(const std::string& key) {
   return "'" + key + "'";
 }
 
-// `none` if the sender may act as node `id` (worker_node_id(rank) or
-// server_node_id(rank)): it is this process, or the node that joined as
-// `id`. An admitted node cannot leave, wait at a barrier or declare keys
-// in another node's name.
-caf::error speaks_for(self_ptr self, const char* op, uint32_t id) {
-  auto& sender = self->current_sender();
-  if (sender && sender->node() == self->node())
-    return caf::none;
-  auto& st = self->state;
-  auto i = st.nodes.find(id);
-  if (sender && i != st.nodes.end() && i->second.node == sender->node())
-    return caf::none;
-  return make_error(errc::unauthorized, std::string{op}
-                                          + ": refused, the sender is not node "
-                                          + std::to_string(id) + " of the job");
-}
-
 // Observers remembered at most (the oldest is forgotten first).
 constexpr size_t max_observers = 256;
 
 // The largest number of slices one key may be cut into.
 constexpr uint64_t max_key_slices = uint64_t{1} << 20;
-
-// A worker leaves the job (`why`: its job failed).
-caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
-                                const std::string* why) {
-  if (auto err = self->state.trusted.check(self, "leave"))
-    return err;
-  auto& st = self->state;
-  if (rank >= st.cfg.num_workers)
-    return make_error(errc::bad_config,
-                      "leave: rank " + std::to_string(rank) + " out of range");
-  if (auto err = speaks_for(self, "leave", worker_node_id(rank)))
-    return err;
-  auto i = st.nodes.find(worker_node_id(rank));
-  bool first = i != st.nodes.end() && !i->second.left;
-  if (i != st.nodes.end())
-    i->second.left = true;
-  if (why != nullptr && first && st.cfg.on_done)
-    caf::anon_send(st.cfg.on_done, leave_atom::value, i->first, rank,
-                   why->substr(0, 1000));
-  // Shards hear of it without an answer being awaited: a shard of a
-  // server that just died must not hold the leaving worker up.
-  drop_worker(self, rank);
-  return caf::ok_atom::value;
-}
 
 // Registers key `key` (a table of row size `dim`, or dense when 0) for
 // `rank`, or checks it against its registration (see coordinator.hpp).
@@ -387,6 +346,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.message_cap = core::message_cap(st.cfg.bigarray_bound,
                                            st.cfg.slice_floats);
       info.loopback = st.cfg.loopback;
+      info.recovery_ms = static_cast<uint32_t>(
+        std::min<int64_t>(st.cfg.recovery_timeout.count(), int64_t{1} << 31));
       bool replacing = false;
       if (role_id == role::worker) {
         if (st.workers_joined == st.cfg.num_workers) {
@@ -405,12 +366,16 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         info.node_id = worker_node_id(info.rank);
         info.rank_secret = core::worker_secret(st.cfg.rank_key, info.rank);
       } else if (role_id == role::server) {
-        if (st.servers_joined == st.cfg.num_servers)
-          return make_error(errc::bad_config,
-                            "join: the job already has its "
-                              + std::to_string(st.cfg.num_servers)
-                              + " servers");
-        info.rank = st.servers_joined++;
+        if (st.servers_joined == st.cfg.num_servers) {
+          // A full job: a server takes the place of a dead one.
+          auto r = replaceable_server(self);
+          if (!r)
+            return std::move(r.error());
+          info.rank = *r;
+          replacing = true;
+        } else {
+          info.rank = st.servers_joined++;
+        }
         info.node_id = server_node_id(info.rank);
         info.rank_key = st.cfg.rank_key;
       } else if (role_id == role::observer) {
@@ -429,7 +394,11 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
                           "join: unknown role " + std::to_string(role_id));
       }
       auto& node = st.nodes[info.node_id];
-      if (replacing) {
+      if (replacing && role_id == role::server) {
+        // Its shards take the dead server's place once restored.
+        node = coordinator_state::node_entry{};
+        node.replacing = true;
+      } else if (replacing) {
         // The dead worker's entry starts afresh; its rank is live again,
         // and the shards hear it before the new node is admitted, so that
         // they restart the rank's sequence numbers before its first push.
@@ -499,19 +468,14 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         st.server_endpoints.resize(st.cfg.num_servers);
         st.server_admitted.resize(st.cfg.num_servers);
       }
+      if (i->second.replacing)
+        return register_replacement(self, i->second, shards, relays, endpoint,
+                                    data_address);
       if (!st.server_shards[rank].empty())
         return make_error(errc::bad_config,
                           "shards: server " + std::to_string(rank)
                             + " registered its shards before");
-      st.server_shards[rank] = shards;
-      st.server_relays[rank] = relays;
-      st.server_endpoints[rank] = endpoint;
-      if (st.cfg.transport == transport::ucx)
-        st.server_data[rank] = data_address;
-      for (auto& x : shards) {
-        i->second.shards.push_back(x.address());
-        self->monitor(x);
-      }
+      record_shards(self, i->second, shards, relays, endpoint, data_address);
       send_admissions(self, rank);
       complete_routing(self);
       return caf::ok_atom::value;
@@ -532,6 +496,18 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       st.routing_waiters.push_back(rp);
       release_routing(self);
       return rp;
+    },
+    [self](routing_atom, uint64_t version) -> caf::result<routing_table> {
+      if (auto err = self->state.trusted.check(self, "routing"))
+        return err;
+      return newer_routing(self, version);
+    },
+    [self](recover_atom, uint32_t rank, uint64_t) {
+      // The coordinator's own deadline (a trusted sender at most asks
+      // early: the deadline itself is checked).
+      if (self->state.trusted.check(self, "recover"))
+        return;
+      recovery_deadline(self, rank);
     },
     [self](shutdown_atom) {
       if (self->state.trusted.check(self, "shutdown"))

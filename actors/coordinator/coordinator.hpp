@@ -105,6 +105,11 @@
 ///   join).
 /// - `(routing_atom)` -> `routing_table`, as soon as it is complete and every
 ///   live server's shards know every admitted node.
+/// - `(routing_atom, version)` -> `routing_table` of a higher version than
+///   `version`: once a server that died was replaced and its replacement
+///   restored (see "Replacement servers" below). Errors: `dead_node` when
+///   the job takes no replacements (`recovery_timeout` 0, or the job is
+///   done) or a dead server was not replaced in time.
 /// - `(heartbeat_atom, node_id)`: a node is alive (no reply).
 /// - `(dead_atom, node_or_group, timeout_s)` -> `uint32_t`: MXNet's
 ///   num_dead_node. A node counts as dead once its agent or one of its
@@ -130,6 +135,24 @@
 ///   server and per worker the shards' counters (shards that do not answer
 ///   within 2 s are left out and their server marked). From a trusted node
 ///   or an observer.
+/// Replacement servers (`recovery_timeout` > 0): for that long after a
+/// server went down, a server that joins the full job takes its rank. Once
+/// it registered its shards (which must be as many as the dead server's),
+/// the coordinator restores them: it tells them the live workers, makes
+/// every initialized key's slices there (zeros; a table's rows as
+/// constants), loads their part of the newest checkpoint, which `on_done`
+/// reads (`(load_atom, restore, index)` -> `load_piece`: index 0 opens the
+/// checkpoint, each answer holds the next records, `commit` with the last),
+/// sets the current optimizer if it changed since, and once the shards
+/// know every admitted node publishes a routing table of a higher version
+/// (`routing_table::version`) and answers the registration. `on_done`
+/// hears `(recover_atom, rank, recovery_event, what)` when a server's
+/// replacement is awaited (`what`: for how long), done (`what`: what was
+/// restored) or given up at the deadline (`what`: why). Updates the dead server
+/// applied after that checkpoint are lost; keys made after it start from zeros.
+/// No periodic checkpoint is taken while a server is being replaced. The
+/// `(recover_atom, rank, generation)` message is the coordinator's own
+/// deadline.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -139,6 +162,13 @@ constexpr uint64_t max_key_floats = uint64_t{1} << 36;
 /// Longest key name, in bytes: a save's piece names at most
 /// `max_piece_records` keys, which keeps it far below the message bound.
 constexpr std::size_t max_key_name = std::size_t{64} << 10;
+
+/// What `on_done` hears of a dead server's replacement (see above).
+namespace recovery_event {
+constexpr uint8_t waiting = 0;
+constexpr uint8_t replaced = 1;
+constexpr uint8_t given_up = 2;
+} // namespace recovery_event
 
 /// Static configuration of the coordinator.
 struct coordinator_config {
@@ -187,6 +217,11 @@ struct coordinator_config {
   /// "host:port" a node's connection comes from (for the status); may be
   /// empty.
   std::function<std::string(const caf::node_id&)> address_of;
+  /// How long after a server went down a new server may take its place
+  /// (restored from the newest checkpoint, which `on_done` reads), and so
+  /// how long workers' calls to its shards wait (job_info::recovery_ms);
+  /// 0: a dead server is not replaced and those calls fail at once.
+  std::chrono::milliseconds recovery_timeout{0};
 };
 
 /// Interface of the coordinator actor.
@@ -212,6 +247,8 @@ using coordinator_actor = caf::typed_actor<
                   std::vector<caf::actor>, std::string,
                   std::string>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,
+  caf::replies_to<routing_atom, uint64_t>::with<routing_table>,
+  caf::reacts_to<recover_atom, uint32_t, uint64_t>,
   caf::reacts_to<heartbeat_atom, uint32_t>, caf::reacts_to<shutdown_atom>,
   caf::replies_to<dead_atom, int32_t, int32_t>::with<uint32_t>,
   caf::replies_to<status_atom>::with<job_status>>;

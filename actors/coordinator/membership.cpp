@@ -20,6 +20,60 @@
 
 namespace actorps {
 
+caf::error speaks_for(coordinator_ptr self, const char* op, uint32_t id) {
+  auto& sender = self->current_sender();
+  if (sender && sender->node() == self->node())
+    return caf::none;
+  auto& st = self->state;
+  auto i = st.nodes.find(id);
+  if (sender && i != st.nodes.end() && i->second.node == sender->node())
+    return caf::none;
+  return make_error(errc::unauthorized, std::string{op}
+                                          + ": refused, the sender is not node "
+                                          + std::to_string(id) + " of the job");
+}
+
+caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
+                                const std::string* why) {
+  if (auto err = self->state.trusted.check(self, "leave"))
+    return err;
+  auto& st = self->state;
+  if (rank >= st.cfg.num_workers)
+    return make_error(errc::bad_config,
+                      "leave: rank " + std::to_string(rank) + " out of range");
+  if (auto err = speaks_for(self, "leave", worker_node_id(rank)))
+    return err;
+  auto i = st.nodes.find(worker_node_id(rank));
+  bool first = i != st.nodes.end() && !i->second.left;
+  if (i != st.nodes.end())
+    i->second.left = true;
+  if (why != nullptr && first && st.cfg.on_done)
+    caf::anon_send(st.cfg.on_done, leave_atom::value, i->first, rank,
+                   why->substr(0, 1000));
+  // Shards hear of it without an answer being awaited: a shard of a
+  // server that just died must not hold the leaving worker up.
+  drop_worker(self, rank);
+  return caf::ok_atom::value;
+}
+
+void record_shards(coordinator_ptr self, coordinator_state::node_entry& node,
+                   const std::vector<caf::actor>& shards,
+                   const std::vector<caf::actor>& relays,
+                   const std::string& endpoint,
+                   const std::string& data_address) {
+  auto& st = self->state;
+  auto rank = node.rank;
+  st.server_shards[rank] = shards;
+  st.server_relays[rank] = relays;
+  st.server_endpoints[rank] = endpoint;
+  if (st.cfg.transport == transport::ucx)
+    st.server_data[rank] = data_address;
+  for (auto& x : shards) {
+    node.shards.push_back(x.address());
+    self->monitor(x);
+  }
+}
+
 void announce_workers(coordinator_ptr self) {
   auto& st = self->state;
   for (size_t i = 0; i < st.cfg.shards.size(); ++i)
@@ -87,6 +141,7 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
       for (size_t i = 0; i < node.shards.size(); ++i)
         if (first + i < st.shard_dead.size())
           st.shard_dead[first + i] = true;
+      server_lost(self, node.rank);
     }
     for (auto& [other_id, other] : st.nodes)
       if (!other.dead && other.agent)
@@ -113,7 +168,9 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
     if (st.cfg.on_done && !st.finished) {
       // Lost: a worker that went down without leaving, a server before the
       // job was done.
-      bool lost = role_of == role::worker ? !node.left : !st.done;
+      // (A replacement that dies before it served was never the job's.)
+      bool lost = role_of == role::worker ? !node.left
+                                          : !st.done && !node.replacing;
       caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of,
                      lost);
     }
@@ -183,6 +240,7 @@ void send_admissions(coordinator_ptr self, uint32_t rank) {
 
 void release_routing(coordinator_ptr self) {
   auto& st = self->state;
+  publish_recoveries(self);
   if (!st.routing_ready || st.routing_waiters.empty())
     return;
   for (auto& [id, node] : st.nodes)

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -57,6 +58,9 @@ struct coordinator_state {
     caf::timestamp last_seen;
     // Where its connection came from, as seen at its join.
     std::string address;
+    // A server that took a dead server's rank (cfg.recovery_timeout): its
+    // shards replace the dead one's once restored.
+    bool replacing = false;
   };
 
   std::map<uint32_t, node_entry> nodes;
@@ -107,6 +111,26 @@ struct coordinator_state {
     std::map<std::string, uint64_t> covered;
   };
   std::map<uint64_t, load_progress> loads;
+  // Replacement servers (cfg.recovery_timeout), per server rank.
+  struct server_recovery {
+    // Its server is down and a new one may take its place until
+    // `deadline`.
+    bool open = false;
+    std::chrono::steady_clock::time_point deadline;
+    // A replacement registered its shards and is being restored; then
+    // restored, waiting for its shards to know every admitted node.
+    bool restoring = false;
+    bool restored = false;
+    // Bumped when a replacement goes down: its restore stops.
+    uint64_t generation = 0;
+    // The replacement's registration, answered once it is published.
+    caf::typed_response_promise<caf::ok_atom> registration;
+    // What it was restored from (for on_done).
+    std::string what;
+  };
+  std::vector<server_recovery> recoveries;
+  // Workers waiting for a routing table of a higher version than theirs.
+  std::vector<caf::typed_response_promise<routing_table>> reroute_waiters;
 
   bool distributed() const {
     return cfg.num_servers > 0;
@@ -129,7 +153,7 @@ struct coordinator_state {
   // True if the complete barrier must wait for a checkpoint first.
   bool checkpoint_due() const {
     return cfg.checkpoint_every.count() >= 0 && cfg.on_done
-           && checkpoint_streaming == 0
+           && checkpoint_streaming == 0 && !recovering()
            && std::chrono::steady_clock::now() - last_checkpoint
                 >= cfg.checkpoint_every;
   }
@@ -155,6 +179,16 @@ struct coordinator_state {
     return std::nullopt;
   }
 
+  // True while a dead server may still be replaced or its replacement is
+  // being restored: no periodic checkpoint then (it would hold nothing of
+  // that server's shards, and newer than the one being restored).
+  bool recovering() const {
+    return std::any_of(recoveries.begin(), recoveries.end(),
+                       [](const server_recovery& r) {
+                         return r.open || r.restoring || r.restored;
+                       });
+  }
+
   std::vector<uint32_t> live_ranks() const {
     std::vector<uint32_t> result;
     for (uint32_t r = 0; r < live.size(); ++r)
@@ -165,6 +199,24 @@ struct coordinator_state {
 };
 
 using coordinator_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
+
+/// `none` if the sender may act as node `id` (worker_node_id(rank) or
+/// server_node_id(rank)): it is this process, or the node that joined as
+/// `id`. An admitted node cannot leave, wait at a barrier or declare keys
+/// in another node's name.
+caf::error speaks_for(coordinator_ptr self, const char* op, uint32_t id);
+
+/// A worker leaves the job (`why`: its job failed; may be null).
+caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
+                                const std::string* why);
+
+/// Records server `node`'s shards, relays, endpoint and (UCX) data address
+/// under its rank and monitors the shards.
+void record_shards(coordinator_ptr self, coordinator_state::node_entry& node,
+                   const std::vector<caf::actor>& shards,
+                   const std::vector<caf::actor>& relays,
+                   const std::string& endpoint,
+                   const std::string& data_address);
 
 /// Tells every live shard which workers are live (fire and forget).
 void announce_workers(coordinator_ptr self);
@@ -213,6 +265,34 @@ caf::result<uint64_t> load_next(coordinator_ptr self, load_piece& piece);
 /// this store's slices (core::split_snapshot), each shard's part in one.
 caf::result<caf::ok_atom> load_whole(coordinator_ptr self,
                                      const state_snapshot& snap);
+
+/// A server rank whose server went down: with cfg.recovery_timeout, a new
+/// server may take its place until the deadline.
+void server_lost(coordinator_ptr self, uint32_t rank);
+
+/// The rank a server joining a full job takes (the lowest one that may be
+/// replaced), or why it cannot join.
+caf::expected<uint32_t> replaceable_server(coordinator_ptr self);
+
+/// A replacement server registers its shards (see coordinator.hpp,
+/// "Replacement servers"): answered once they are restored and published.
+caf::result<caf::ok_atom>
+register_replacement(coordinator_ptr self, coordinator_state::node_entry& node,
+                     const std::vector<caf::actor>& shards,
+                     const std::vector<caf::actor>& relays,
+                     const std::string& endpoint,
+                     const std::string& data_address);
+
+/// Publishes every restored replacement whose shards know every admitted
+/// node.
+void publish_recoveries(coordinator_ptr self);
+
+/// `(routing_atom, version)`: the routing table once newer than `version`.
+caf::result<routing_table> newer_routing(coordinator_ptr self,
+                                         uint64_t version);
+
+/// `(recover_atom, rank, generation)`: a dead server's deadline passed.
+void recovery_deadline(coordinator_ptr self, uint32_t rank);
 
 /// The job's status (`status_atom`): membership from the state, counters
 /// from every shard that answers within a few seconds.

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <actorps/core/compression.hpp>
@@ -100,6 +101,15 @@ public:
   /// behind the same connection is down, the channel gives the connection
   /// up, failing what is still in flight on it.
   virtual void shard_down(uint32_t shard) = 0;
+
+  /// Shard `shard` was replaced by one of the plane at `address` (the
+  /// routing table's data address): requests to it go there from now on.
+  /// False if this channel cannot carry them (CAF carries them then).
+  virtual bool reroute(uint32_t shard, const std::string& address) {
+    static_cast<void>(shard);
+    static_cast<void>(address);
+    return false;
+  }
 
   /// The replies that arrived since the last call.
   virtual std::vector<data_reply> take() = 0;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -129,23 +130,67 @@ void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
   self->delayed_send(self, st.cfg.timeout, ucx_atom::value, id);
 }
 
+/// Numbers a request to a replaced shard afresh: `next` holds each slice's
+/// next sequence number there (requests reach to_shard in the order of their
+/// sequence numbers per slice, see core/send_queue.hpp). Inits carry none.
+template <class Msg>
+void renumber(std::unordered_map<slice_id, uint64_t>& next, Msg& x) {
+  if constexpr (std::is_same_v<Msg, slice_batch>) {
+    for (size_t i = 0; i < x.slices.size() && i < x.seqs.size(); ++i)
+      x.seqs[i] = next[x.slices[i]]++;
+  } else if constexpr (
+    std::is_same_v<
+      Msg,
+      slice_push> || std::is_same_v<Msg, slice_pull> || std::is_same_v<Msg, rows_push> || std::is_same_v<Msg, rows_pull>) {
+    x.seq = next[x.slice]++;
+  }
+}
+
 template <class Reply, class OnOk, class Atom, class Msg>
 void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
               std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
   auto& st = self->state;
+  if (st.dead[index] && st.recovering[index]) {
+    // Sent to the replacement once there is one.
+    st.parked[index].emplace(st.next_request++,
+                             [self, index, priority, on_ok, on_err, atom,
+                              msg = std::move(msg)]() mutable {
+                               to_shard<Reply>(self, index, priority, on_ok,
+                                               on_err, atom, std::move(msg));
+                             });
+    return;
+  }
   if (st.dead[index]) {
     auto err = dead_shard(index);
     on_err(err);
     return;
   }
+  if (st.renumbered[index])
+    renumber(st.renumber[index], msg);
   auto id = st.next_request++;
+  if (st.cfg.recovery.count() > 0)
+    st.retries[index].emplace(id, [self, index, priority, on_ok, on_err, atom,
+                                   msg]() mutable {
+      to_shard<Reply>(self, index, priority, on_ok, on_err, atom,
+                      std::move(msg));
+    });
   st.in_flight[index].emplace(id, std::move(on_err));
   auto ok = [self, index, id, on_ok](Reply& x) mutable {
-    if (self->state.in_flight[index].erase(id) > 0)
+    if (self->state.in_flight[index].erase(id) > 0) {
+      self->state.retries[index].erase(id);
       on_ok(x);
+    }
   };
   auto fail = [self, index, id](caf::error& err) {
-    fail_pending(self->state.in_flight[index], id, err);
+    auto& st = self->state;
+    // The shard's process is gone, seen before its down message: the
+    // request waits for the replacement with the others.
+    if (st.retries[index].count(id) > 0 && shard_gone(err)) {
+      await_replacement(self, index);
+      return;
+    }
+    st.retries[index].erase(id);
+    fail_pending(st.in_flight[index], id, err);
   };
   if constexpr (data_kind_of<Atom, Msg>().has_value()) {
     if (st.cfg.channel && st.cfg.channel->carries(index)) {

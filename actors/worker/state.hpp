@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -77,6 +78,21 @@ struct worker_state {
   pending_failures coordinator_calls;
   /// Per shard: requests waiting for room under cfg.max_bytes_in_flight.
   std::vector<core::send_queue> queues;
+  /// Replacement servers (cfg.recovery), per shard: how to send each
+  /// request in flight again (by request id), the requests waiting for the
+  /// shard's replacement (by id: the order they were first sent), whether
+  /// one is awaited, and, once replaced, the next sequence number of each
+  /// slice there (a replacement numbers every slice from 0).
+  std::vector<std::map<uint64_t, std::function<void()>>> retries;
+  std::vector<std::map<uint64_t, std::function<void()>>> parked;
+  std::vector<bool> recovering;
+  std::vector<bool> renumbered;
+  std::vector<std::unordered_map<slice_id, uint64_t>> renumber;
+  /// A request for a newer routing table is out.
+  bool rerouting = false;
+  /// The worker left the job: its servers going down at the job's end are
+  /// not waited for.
+  bool leaving = false;
   /// Counters of the data operations (see stats_atom).
   worker_stats stats;
 
@@ -127,6 +143,18 @@ void ask_coordinator(worker_ptr self, caf::duration timeout,
         fail_pending(self->state.coordinator_calls, id, err);
       });
 }
+
+/// A shard, relay or the coordinator went down: what waits on it fails at
+/// once (or, for a shard in a job that replaces servers, waits for the
+/// replacement).
+void on_shard_down(worker_ptr self, const caf::down_msg& dm);
+
+/// True if `err` says a shard's process is gone (not a shard's answer).
+bool shard_gone(const caf::error& err);
+
+/// Shard `index` went down in a job that replaces servers: its requests
+/// in flight wait for the replacement (see worker_config::recovery).
+void await_replacement(worker_ptr self, uint32_t index);
 
 /// Records the route of `key`; a known route keeps its sequence numbers.
 void add_route(worker_ptr self, key_info info);

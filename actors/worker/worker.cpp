@@ -136,37 +136,6 @@ void with_routes(worker_ptr self, const std::vector<std::string>& keys,
 
 namespace {
 
-void on_down(worker_ptr self, const caf::down_msg& dm) {
-  auto& st = self->state;
-  if (dm.source == st.cfg.coordinator.address() && !st.coordinator_down) {
-    st.coordinator_down = true;
-    auto calls = std::move(st.coordinator_calls);
-    st.coordinator_calls.clear();
-    for (auto& kvp : calls) {
-      auto err = lost_coordinator();
-      kvp.second(err);
-    }
-  }
-  for (uint32_t i = 0; i < st.cfg.shards.size(); ++i) {
-    bool hit = st.cfg.shards[i].address() == dm.source
-               || (i < st.cfg.relays.size()
-                   && st.cfg.relays[i].address() == dm.source);
-    if (!hit || st.dead[i])
-      continue;
-    st.dead[i] = true;
-    if (st.cfg.channel && st.cfg.channel->carries(i))
-      st.cfg.channel->shard_down(i);
-    auto pending = std::move(st.in_flight[i]);
-    st.in_flight[i].clear();
-    for (auto& kvp : pending) {
-      auto err = dead_shard(i);
-      kvp.second(err);
-    }
-    // Queued requests fail as they are sent (the shard is marked dead).
-    st.queues[i].pump();
-  }
-}
-
 // Asks the coordinator on the caller's behalf: its answer or error, or
 // `lost_coordinator()` at once when it goes down.
 template <class R, class... Ts>
@@ -279,6 +248,11 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   st.cfg = std::move(cfg);
   st.dead.assign(st.cfg.shards.size(), false);
   st.in_flight.resize(st.cfg.shards.size());
+  st.retries.resize(st.cfg.shards.size());
+  st.parked.resize(st.cfg.shards.size());
+  st.recovering.assign(st.cfg.shards.size(), false);
+  st.renumbered.assign(st.cfg.shards.size(), false);
+  st.renumber.resize(st.cfg.shards.size());
   st.queues.assign(st.cfg.shards.size(),
                    core::send_queue{st.cfg.max_bytes_in_flight});
   for (auto& x : st.cfg.shards)
@@ -287,7 +261,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     self->monitor(x);
   if (st.cfg.coordinator)
     self->monitor(st.cfg.coordinator);
-  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  self->set_down_handler(
+    [self](caf::down_msg& dm) { on_shard_down(self, dm); });
   ignore_strays(self, self->state.trusted);
   return {
     [self](init_atom, const std::string& key,
@@ -516,12 +491,14 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     [self](leave_atom) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "leave"))
         return err;
+      self->state.leaving = true;
       return via_coordinator<caf::ok_atom>(
         self, self->state.timeout(), leave_atom::value, self->state.cfg.rank);
     },
     [self](leave_atom, std::string& why) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "leave"))
         return err;
+      self->state.leaving = true;
       return via_coordinator<caf::ok_atom>(self, self->state.timeout(),
                                            leave_atom::value,
                                            self->state.cfg.rank,

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,8 @@
 /// Supervision: the worker monitors every shard and relay. When one goes
 /// down, every request in flight to it fails at once with `dead_node`, and so
 /// does every later request that needs it.
+/// With `worker_config::recovery`, they wait for a replacement server
+/// instead, and are re-sent to it.
 ///
 /// Trust: a worker serves its own process only; a message from any other
 /// node (or an anonymous one) is refused with `unauthorized`.
@@ -147,6 +150,19 @@ struct worker_config {
   /// none: CAF carries everything. The channel wakes the worker with
   /// `(ucx_atom)` when replies wait.
   std::shared_ptr<data_channel> channel;
+  /// Replacement servers (job_info::recovery_ms; 0: none). When a shard goes
+  /// down, the requests in flight to it and every later one wait for the
+  /// coordinator's routing table of a version above `routing_version`
+  /// (at most this long plus `timeout`), then go to the replacement shard
+  /// in the order they were first sent, numbered afresh (a replacement
+  /// starts every worker's sequence numbers at 0); without a replacement
+  /// in time they fail with `dead_node`.
+  std::chrono::milliseconds recovery{0};
+  uint64_t routing_version = 0;
+  /// Opens this process's direct connection to a replacement server at
+  /// "host:port" (see routing_table::servers), blocking; run on a thread
+  /// of its own. None: nothing to open (shards in this process).
+  std::function<caf::error(const std::string& endpoint)> reach_server;
 };
 
 /// Interface of a worker actor.

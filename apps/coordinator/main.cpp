@@ -28,6 +28,7 @@ int run(int argc, char** argv) {
   long status_ms = 5000;
   std::string port_file;
   double checkpoint_every_s = 60;
+  double recovery_s = 0;
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   std::string bind;
@@ -51,6 +52,13 @@ int run(int argc, char** argv) {
     "checkpoint-keep",
     po::value(&opts.checkpoint_keep)->default_value(opts.checkpoint_keep),
     "checkpoints kept (1..1000)")(
+    "recovery-timeout", po::value(&recovery_s)->default_value(recovery_s),
+    "seconds after a server died during which a new actorps-server may "
+    "take its place, restored from the newest checkpoint of "
+    "--checkpoint-dir (which it needs); the workers' calls to the dead "
+    "server wait for it that long and are then sent to the replacement. "
+    "Updates applied after that checkpoint are lost. dist_async only. 0: a "
+    "dead server fails those calls at once")(
     "port-file", po::value(&port_file),
     "once listening, write the port (digits and a newline) to this file, "
     "atomically: a script may wait for the file and read it")(
@@ -151,6 +159,29 @@ int run(int argc, char** argv) {
       return cli::fail(app, "--checkpoint-dir: " + e, 2);
   opts.checkpoint_every = std::chrono::milliseconds{
     static_cast<long long>(checkpoint_every_s * 1000)};
+  if (!(recovery_s >= 0 && recovery_s <= 1e6))
+    return cli::fail(app, "--recovery-timeout must be 0..1e6 seconds", 2);
+  if (recovery_s > 0 && mode != "dist_async")
+    return cli::fail(app,
+                     "--recovery-timeout needs --mode dist_async (the rounds "
+                     "of dist_sync and the clocks of dist_ssp on a restored "
+                     "server would not line up with the other servers': not "
+                     "built yet)",
+                     2);
+  if (recovery_s > 0 && opts.checkpoint_dir.empty())
+    return cli::fail(app,
+                     "--recovery-timeout needs --checkpoint-dir (a "
+                     "replacement server is restored from its newest "
+                     "checkpoint)",
+                     2);
+  opts.recovery_timeout
+    = std::chrono::milliseconds{static_cast<long long>(recovery_s * 1000)};
+  opts.on_recovery = [](const std::string& line, bool ok) {
+    if (ok)
+      cli::log_info(line);
+    else
+      cli::log_error(line);
+  };
   opts.on_checkpoint = [](const std::string& line, bool ok) {
     if (ok)
       cli::log_info(line);

@@ -472,6 +472,15 @@ public:
                             + " is down");
   }
 
+  bool reroute(uint32_t shard, const std::string& address) override {
+    if (address.empty())
+      return false;
+    peers_[shard]
+      = out_->connect(std::vector<char>(address.begin(), address.end()));
+    dead_.erase(shard);
+    return true;
+  }
+
   std::vector<data_reply> take() override {
     std::vector<data_reply> out;
     for (auto& x : replies_->take()) {

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Supervision of the worker's shards and coordinator, and replacement
+// servers, the worker's half: requests to a shard that went down
+// wait for the coordinator's newer routing table, then go to the
+// replacement shard in the order they were first sent, numbered afresh
+// (see worker_config::recovery).
+#include "actors/worker/state.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "caf/actor_cast.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/sec.hpp"
+#include "caf/stateful_actor.hpp"
+#include "caf/system_messages.hpp"
+#include "caf/typed_event_based_actor.hpp"
+
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+namespace {
+
+// The requests in flight to shard `index` wait for its replacement; those
+// that cannot be sent again fail.
+void park_in_flight(worker_ptr self, uint32_t index) {
+  auto& st = self->state;
+  for (auto& [id, retry] : st.retries[index]) {
+    st.in_flight[index].erase(id);
+    st.parked[index].emplace(id, std::move(retry));
+  }
+  st.retries[index].clear();
+  auto pending = std::move(st.in_flight[index]);
+  st.in_flight[index].clear();
+  for (auto& kvp : pending) {
+    auto err = dead_shard(index);
+    kvp.second(err);
+  }
+}
+
+// Sends what waited for shard `index` again, in the order it was first
+// sent: to the replacement, or (the shard dead for good) into failure.
+void send_parked(worker_ptr self, uint32_t index, const char* what) {
+  auto& st = self->state;
+  auto parked = std::move(st.parked[index]);
+  st.parked[index].clear();
+  std::fprintf(stderr, "actorps: worker %u: shard %u %s (%zu)\n", st.cfg.rank,
+               index, what, parked.size());
+  for (auto& kvp : parked)
+    kvp.second();
+}
+
+// No replacement came: every parked request fails (to_shard finds the
+// shard dead and not awaited).
+void give_up_recovery(worker_ptr self) {
+  auto& st = self->state;
+  for (uint32_t i = 0; i < st.recovering.size(); ++i) {
+    if (!st.recovering[i])
+      continue;
+    st.recovering[i] = false;
+    send_parked(self, i, "was not replaced; its waiting requests fail");
+  }
+}
+
+void ask_reroute(worker_ptr self);
+
+// Routes the shards that `table` gives new handles to their replacements
+// and sends them what waited.
+void adopt(worker_ptr self, const routing_table& table,
+           const std::vector<uint32_t>& changed) {
+  auto& st = self->state;
+  for (auto i : changed) {
+    if (!st.recovering[i]) {
+      // Replaced before this worker saw it go down.
+      st.dead[i] = true;
+      st.recovering[i] = true;
+      if (st.cfg.channel && st.cfg.channel->carries(i))
+        st.cfg.channel->shard_down(i);
+      park_in_flight(self, i);
+    }
+    st.cfg.shards[i] = caf::actor_cast<shard_actor>(table.shards[i]);
+    self->monitor(st.cfg.shards[i]);
+    if (i < st.cfg.relays.size() && i < table.relays.size()) {
+      st.cfg.relays[i] = caf::actor_cast<shard_actor>(table.relays[i]);
+      self->monitor(st.cfg.relays[i]);
+    }
+    if (st.cfg.channel && i < table.data_addresses.size())
+      st.cfg.channel->reroute(i, table.data_addresses[i]);
+    st.dead[i] = false;
+    st.recovering[i] = false;
+    st.renumbered[i] = true;
+    st.renumber[i].clear();
+    send_parked(self, i,
+                "moved to its replacement server; its waiting "
+                "requests go there");
+  }
+  // Shards still down wait on.
+  if (std::find(st.recovering.begin(), st.recovering.end(), true)
+      != st.recovering.end())
+    ask_reroute(self);
+}
+
+void apply_routing(worker_ptr self, routing_table table) {
+  auto& st = self->state;
+  if (table.shards.size() != st.cfg.shards.size() || table.servers.empty()) {
+    give_up_recovery(self);
+    return;
+  }
+  st.cfg.routing_version = std::max(st.cfg.routing_version, table.version);
+  std::vector<uint32_t> changed;
+  std::set<std::string> endpoints;
+  auto per_server = table.shards.size() / table.servers.size();
+  for (uint32_t i = 0; i < table.shards.size(); ++i)
+    if (table.shards[i] != caf::actor_cast<caf::actor>(st.cfg.shards[i])) {
+      changed.push_back(i);
+      if (per_server > 0 && i / per_server < table.servers.size())
+        endpoints.insert(table.servers[i / per_server]);
+    }
+  if (changed.empty() || !st.cfg.reach_server) {
+    adopt(self, table, changed);
+    return;
+  }
+  // This process connects to each new server directly (see
+  // routing_table::servers), on a thread of its own: connecting blocks.
+  auto reach = st.cfg.reach_server;
+  std::vector<std::string> where(endpoints.begin(), endpoints.end());
+  auto helper = self->spawn<caf::detached>(
+    [reach, where](caf::event_based_actor* h) -> caf::behavior {
+      return {
+        [h, reach, where](routing_atom) -> caf::result<caf::ok_atom> {
+          h->quit();
+          for (auto& e : where)
+            if (auto err = reach(e))
+              return err;
+          return caf::ok_atom::value;
+        },
+      };
+    });
+  self->request(helper, st.timeout(), routing_atom::value)
+    .then([self, table = std::move(table),
+           changed](caf::ok_atom) { adopt(self, table, changed); },
+          [self](caf::error&) { give_up_recovery(self); });
+}
+
+void ask_reroute(worker_ptr self) {
+  auto& st = self->state;
+  if (st.rerouting)
+    return;
+  st.rerouting = true;
+  ask_coordinator<routing_table>(
+    self, caf::duration{st.cfg.recovery + st.cfg.timeout},
+    [self](routing_table& table) {
+      self->state.rerouting = false;
+      apply_routing(self, std::move(table));
+    },
+    [self](caf::error&) {
+      self->state.rerouting = false;
+      give_up_recovery(self);
+    },
+    routing_atom::value, st.cfg.routing_version);
+}
+
+} // namespace
+
+bool shard_gone(const caf::error& err) {
+  if (err == caf::sec::request_receiver_down)
+    return true;
+  // The data channel's own failure when the connection to a shard's server
+  // broke (runtime/ucx: "shard N is unreachable (...)"), not a shard's
+  // answer.
+  return code_of(err) == errc::dead_node
+         && render(err).find(" is unreachable (") != std::string::npos;
+}
+
+void await_replacement(worker_ptr self, uint32_t index) {
+  auto& st = self->state;
+  if (!st.recovering[index]) {
+    st.dead[index] = true;
+    st.recovering[index] = true;
+    if (st.cfg.channel && st.cfg.channel->carries(index))
+      st.cfg.channel->shard_down(index);
+    std::fprintf(stderr,
+                 "actorps: worker %u: shard %u is down; its calls wait up to "
+                 "%lld ms for a replacement server\n",
+                 st.cfg.rank, index,
+                 static_cast<long long>(st.cfg.recovery.count()));
+  }
+  park_in_flight(self, index);
+  // Queued requests park as they are sent.
+  st.queues[index].pump();
+  ask_reroute(self);
+}
+
+void on_shard_down(worker_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (dm.source == st.cfg.coordinator.address() && !st.coordinator_down) {
+    st.coordinator_down = true;
+    auto calls = std::move(st.coordinator_calls);
+    st.coordinator_calls.clear();
+    for (auto& kvp : calls) {
+      auto err = lost_coordinator();
+      kvp.second(err);
+    }
+  }
+  for (uint32_t i = 0; i < st.cfg.shards.size(); ++i) {
+    bool hit = st.cfg.shards[i].address() == dm.source
+               || (i < st.cfg.relays.size()
+                   && st.cfg.relays[i].address() == dm.source);
+    if (!hit || st.dead[i])
+      continue;
+    if (st.cfg.recovery.count() > 0 && !st.coordinator_down && !st.leaving) {
+      // Waits for a replacement server.
+      await_replacement(self, i);
+      continue;
+    }
+    st.dead[i] = true;
+    if (st.cfg.channel && st.cfg.channel->carries(i))
+      st.cfg.channel->shard_down(i);
+    auto pending = std::move(st.in_flight[i]);
+    st.in_flight[i].clear();
+    for (auto& kvp : pending) {
+      auto err = dead_shard(i);
+      kvp.second(err);
+    }
+    // Queued requests fail as they are sent (the shard is marked dead).
+    st.queues[i].pump();
+  }
+}
+
+} // namespace actorps
