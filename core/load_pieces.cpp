@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/checkpoint.hpp"
+#include "core/checkpoint_dir.hpp"
 #include "core/restore.hpp"
 
 namespace actorps::core {
@@ -88,6 +89,52 @@ status load_pieces::next(std::vector<slice_record>& out, bool& done,
     if (auto st = take(std::move(rec), row_size); !st.ok())
       return st;
   }
+}
+
+restore_reads::restore_reads(std::string dir, std::size_t max_readers,
+                             uint64_t budget, std::size_t max_records)
+  : dir_(std::move(dir)),
+    max_readers_(std::max<std::size_t>(max_readers, 1)),
+    budget_(budget),
+    max_records_(max_records) {
+  // Nothing else to do.
+}
+
+status restore_reads::next(uint64_t id, uint64_t index, optimizer_config& opt,
+                           std::vector<slice_record>& out, bool& done) {
+  if (index == 0) {
+    while (readers_.size() >= max_readers_)
+      readers_.erase(readers_.begin());
+    auto& r = readers_[id];
+    auto st = latest_checkpoint(dir_, r.path);
+    if (st.ok())
+      st = r.in.open(r.path, budget_, max_records_);
+    if (!st.ok()) {
+      readers_.erase(id);
+      return st;
+    }
+  }
+  auto i = readers_.find(id);
+  if (i == readers_.end() || i->second.next != index)
+    return {errc::checkpoint_io, "restore " + std::to_string(id) + ": piece "
+                                   + std::to_string(index)
+                                   + " is not the next one being read"};
+  auto& r = i->second;
+  ++r.next;
+  opt = r.in.optimizer();
+  auto row_size = [](const std::string& key, uint64_t&) -> status {
+    return {errc::checkpoint_mismatch,
+            "restore: a record of key '" + key
+              + "' is larger than a piece (a checkpoint written by an older "
+                "actorps)"};
+  };
+  auto st = r.in.next(out, done, row_size);
+  if (!st.ok() || done) {
+    if (st.ok())
+      last_path_ = r.path;
+    readers_.erase(i);
+  }
+  return st;
 }
 
 } // namespace actorps::core

@@ -61,4 +61,43 @@ private:
   std::deque<slice_record> cut_;
 };
 
+/// The newest whole checkpoint of a folder (core::latest_checkpoint), read
+/// piece by piece by several readers at once, each by its id: what the
+/// coordinator's runner serves replacement servers' restores from.
+class restore_reads {
+public:
+  /// Pieces as load_pieces cuts them (`budget` bytes, `max_records`).
+  restore_reads(std::string dir, std::size_t max_readers, uint64_t budget,
+                std::size_t max_records);
+
+  /// Piece `index` of reader `id` (0 opens the folder's newest checkpoint
+  /// that reads back whole; then each must be the next): `opt` the
+  /// checkpoint's optimizer, `out` the records, `done` with the last. A
+  /// reader is forgotten after its last piece or an error, the oldest one
+  /// when there are `max_readers`. Errors: those of latest_checkpoint and
+  /// load_pieces, `checkpoint_io` for a piece out of turn, and
+  /// `checkpoint_mismatch` for a record larger than a piece (a file
+  /// written before pieces: its rows are not known here).
+  status next(uint64_t id, uint64_t index, optimizer_config& opt,
+              std::vector<slice_record>& out, bool& done);
+
+  /// The checkpoint the last reader read to its end.
+  const std::string& last_path() const noexcept {
+    return last_path_;
+  }
+
+private:
+  struct reader {
+    load_pieces in;
+    std::string path;
+    uint64_t next = 0;
+  };
+  std::string dir_;
+  std::size_t max_readers_;
+  uint64_t budget_;
+  std::size_t max_records_;
+  std::map<uint64_t, reader> readers_;
+  std::string last_path_;
+};
+
 } // namespace actorps::core

@@ -264,10 +264,10 @@ caf::error run_coordinator(const coordinator_options& opts,
   uint64_t given_up = 0;
   std::string written;
   actorps::status failed;
-  // The checkpoint a replacement server is restored from, being read.
-  core::load_pieces restoring;
-  uint64_t restore_id = 0;
-  std::string restore_path;
+  // The checkpoints replacement servers are restored from, being read (by
+  // restore id: one per replacement).
+  core::restore_reads restoring{opts.checkpoint_dir, opts.num_servers,
+                                save_piece_bytes, max_piece_records};
   self->receive_while(running)(
     [&](shutdown_atom) { running = false; },
     [&](node_down_atom, uint32_t node_id, uint8_t role_id, bool lost) {
@@ -346,32 +346,11 @@ caf::error run_coordinator(const coordinator_options& opts,
         uint64_t index) -> caf::result<load_piece> {
       // The coordinator restores a replacement server: the newest
       // checkpoint that reads back whole, piece by piece.
-      if (index == 0) {
-        restore_id = restore;
-        auto st = core::latest_checkpoint(opts.checkpoint_dir, restore_path);
-        if (st.ok())
-          st = restoring.open(restore_path, save_piece_bytes,
-                              max_piece_records);
-        if (!st.ok())
-          return to_error(st);
-      } else if (restore != restore_id) {
-        return make_error(errc::checkpoint_io, "restore "
-                                                 + std::to_string(restore)
-                                                 + " is not being read");
-      }
       load_piece piece;
-      piece.optimizer = restoring.optimizer();
       bool done = false;
-      // Files written before pieces may hold records larger than a piece:
-      // not restored from (the coordinator knows its keys' rows, this
-      // runner does not).
-      auto row_size = [](const std::string& key, uint64_t&) -> actorps::status {
-        return {errc::checkpoint_mismatch,
-                "restore: a record of key '" + key
-                  + "' is larger than a piece (a checkpoint written by an "
-                    "older actorps)"};
-      };
-      if (auto st = restoring.next(piece.records, done, row_size); !st.ok())
+      if (auto st = restoring.next(restore, index, piece.optimizer,
+                                   piece.records, done);
+          !st.ok())
         return to_error(st);
       piece.end = done ? load_piece::commit : load_piece::more;
       return piece;
@@ -386,7 +365,7 @@ caf::error run_coordinator(const coordinator_options& opts,
           opts.on_recovery(server
                              + " was replaced by a new process, "
                                "restored from "
-                             + restore_path + " (" + what + ")",
+                             + restoring.last_path() + " (" + what + ")",
                            true);
       } else if (opts.on_recovery) {
         opts.on_recovery(kind == recovery_event::waiting

@@ -127,8 +127,10 @@ void stream_checkpoint(coordinator_ptr self, uint64_t number,
     // The last piece left the shards: a server going down now (the job's
     // end) no longer spoils this checkpoint, and the runner writes the
     // piece before any of the next checkpoint's.
-    if (done)
+    if (done) {
       st.checkpoint_streaming = 0;
+      checkpoint_settled(self);
+    }
     self
       ->request(st.cfg.on_done, st.timeout(), save_atom::value, number,
                 std::move(piece))
@@ -139,8 +141,10 @@ void stream_checkpoint(coordinator_ptr self, uint64_t number,
         },
         [self, number, session, current](caf::error&) {
           // The runner could not write it and said so itself.
-          if (current() && self->state.checkpoint_streaming == number)
+          if (current() && self->state.checkpoint_streaming == number) {
             self->state.checkpoint_streaming = 0;
+            checkpoint_settled(self);
+          }
           abandon_save(self, session);
         });
   };
@@ -151,6 +155,7 @@ void stream_checkpoint(coordinator_ptr self, uint64_t number,
     st.checkpoint_streaming = 0;
     abandon_save(self, session);
     caf::anon_send(st.cfg.on_done, save_atom::value, number, std::move(err));
+    checkpoint_settled(self);
   };
   next_piece(self, std::move(cb), at);
 }
@@ -384,6 +389,7 @@ void release_barrier(coordinator_ptr self) {
     st.checkpointing = false;
     st.last_checkpoint = std::chrono::steady_clock::now();
     st.check_barrier();
+    checkpoint_settled(self);
   };
   open_save(self, failed_open, session, [self, number, generation, session] {
     auto& st = self->state;

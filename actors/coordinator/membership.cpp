@@ -99,6 +99,12 @@ void check_done(coordinator_ptr self) {
     return;
   if (std::any_of(st.live.begin(), st.live.end(), [](bool b) { return b; }))
     return;
+  if (st.checkpointing || st.checkpoint_streaming != 0) {
+    // The job's last checkpoint is being taken from the servers: they end
+    // once it was (checkpoint_settled).
+    st.end_after_checkpoint = true;
+    return;
+  }
   st.done = true;
   bool waiting = false;
   for (auto& [id, node] : st.nodes) {
@@ -110,6 +116,15 @@ void check_done(coordinator_ptr self) {
     finish(self);
   else
     self->delayed_send(self, std::chrono::seconds{5}, shutdown_atom::value);
+}
+
+void checkpoint_settled(coordinator_ptr self) {
+  auto& st = self->state;
+  if (!st.end_after_checkpoint || st.checkpointing
+      || st.checkpoint_streaming != 0)
+    return;
+  st.end_after_checkpoint = false;
+  check_done(self);
 }
 
 void drop_worker(coordinator_ptr self, uint32_t rank) {
@@ -141,7 +156,7 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
       for (size_t i = 0; i < node.shards.size(); ++i)
         if (first + i < st.shard_dead.size())
           st.shard_dead[first + i] = true;
-      server_lost(self, node.rank);
+      server_lost(self, node.rank, node.replacing);
     }
     for (auto& [other_id, other] : st.nodes)
       if (!other.dead && other.agent)
@@ -156,6 +171,7 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
       ++st.checkpoint_generation;
       st.checkpointing = false;
       st.checkpoint_streaming = 0;
+      checkpoint_settled(self);
       if (st.cfg.on_done)
         caf::anon_send(st.cfg.on_done, save_atom::value, number,
                        make_error(errc::dead_node,
@@ -243,8 +259,10 @@ void release_routing(coordinator_ptr self) {
   publish_recoveries(self);
   if (!st.routing_ready || st.routing_waiters.empty())
     return;
+  // (A replacement being restored is not in the table yet: it does not
+  // hold the others up.)
   for (auto& [id, node] : st.nodes)
-    if (node.role == role::server && !node.dead
+    if (node.role == role::server && !node.dead && !node.replacing
         && st.server_admitted[node.rank] < st.admit_version)
       return;
   for (auto& w : st.routing_waiters)

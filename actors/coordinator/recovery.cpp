@@ -96,6 +96,7 @@ void fail_restore(coordinator_ptr self, const restore_ptr& job,
   auto& st = self->state;
   auto& rec = st.recoveries[job->rank];
   rec.restoring = false;
+  rec.claimed = false;
   ++rec.generation;
   for (auto& s : job->shards)
     self->request(s, st.timeout(), load_atom::value, job->session, false)
@@ -235,7 +236,7 @@ void ask_runner(coordinator_ptr self, restore_ptr job) {
   auto& st = self->state;
   auto index = job->next++;
   self
-    ->request(st.cfg.on_done, st.timeout(), load_atom::value, job->generation,
+    ->request(st.cfg.on_done, st.timeout(), load_atom::value, job->session,
               index)
     .then(
       [self, job, index](load_piece& piece) {
@@ -264,49 +265,112 @@ void ask_runner(coordinator_ptr self, restore_ptr job) {
       });
 }
 
+// One slice to make on a new shard: dense (zeros of `length`) or a table's
+// part.
+struct slice_to_make {
+  size_t target = 0;
+  slice_id id = 0;
+  uint64_t length = 0;
+  bool table = false;
+  table_init rows;
+};
+
+// Makes the slices of `todo` from `next` on, at most `budget` floats of
+// zeros under way at once (the coordinator never holds a server's model),
+// then asks the runner for the checkpoint.
+struct slice_maker {
+  std::vector<slice_to_make> todo;
+  size_t next = 0;
+  size_t answered = 0;
+  uint64_t under_way = 0;
+  bool failed = false;
+};
+
+constexpr uint64_t make_budget = save_piece_bytes / sizeof(float);
+
+void make_slices(coordinator_ptr self, restore_ptr job,
+                 std::shared_ptr<slice_maker> m) {
+  auto& st = self->state;
+  if (m->answered == m->todo.size()) {
+    ask_runner(self, job);
+    return;
+  }
+  while (m->next < m->todo.size() && m->under_way < make_budget) {
+    auto& x = m->todo[m->next++];
+    auto on_ok = [self, job, m, length = x.length](caf::ok_atom) {
+      if (m->failed || stale(self, job))
+        return;
+      ++m->answered;
+      m->under_way -= length;
+      make_slices(self, job, m);
+    };
+    auto on_err = [self, job, m](caf::error& err) {
+      if (m->failed)
+        return;
+      m->failed = true;
+      fail_restore(self, job, std::move(err));
+    };
+    auto& shard = job->shards[x.target];
+    if (x.table) {
+      self->request(shard, st.timeout(), init_atom::value, x.rows)
+        .then(on_ok, on_err);
+      continue;
+    }
+    m->under_way += x.length;
+    self
+      ->request(shard, st.timeout(), init_atom::value,
+                slice_init{x.id, floats{std::vector<float>(x.length, 0.0f)}})
+      .then(on_ok, on_err);
+  }
+}
+
 // Makes the new shards: the live workers, and every initialized key's
 // slices there; then the checkpoint.
 void start_restore(coordinator_ptr self, restore_ptr job) {
   auto& st = self->state;
   auto live = st.live_ranks();
   auto shards = static_cast<uint32_t>(st.cfg.shards.size());
+  auto m = std::make_shared<slice_maker>();
+  for (size_t i = 0; i < job->targets.size(); ++i) {
+    auto index = job->targets[i];
+    for (auto& [name, key] : st.keys) {
+      if (!key.initialized)
+        continue;
+      auto& info = key.info;
+      for (auto& s : info.slices) {
+        if (s.shard != index)
+          continue;
+        slice_to_make x;
+        x.target = i;
+        x.id = make_slice_id(info.id, s.part);
+        x.length = s.length;
+        if (info.dim != 0) {
+          core::row_layout layout{info.shape[0], info.dim, shards};
+          x.table = true;
+          x.length = 0;
+          x.rows.slice = x.id;
+          x.rows.rows = layout.rows_on(index);
+          x.rows.dim = info.dim;
+          x.rows.first = index;
+          x.rows.stride = shards;
+        }
+        m->todo.push_back(std::move(x));
+      }
+    }
+  }
   to_new_shards(
     self, job,
-    [&](size_t i, auto& send) {
-      auto index = job->targets[i];
-      send(i, workers_atom::value, live);
-      for (auto& [name, key] : st.keys) {
-        if (!key.initialized)
-          continue;
-        auto& info = key.info;
-        for (auto& s : info.slices) {
-          if (s.shard != index)
-            continue;
-          auto id = make_slice_id(info.id, s.part);
-          if (info.dim == 0) {
-            send(i, init_atom::value,
-                 slice_init{id, floats{std::vector<float>(s.length, 0.0f)}});
-            continue;
-          }
-          core::row_layout layout{info.shape[0], info.dim, shards};
-          table_init t;
-          t.slice = id;
-          t.rows = layout.rows_on(index);
-          t.dim = info.dim;
-          t.first = index;
-          t.stride = shards;
-          send(i, init_atom::value, t);
-        }
-      }
-    },
-    [self, job] { ask_runner(self, job); });
+    [&](size_t i, auto& send) { send(i, workers_atom::value, live); },
+    [self, job, m] { make_slices(self, job, m); });
 }
 
 } // namespace
 
-void server_lost(coordinator_ptr self, uint32_t rank) {
+void server_lost(coordinator_ptr self, uint32_t rank, bool replacement) {
   auto& st = self->state;
-  if (st.cfg.recovery_timeout.count() <= 0 || st.done || !st.cfg.on_done)
+  // Before every server registered there is no routing to replace.
+  if (st.cfg.recovery_timeout.count() <= 0 || st.done || !st.cfg.on_done
+      || !st.routing_ready)
     return;
   if (st.recoveries.size() < st.cfg.num_servers)
     st.recoveries.resize(st.cfg.num_servers);
@@ -319,6 +383,7 @@ void server_lost(coordinator_ptr self, uint32_t rank) {
     ++rec.generation;
     rec.restoring = false;
     rec.restored = false;
+    rec.claimed = false;
     auto err = make_error(errc::dead_node,
                           "restore: the replacement server went down");
     rec.registration.deliver(err);
@@ -326,9 +391,14 @@ void server_lost(coordinator_ptr self, uint32_t rank) {
       close_recovery(self, rank, err);
     return;
   }
-  if (rec.open)
+  if (rec.open || replacement) {
+    // A replacement that joined went down before it registered (or after
+    // its recovery ended): the rank is not opened again.
+    rec.claimed = false;
     return;
+  }
   rec.open = true;
+  rec.claimed = false;
   rec.deadline = std::chrono::steady_clock::now() + st.cfg.recovery_timeout;
   caf::anon_send(st.cfg.on_done, recover_atom::value, rank,
                  recovery_event::waiting,
@@ -343,6 +413,9 @@ caf::expected<uint32_t> replaceable_server(coordinator_ptr self) {
               + std::to_string(st.cfg.num_servers) + " servers";
   if (st.done)
     return make_error(errc::bad_config, full + " and is ending");
+  if (!st.routing_ready)
+    return make_error(errc::bad_config,
+                      full + " (not all of them registered their shards yet)");
   if (st.cfg.recovery_timeout.count() <= 0 || !st.cfg.on_done)
     return make_error(errc::bad_config,
                       full
@@ -352,8 +425,11 @@ caf::expected<uint32_t> replaceable_server(coordinator_ptr self) {
   auto now = std::chrono::steady_clock::now();
   for (uint32_t r = 0; r < st.recoveries.size(); ++r) {
     auto& rec = st.recoveries[r];
-    if (rec.open && !rec.restoring && !rec.restored && now < rec.deadline)
+    if (rec.open && !rec.claimed && now < rec.deadline) {
+      // One replacement at a time holds the rank.
+      rec.claimed = true;
       return r;
+    }
   }
   return make_error(errc::bad_config,
                     full
@@ -370,10 +446,13 @@ register_replacement(coordinator_ptr self, coordinator_state::node_entry& node,
   auto& st = self->state;
   auto rank = node.rank;
   if (rank >= st.recoveries.size() || !st.recoveries[rank].open
-      || st.recoveries[rank].restoring || st.recoveries[rank].restored)
+      || !st.recoveries[rank].claimed || st.recoveries[rank].restoring
+      || st.recoveries[rank].restored)
     return make_error(errc::bad_config, "shards: server " + std::to_string(rank)
                                           + " cannot be replaced now");
-  if (shards.size() != st.server_shards[rank].size())
+  if (shards.size() != st.server_shards[rank].size()) {
+    // Another server may try.
+    st.recoveries[rank].claimed = false;
     return make_error(
       errc::bad_config,
       "shards: the replacement of server " + std::to_string(rank) + " runs "
@@ -381,6 +460,7 @@ register_replacement(coordinator_ptr self, coordinator_state::node_entry& node,
         + std::to_string(st.server_shards[rank].size())
         + " (start it with --shards "
         + std::to_string(st.server_shards[rank].size()) + ")");
+  }
   auto& rec = st.recoveries[rank];
   rec.restoring = true;
   rec.registration = self->make_response_promise<caf::ok_atom>();
@@ -422,6 +502,7 @@ void publish_recoveries(coordinator_ptr self) {
     st.table.servers[rank] = st.server_endpoints[rank];
     rec.restored = false;
     rec.open = false;
+    rec.claimed = false;
     auto i = st.nodes.find(server_node_id(rank));
     if (i != st.nodes.end())
       i->second.replacing = false;
@@ -449,6 +530,11 @@ caf::result<routing_table> newer_routing(coordinator_ptr self,
   if (st.cfg.recovery_timeout.count() <= 0 || !st.cfg.on_done || st.done)
     return make_error(errc::dead_node,
                       "routing: this job replaces no dead server");
+  // A worker asks once per death it sees: more waiters than a few per
+  // worker is a node that asks again and again.
+  if (st.reroute_waiters.size() >= 4 * size_t{st.cfg.num_workers} + 64)
+    return make_error(errc::bad_config,
+                      "routing: too many requests for a newer routing table");
   // Also when the coordinator has not seen the death yet: the requester's
   // own timeout bounds the wait.
   auto rp = self->make_response_promise<routing_table>();
@@ -461,15 +547,21 @@ void recovery_deadline(coordinator_ptr self, uint32_t rank) {
   if (rank >= st.recoveries.size())
     return;
   auto& rec = st.recoveries[rank];
-  // A replacement being restored has its chance; its failure closes it.
-  if (!rec.open || rec.restoring || rec.restored
-      || std::chrono::steady_clock::now() < rec.deadline)
+  if (!rec.open || std::chrono::steady_clock::now() < rec.deadline)
     return;
-  close_recovery(self, rank,
-                 make_error(errc::dead_node,
-                            "server " + std::to_string(rank)
-                              + " went down and no server replaced it within "
-                                "the recovery timeout"));
+  auto err = make_error(errc::dead_node,
+                        "server " + std::to_string(rank)
+                          + " went down and no server replaced it within "
+                            "the recovery timeout");
+  if (rec.restoring || rec.restored) {
+    // The timeout covers the restore too (workers wait no longer): the
+    // replacement's registration fails, and its process ends.
+    ++rec.generation;
+    rec.restoring = false;
+    rec.restored = false;
+    rec.registration.deliver(err);
+  }
+  close_recovery(self, rank, err);
 }
 
 } // namespace actorps

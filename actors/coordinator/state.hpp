@@ -103,6 +103,9 @@ struct coordinator_state {
   // A periodic checkpoint whose state was taken (the barrier went on) and
   // whose pieces still travel to on_done: its barrier number, 0 if none.
   uint64_t checkpoint_streaming = 0;
+  // Every worker left while a checkpoint was taken: the servers end once it
+  // was (see check_done).
+  bool end_after_checkpoint = false;
   // Saves and loads in pieces: the last session number given out, and the
   // loads in progress with what each key received so far.
   uint64_t last_session = 0;
@@ -117,6 +120,8 @@ struct coordinator_state {
     // `deadline`.
     bool open = false;
     std::chrono::steady_clock::time_point deadline;
+    // A replacement joined and holds the rank (one at a time).
+    bool claimed = false;
     // A replacement registered its shards and is being restored; then
     // restored, waiting for its shards to know every admitted node.
     bool restoring = false;
@@ -228,6 +233,10 @@ void finish(coordinator_ptr self);
 /// Ends a distributed job once no worker is left.
 void check_done(coordinator_ptr self);
 
+/// A periodic checkpoint ended (written, failed or given up): a job that
+/// ended meanwhile ends now.
+void checkpoint_settled(coordinator_ptr self);
+
 /// A worker rank left or died: releases whoever waits for it.
 void drop_worker(coordinator_ptr self, uint32_t rank);
 
@@ -268,7 +277,9 @@ caf::result<caf::ok_atom> load_whole(coordinator_ptr self,
 
 /// A server rank whose server went down: with cfg.recovery_timeout, a new
 /// server may take its place until the deadline.
-void server_lost(coordinator_ptr self, uint32_t rank);
+/// (`replacement`: the server that went down was a replacement not yet
+/// published, whose death reopens nothing.)
+void server_lost(coordinator_ptr self, uint32_t rank, bool replacement);
 
 /// The rank a server joining a full job takes (the lowest one that may be
 /// replaced), or why it cannot join.

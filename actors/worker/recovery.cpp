@@ -74,6 +74,7 @@ void ask_reroute(worker_ptr self);
 void adopt(worker_ptr self, const routing_table& table,
            const std::vector<uint32_t>& changed) {
   auto& st = self->state;
+  st.cfg.routing_version = std::max(st.cfg.routing_version, table.version);
   for (auto i : changed) {
     if (!st.recovering[i]) {
       // Replaced before this worker saw it go down.
@@ -111,7 +112,6 @@ void apply_routing(worker_ptr self, routing_table table) {
     give_up_recovery(self);
     return;
   }
-  st.cfg.routing_version = std::max(st.cfg.routing_version, table.version);
   std::vector<uint32_t> changed;
   std::set<std::string> endpoints;
   auto per_server = table.shards.size() / table.servers.size();
@@ -221,6 +221,8 @@ void on_shard_down(worker_ptr self, const caf::down_msg& dm) {
     st.dead[i] = true;
     if (st.cfg.channel && st.cfg.channel->carries(i))
       st.cfg.channel->shard_down(i);
+    // Nothing is sent again: each request fails once, here.
+    st.retries[i].clear();
     auto pending = std::move(st.in_flight[i]);
     st.in_flight[i].clear();
     for (auto& kvp : pending) {

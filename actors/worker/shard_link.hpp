@@ -185,7 +185,8 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     auto& st = self->state;
     // The shard's process is gone, seen before its down message: the
     // request waits for the replacement with the others.
-    if (st.retries[index].count(id) > 0 && shard_gone(err)) {
+    if (st.retries[index].count(id) > 0 && st.in_flight[index].count(id) > 0
+        && !st.leaving && !st.coordinator_down && shard_gone(err)) {
       await_replacement(self, index);
       return;
     }

@@ -4,6 +4,7 @@
 // scheduler; the test plays the server's process and the coordinator's
 // runner (which reads checkpoints).
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "caf/event_based_actor.hpp"
@@ -26,20 +27,20 @@ struct recovery_fixture : test::deterministic_fixture {
   shard_actor shard;
   uint32_t server_node = 0;
 
-  explicit recovery_fixture(bool sync = false) {
+  explicit recovery_fixture(std::chrono::milliseconds recovery
+                            = std::chrono::milliseconds{60000}) {
     coordinator_config cc;
     cc.num_workers = 1;
     cc.num_servers = 1;
     cc.token = "tok";
-    cc.sync = sync;
     cc.on_done = caf::actor_cast<caf::actor>(runner);
-    cc.recovery_timeout = std::chrono::milliseconds{60000};
+    cc.recovery_timeout = recovery;
     coord = guard(spawn_coordinator(sys, cc));
-    shard = join_server(test::shard_cfg(0, 1, sync));
+    shard = join_server(test::shard_cfg(0, 1, false));
     REQUIRE(reply<caf::ok_atom>());
     auto w = join(role::worker);
     REQUIRE(w);
-    CHECK(w->recovery_ms == 60000);
+    CHECK(w->recovery_ms == recovery.count());
     self->send(coord, routing_atom::value);
     run();
     auto table = reply<routing_table>();
@@ -246,4 +247,84 @@ TEST_CASE("recovery: a replacement whose checkpoint cannot be read fails, and "
   auto now = f.pull();
   REQUIRE(now);
   CHECK(*now == std::vector<float>(4, 1.0f));
+}
+
+TEST_CASE("recovery: the recovery timeout covers the restore; the waiting "
+          "calls then fail",
+          "[recovery]") {
+  using clock = std::chrono::steady_clock;
+  auto timeout = std::chrono::milliseconds{300};
+  recovery_fixture f{timeout};
+  f.init_key();
+  auto died = clock::now();
+  caf::anon_send_exit(f.shard, caf::exit_reason::kill);
+  f.run();
+  f.push(1);
+  f.run();
+  CHECK(f.no_reply());
+  // A replacement joins and registers; the runner never answers.
+  f.join_server(test::shard_cfg(0, 1, false));
+  // The deadline passes (time must pass: the coordinator's deadline is a
+  // timed message of its own).
+  while (clock::now() - died < timeout + std::chrono::milliseconds{50})
+    std::this_thread::yield();
+  f.sched.trigger_timeouts();
+  f.run();
+  // The registration and the waiting push fail, saying why.
+  std::vector<std::string> errors;
+  for (int i = 0; i < 2; ++i)
+    f.self->receive([&](caf::error& err) { errors.push_back(render(err)); },
+                    [](caf::ok_atom) { FAIL("an answer"); },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+  REQUIRE(errors.size() == 2);
+  CHECK_THAT(errors[0] + errors[1],
+             Catch::Contains("no server replaced it within the recovery "
+                             "timeout"));
+  CHECK_THAT(errors[0] + errors[1], Catch::Contains("dead_node"));
+  // The rank takes no replacement any more.
+  CHECK_THAT(require_error(f.join(role::server), errc::bad_config),
+             Catch::Contains("none of them may be replaced"));
+}
+
+TEST_CASE("recovery: a server that dies before every server registered "
+          "opens no recovery",
+          "[recovery]") {
+  test::deterministic_fixture f;
+  caf::scoped_actor runner{f.sys, true};
+  coordinator_config cc;
+  cc.num_workers = 1;
+  cc.num_servers = 2;
+  cc.token = "tok";
+  cc.on_done = caf::actor_cast<caf::actor>(runner);
+  cc.recovery_timeout = std::chrono::milliseconds{60000};
+  auto coord = f.guard(spawn_coordinator(f.sys, cc));
+  auto join = [&] {
+    auto agent
+      = f.guard(f.sys.spawn([](caf::event_based_actor* a) -> caf::behavior {
+          a->set_default_handler(caf::drop);
+          return {[](shutdown_atom) {}};
+        }));
+    f.self->send(coord, join_atom::value, role::server, std::string{"tok"},
+                 caf::actor_cast<caf::actor>(agent), join_mode::any,
+                 wire_version);
+    f.run();
+    return std::make_pair(f.reply<job_info>(), agent);
+  };
+  auto [first, first_agent] = join();
+  REQUIRE(first);
+  auto [second, second_agent] = join();
+  REQUIRE(second);
+  // Only the first registers; then it dies.
+  auto sh = f.guard(spawn_shard(f.sys, test::shard_cfg(0, 1, false)));
+  std::vector<caf::actor> shards{caf::actor_cast<caf::actor>(sh)};
+  f.self->send(coord, shards_atom::value, first->node_id, shards, shards,
+               std::string{"127.0.0.1:1"}, std::string{});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  caf::anon_send_exit(first_agent, caf::exit_reason::kill);
+  f.run();
+  // No table to replace a server in: a third server is refused.
+  auto third = join().first;
+  CHECK_THAT(require_error(third, errc::bad_config),
+             Catch::Contains("the job already has its 2 servers"));
 }
