@@ -431,10 +431,21 @@ caf::error run_server(const server_options& opts,
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   };
   job_info job;
-  auto err = detail::ask(
-    self.ptr(), agent, opts.timeout, [&](job_info& x) { job = x; },
-    join_atom::value, role::server, core::join_proof(opts.token),
-    join_mode::any);
+  // A replacement started right after a server died may knock before the
+  // coordinator saw the death: it tries again for --connect-timeout-ms.
+  auto give_up = std::chrono::steady_clock::now() + opts.connect_timeout;
+  caf::error err;
+  for (;;) {
+    err = detail::ask(
+      self.ptr(), agent, opts.timeout, [&](job_info& x) { job = x; },
+      join_atom::value, role::server, core::join_proof(opts.token),
+      join_mode::any);
+    if (!err || std::chrono::steady_clock::now() >= give_up
+        || render(err).find("none of them may be replaced")
+             == std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds{100});
+  }
   if (err) {
     stop();
     return err;

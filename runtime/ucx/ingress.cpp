@@ -2,6 +2,7 @@
 #include "runtime/ucx/ingress.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -90,6 +91,14 @@ start_plane(const std::string& token, const job_info& job,
   plane_options opts;
   opts.secret = data_secret(token, job.data_salt);
   opts.loopback_only = job.loopback;
+  // Cross-memory attach between processes of one host only when asked:
+  // UCX 1.13 aborts a process whose peer dies in the middle of such a
+  // transfer (cma_ep.c: "process_vm_readv ... No such process"), so one
+  // killed server would take its workers down, or a killed worker its
+  // server. Without it, peers on one host talk over loopback TCP, which
+  // UCX watches (docs/benchmarks.md has what that costs).
+  auto* shm = std::getenv("ACTORPS_UCX_SHARED_MEMORY");
+  opts.shared_memory = shm != nullptr && std::string{shm} == "1";
   if (!job.rank_secret.empty()) {
     opts.identity = job.rank + 1;
     opts.identity_secret = job.rank_secret;

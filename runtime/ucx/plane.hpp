@@ -124,8 +124,11 @@ struct plane_options {
   /// The identity secret a peer that claims `identity` (> 0) must prove;
   /// empty (or no function): such peers are refused.
   std::function<std::string(uint32_t identity)> secret_of;
-  /// Peers on this host (same host name and boot) may use shared memory.
-  /// UCX 1.13 detects no peer failure over shared memory, so such peers are
+  /// Peers on this host (same host name and boot) may use shared memory
+  /// (actorps's planes: only with ACTORPS_UCX_SHARED_MEMORY=1, since UCX
+  /// 1.13 aborts a process whose peer dies in the middle of a cross-memory
+  /// copy). UCX 1.13 detects no peer failure over shared memory, so such
+  /// peers are
   /// connected without UCX's failure detection: the owner learns of their
   /// death elsewhere (CAF's supervision) and calls `drop`. False: every
   /// peer over a transport that detects failures (TCP on one host), which

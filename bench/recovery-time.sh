@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# How long a dist_async job stands still when a server is killed and a new
+# one is started at once: R runs of a job of 2 servers (2 shards each) and 1
+# worker pushing and pulling K keys of S floats (sliced over both servers),
+# checkpointing at every barrier; once the worker passed round 20, server 1
+# is killed and a replacement started. Prints per run the seconds from the
+# kill to the coordinator's "was replaced" line (the new process's start,
+# its join, the restore of its half of the newest checkpoint, the new
+# routing), then the median.
+# Usage (after a release build in build/):
+#   bash bench/recovery-time.sh [R] [K] [S] [transport]
+set -euo pipefail
+runs=${1:-5}
+keys=${2:-4}
+size=${3:-4000000}
+transport=${4:-ucx}
+bin=build/apps
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+now() { date +%s.%N; }
+stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
+: >"$out/times"
+for ((r = 1; r <= runs; ++r)); do
+  dir="$out/run-$r"
+  mkdir -p "$dir"
+  "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token bench --mode dist_async \
+    --workers 1 --servers 2 --transport "$transport" --port-file "$dir/port" \
+    --checkpoint-dir "$dir/ckpt" --checkpoint-every 0 --recovery-timeout 120 \
+    >"$dir/coord.log" 2>&1 &
+  pids+=($!)
+  coord=$!
+  for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
+  port=$(cat "$dir/port")
+  "$bin/actorps-server" --coordinator "127.0.0.1:$port" --token bench --shards 2 \
+    >"$dir/s0.log" 2>&1 &
+  pids+=($!)
+  "$bin/actorps-server" --coordinator "127.0.0.1:$port" --token bench --shards 2 \
+    >"$dir/s1.log" 2>&1 &
+  pids+=($!)
+  victim=$!
+  "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token bench --mode dist_async \
+    --keys "$keys" --size "$size" --rounds 60 --progress --tolerate-deaths \
+    >"$dir/worker.log" 2>&1 &
+  pids+=($!)
+  worker=$!
+  until grep -q "round 20$" "$dir/worker.log"; do sleep 0.05; done
+  kill -9 "$victim"
+  # The kill's time in the logs' clock (UTC seconds since midnight).
+  killed=$(date -u +%H:%M:%S.%N | awk -F: '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }')
+  "$bin/actorps-server" --coordinator "127.0.0.1:$port" --token bench --shards 2 \
+    >"$dir/s2.log" 2>&1 &
+  pids+=($!)
+  wait "$worker"
+  wait "$coord"
+  replaced=$(grep "was replaced" "$dir/coord.log" | stamp)
+  awk -v a="$killed" -v b="$replaced" 'BEGIN { printf "%.3f\n", b - a }' >>"$out/times"
+  echo "run $r: $(tail -n 1 "$out/times") s from the kill to the replacement ($transport)" >&2
+done
+sort -n "$out/times" | awk -v k="$keys" -v s="$size" -v t="$transport" \
+  '{ v[NR] = $1 } END { printf "%s, %d keys x %d floats: kill to replaced, median %.3f s (%.3f-%.3f)\n", t, k, s, v[int((NR + 1) / 2)], v[1], v[NR] }'
