@@ -57,12 +57,13 @@ void send_parked(worker_ptr self, uint32_t index, const char* what) {
 
 // No replacement came: every parked request fails (to_shard finds the
 // shard dead and not awaited).
-void give_up_recovery(worker_ptr self) {
+void give_up_recovery(worker_ptr self, const std::string& why) {
   auto& st = self->state;
   for (uint32_t i = 0; i < st.recovering.size(); ++i) {
     if (!st.recovering[i])
       continue;
     st.recovering[i] = false;
+    st.unreplaced[i] = why;
     send_parked(self, i, "was not replaced; its waiting requests fail");
   }
 }
@@ -94,6 +95,7 @@ void adopt(worker_ptr self, const routing_table& table,
       st.cfg.channel->reroute(i, table.data_addresses[i]);
     st.dead[i] = false;
     st.recovering[i] = false;
+    st.unreplaced[i].clear();
     st.renumbered[i] = true;
     st.renumber[i].clear();
     send_parked(self, i,
@@ -109,7 +111,10 @@ void adopt(worker_ptr self, const routing_table& table,
 void apply_routing(worker_ptr self, routing_table table) {
   auto& st = self->state;
   if (table.shards.size() != st.cfg.shards.size() || table.servers.empty()) {
-    give_up_recovery(self);
+    give_up_recovery(self, "the coordinator's routing table names "
+                             + std::to_string(table.shards.size())
+                             + " shards, this worker knows "
+                             + std::to_string(st.cfg.shards.size()));
     return;
   }
   std::vector<uint32_t> changed;
@@ -144,7 +149,10 @@ void apply_routing(worker_ptr self, routing_table table) {
   self->request(helper, st.timeout(), routing_atom::value)
     .then([self, table = std::move(table),
            changed](caf::ok_atom) { adopt(self, table, changed); },
-          [self](caf::error&) { give_up_recovery(self); });
+          [self](caf::error& err) {
+            give_up_recovery(self, "cannot reach the replacement server: "
+                                     + render(err));
+          });
 }
 
 void ask_reroute(worker_ptr self) {
@@ -158,14 +166,23 @@ void ask_reroute(worker_ptr self) {
       self->state.rerouting = false;
       apply_routing(self, std::move(table));
     },
-    [self](caf::error&) {
+    [self](caf::error& err) {
       self->state.rerouting = false;
-      give_up_recovery(self);
+      give_up_recovery(self, render(err));
     },
     routing_atom::value, st.cfg.routing_version);
 }
 
 } // namespace
+
+caf::error shard_down_error(worker_ptr self, uint32_t index) {
+  auto& why = self->state.unreplaced[index];
+  if (why.empty())
+    return dead_shard(index);
+  return make_error(errc::dead_node, "shard " + std::to_string(index)
+                                       + " is down and was not replaced (" + why
+                                       + ")");
+}
 
 bool shard_gone(const caf::error& err) {
   if (err == caf::sec::request_receiver_down)

@@ -161,7 +161,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     return;
   }
   if (st.dead[index]) {
-    auto err = dead_shard(index);
+    auto err = shard_down_error(self, index);
     on_err(err);
     return;
   }

@@ -86,6 +86,8 @@ struct worker_state {
   std::vector<std::map<uint64_t, std::function<void()>>> retries;
   std::vector<std::map<uint64_t, std::function<void()>>> parked;
   std::vector<bool> recovering;
+  /// Why a shard was not replaced (empty: it was, or was never awaited).
+  std::vector<std::string> unreplaced;
   std::vector<bool> renumbered;
   std::vector<std::unordered_map<slice_id, uint64_t>> renumber;
   /// A request for a newer routing table is out.
@@ -161,6 +163,10 @@ void add_route(worker_ptr self, key_info info);
 
 /// The `dead_node` error of shard `index`.
 caf::error dead_shard(uint32_t index);
+
+/// The error of a request to shard `index`, which is dead: dead_shard, or
+/// why it was not replaced.
+caf::error shard_down_error(worker_ptr self, uint32_t index);
 
 /// Sets the compression of `r`; a new codec starts from zero residuals.
 void set_compression(route& r, const compression& c);

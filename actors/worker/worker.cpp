@@ -251,6 +251,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   st.retries.resize(st.cfg.shards.size());
   st.parked.resize(st.cfg.shards.size());
   st.recovering.assign(st.cfg.shards.size(), false);
+  st.unreplaced.resize(st.cfg.shards.size());
   st.renumbered.assign(st.cfg.shards.size(), false);
   st.renumber.resize(st.cfg.shards.size());
   st.queues.assign(st.cfg.shards.size(),

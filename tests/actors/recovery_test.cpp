@@ -281,6 +281,9 @@ TEST_CASE("recovery: the recovery timeout covers the restore; the waiting "
              Catch::Contains("no server replaced it within the recovery "
                              "timeout"));
   CHECK_THAT(errors[0] + errors[1], Catch::Contains("dead_node"));
+  // The push says which shard and why.
+  CHECK_THAT(errors[0] + errors[1],
+             Catch::Contains("shard 0 is down and was not replaced"));
   // The rank takes no replacement any more.
   CHECK_THAT(require_error(f.join(role::server), errc::bad_config),
              Catch::Contains("none of them may be replaced"));

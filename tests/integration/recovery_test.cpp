@@ -144,6 +144,7 @@ TEST_CASE("dist: without a replacement in time the workers' calls fail, and "
     auto killed = std::chrono::steady_clock::now();
     CHECK_EXIT(w, 3, job_time);
     CHECK_THAT(w.output(), Catch::Contains("was not replaced"));
+    CHECK_THAT(w.output(), Catch::Contains("is down and was not replaced ("));
     CHECK_THAT(w.output(), Catch::Contains("dead_node"));
     // After the 2 s recovery timeout, not the 20 s request timeout.
     CHECK(std::chrono::steady_clock::now() - killed < 15s);
