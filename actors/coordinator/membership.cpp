@@ -150,9 +150,7 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
     auto role_of = node.role;
     if (node.role == role::server) {
       // Mark this server's shards dead in the global order.
-      size_t first = 0;
-      for (uint32_t r = 0; r < node.rank && r < st.server_shards.size(); ++r)
-        first += st.server_shards[r].size();
+      size_t first = st.first_shard(node.rank);
       for (size_t i = 0; i < node.shards.size(); ++i)
         if (first + i < st.shard_dead.size())
           st.shard_dead[first + i] = true;

@@ -43,15 +43,6 @@ struct restore_job {
 
 using restore_ptr = std::shared_ptr<restore_job>;
 
-// The index of the first shard of server `rank` (every server runs as many
-// shards as the first: the shard indices say so).
-uint32_t first_shard(coordinator_state& st, uint32_t rank) {
-  uint32_t first = 0;
-  for (uint32_t r = 0; r < rank && r < st.server_shards.size(); ++r)
-    first += static_cast<uint32_t>(st.server_shards[r].size());
-  return first;
-}
-
 bool same_optimizer(caf::actor_system& sys, const optimizer_config& a,
                     const optimizer_config& b) {
   std::vector<char> x;
@@ -468,7 +459,7 @@ register_replacement(coordinator_ptr self, coordinator_state::node_entry& node,
   job->rank = rank;
   job->generation = rec.generation;
   job->session = ++st.last_session;
-  auto first = first_shard(st, rank);
+  auto first = st.first_shard(rank);
   for (uint32_t i = 0; i < shards.size(); ++i) {
     job->targets.push_back(first + i);
     job->shards.push_back(caf::actor_cast<shard_actor>(shards[i]));
@@ -488,7 +479,7 @@ void publish_recoveries(coordinator_ptr self) {
     auto& rec = st.recoveries[rank];
     if (!rec.restored || st.server_admitted[rank] < st.admit_version)
       continue;
-    auto first = first_shard(st, rank);
+    auto first = st.first_shard(rank);
     auto& shards = st.server_shards[rank];
     for (uint32_t i = 0; i < shards.size(); ++i) {
       auto g = first + i;

@@ -194,6 +194,15 @@ struct coordinator_state {
                        });
   }
 
+  // The index of server `rank`'s first shard in the job's order (every
+  // server runs as many shards as the first: the shard indices say so).
+  uint32_t first_shard(uint32_t rank) const {
+    uint32_t first = 0;
+    for (uint32_t r = 0; r < rank && r < server_shards.size(); ++r)
+      first += static_cast<uint32_t>(server_shards[r].size());
+    return first;
+  }
+
   std::vector<uint32_t> live_ranks() const {
     std::vector<uint32_t> result;
     for (uint32_t r = 0; r < live.size(); ++r)

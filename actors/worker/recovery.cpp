@@ -26,21 +26,26 @@ namespace actorps {
 
 namespace {
 
-// The requests in flight to shard `index` wait for its replacement; those
-// that cannot be sent again fail.
-void park_in_flight(worker_ptr self, uint32_t index) {
+// Shard `index` is down and its replacement awaited: later requests park
+// in to_shard, and those in flight (each kept with a way to send it again
+// when the job replaces servers) wait too, in the order they were sent.
+void start_waiting(worker_ptr self, uint32_t index) {
   auto& st = self->state;
-  for (auto& [id, retry] : st.retries[index]) {
-    st.in_flight[index].erase(id);
+  if (!st.recovering[index]) {
+    st.dead[index] = true;
+    st.recovering[index] = true;
+    if (st.cfg.channel && st.cfg.channel->carries(index))
+      st.cfg.channel->shard_down(index);
+    std::fprintf(stderr,
+                 "actorps: worker %u: shard %u is down; its calls wait up to "
+                 "%lld ms for a replacement server\n",
+                 st.cfg.rank, index,
+                 static_cast<long long>(st.cfg.recovery.count()));
+  }
+  for (auto& [id, retry] : st.retries[index])
     st.parked[index].emplace(id, std::move(retry));
-  }
   st.retries[index].clear();
-  auto pending = std::move(st.in_flight[index]);
   st.in_flight[index].clear();
-  for (auto& kvp : pending) {
-    auto err = dead_shard(index);
-    kvp.second(err);
-  }
 }
 
 // Sends what waited for shard `index` again, in the order it was first
@@ -77,14 +82,8 @@ void adopt(worker_ptr self, const routing_table& table,
   auto& st = self->state;
   st.cfg.routing_version = std::max(st.cfg.routing_version, table.version);
   for (auto i : changed) {
-    if (!st.recovering[i]) {
-      // Replaced before this worker saw it go down.
-      st.dead[i] = true;
-      st.recovering[i] = true;
-      if (st.cfg.channel && st.cfg.channel->carries(i))
-        st.cfg.channel->shard_down(i);
-      park_in_flight(self, i);
-    }
+    // (Replaced before this worker saw it go down: it waits first.)
+    start_waiting(self, i);
     st.cfg.shards[i] = caf::actor_cast<shard_actor>(table.shards[i]);
     self->monitor(st.cfg.shards[i]);
     if (i < st.cfg.relays.size() && i < table.relays.size()) {
@@ -196,18 +195,7 @@ bool shard_gone(const caf::error& err) {
 
 void await_replacement(worker_ptr self, uint32_t index) {
   auto& st = self->state;
-  if (!st.recovering[index]) {
-    st.dead[index] = true;
-    st.recovering[index] = true;
-    if (st.cfg.channel && st.cfg.channel->carries(index))
-      st.cfg.channel->shard_down(index);
-    std::fprintf(stderr,
-                 "actorps: worker %u: shard %u is down; its calls wait up to "
-                 "%lld ms for a replacement server\n",
-                 st.cfg.rank, index,
-                 static_cast<long long>(st.cfg.recovery.count()));
-  }
-  park_in_flight(self, index);
+  start_waiting(self, index);
   // Queued requests park as they are sent.
   st.queues[index].pump();
   ask_reroute(self);

@@ -134,14 +134,17 @@ void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
 /// next sequence number there (requests reach to_shard in the order of their
 /// sequence numbers per slice, see core/send_queue.hpp). Inits carry none.
 template <class Msg>
+constexpr bool has_one_seq_v
+  = std::is_same_v<
+      Msg,
+      slice_push> || std::is_same_v<Msg, slice_pull> || std::is_same_v<Msg, rows_push> || std::is_same_v<Msg, rows_pull>;
+
+template <class Msg>
 void renumber(std::unordered_map<slice_id, uint64_t>& next, Msg& x) {
   if constexpr (std::is_same_v<Msg, slice_batch>) {
     for (size_t i = 0; i < x.slices.size() && i < x.seqs.size(); ++i)
       x.seqs[i] = next[x.slices[i]]++;
-  } else if constexpr (
-    std::is_same_v<
-      Msg,
-      slice_push> || std::is_same_v<Msg, slice_pull> || std::is_same_v<Msg, rows_push> || std::is_same_v<Msg, rows_pull>) {
+  } else if constexpr (has_one_seq_v<Msg>) {
     x.seq = next[x.slice]++;
   }
 }
@@ -150,14 +153,17 @@ template <class Reply, class OnOk, class Atom, class Msg>
 void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
               std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
   auto& st = self->state;
+  // The request, sent again (to a replacement server); made only when
+  // needed, so that a job without replacements copies nothing.
+  auto again = [&](Msg m) {
+    return [self, index, priority, on_ok, on_err, atom,
+            m = std::move(m)]() mutable {
+      to_shard<Reply>(self, index, priority, on_ok, on_err, atom, std::move(m));
+    };
+  };
   if (st.dead[index] && st.recovering[index]) {
     // Sent to the replacement once there is one.
-    st.parked[index].emplace(st.next_request++,
-                             [self, index, priority, on_ok, on_err, atom,
-                              msg = std::move(msg)]() mutable {
-                               to_shard<Reply>(self, index, priority, on_ok,
-                                               on_err, atom, std::move(msg));
-                             });
+    st.parked[index].emplace(st.next_request++, again(std::move(msg)));
     return;
   }
   if (st.dead[index]) {
@@ -169,11 +175,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     renumber(st.renumber[index], msg);
   auto id = st.next_request++;
   if (st.cfg.recovery.count() > 0)
-    st.retries[index].emplace(id, [self, index, priority, on_ok, on_err, atom,
-                                   msg]() mutable {
-      to_shard<Reply>(self, index, priority, on_ok, on_err, atom,
-                      std::move(msg));
-    });
+    st.retries[index].emplace(id, again(msg));
   st.in_flight[index].emplace(id, std::move(on_err));
   auto ok = [self, index, id, on_ok](Reply& x) mutable {
     if (self->state.in_flight[index].erase(id) > 0) {
