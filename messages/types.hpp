@@ -212,6 +212,38 @@ typename Inspector::result_type inspect(Inspector& f, slice_batch& x) {
            x.seqs, x.data, x.parts);
 }
 
+/// One operation a primary shard ran, sent to its backup (a shard on
+/// another server, see actors/shard/shard.hpp, "Replicas"), which runs it
+/// again in the primary's order: `kind` an `op_kind` (pulls carry no values:
+/// the backup only learns that the worker's sequence number was used);
+/// `table` for a row-sparse slice, whose rows `rows` names.
+struct replica_op {
+  slice_id slice = 0;
+  uint32_t worker = 0;
+  uint64_t seq = 0;
+  uint8_t kind = 0;
+  bool table = false;
+  std::vector<uint64_t> rows;
+  floats values;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_op& x) {
+  return f(caf::meta::type_name("replica_op"), x.slice, x.worker, x.seq, x.kind,
+           x.table, x.rows, x.values);
+}
+
+/// The operations a primary ran since it last wrote to its backup, in the
+/// order it ran them.
+struct replica_batch {
+  std::vector<replica_op> ops;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_batch& x) {
+  return f(caf::meta::type_name("replica_batch"), x.ops);
+}
+
 /// Decoding refuses infinite or NaN parameters: no optimizer uses one, and
 /// CAF 0.17's float encoder never returns on an infinity (found by
 /// fuzzing), so a node must not hold one it could send on.

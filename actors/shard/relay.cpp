@@ -215,6 +215,14 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
     [=](batch_atom a, slice_batch& msg, plane_reply& r) {
       relay_plane(self, shard, a, msg, r);
     },
+    // Replicas: the shard checks who sends them.
+    [=](replica_atom a, caf::actor& peer, bool is_backup) -> ok_result {
+      return self->delegate(shard, a, std::move(peer), is_backup);
+    },
+    [=](replicate_atom a, replica_batch& batch) -> ok_result {
+      return self->delegate(shard, a, std::move(batch));
+    },
+    [=](promote_atom a) -> ok_result { return self->delegate(shard, a); },
   };
 }
 

@@ -3,12 +3,18 @@
 // into the shard's state (state.hpp), which does the work.
 #include "actors/shard/state.hpp"
 
+#include <cstdio>
+#include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include "caf/actor_cast.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/event_based_actor.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/sec.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
@@ -20,6 +26,114 @@ namespace actorps {
 namespace {
 
 using shard_ptr = shard_actor::stateful_pointer<shard_state>;
+
+// -- replicas (see shard.hpp, "Replicas") -------------------------------------
+
+// The backup is gone, or did not answer in time: the primary goes on alone,
+// and every completion it held goes out. A backup that only timed out is
+// ended, so that it is never promoted behind its primary.
+void lose_backup(shard_ptr self, const caf::error& why) {
+  auto& st = self->state;
+  if (!st.backup)
+    return;
+  auto b = std::move(st.backup);
+  st.backup = nullptr;
+  if (why && why != caf::sec::request_receiver_down)
+    self->send_exit(b, caf::exit_reason::kill);
+  std::fprintf(stderr,
+               "actorps: shard %u: lost its backup (%s); goes on without one\n",
+               st.cfg.index, why ? render(why).c_str() : "told so");
+  st.outbox.clear();
+  st.gate->ack(std::numeric_limits<uint64_t>::max());
+}
+
+// Sends the operations run since the last forward to the backup; their
+// completions go out once it acknowledged them.
+void flush(shard_ptr self) {
+  auto& st = self->state;
+  if (st.outbox.empty())
+    return;
+  replica_batch b;
+  b.ops = std::move(st.outbox);
+  st.outbox.clear();
+  if (!st.backup)
+    return;
+  self
+    ->request(caf::actor_cast<shard_actor>(st.backup),
+              caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
+              std::move(b))
+    .then([gate = st.gate,
+           upto = st.forwarded](caf::ok_atom) { gate->ack(upto); },
+          [self](caf::error& err) { lose_backup(self, err); });
+}
+
+// A standby backup takes changes from its primary only; others as said.
+caf::error check_change(shard_ptr self, const char* op, bool admitter_only) {
+  auto& st = self->state;
+  if (!st.standby())
+    return admitter_only ? st.trusted.check_admitter(self, op)
+                         : st.trusted.check(self, op);
+  auto sender = self->current_sender();
+  if (sender != nullptr && st.primary
+      && caf::actor_cast<caf::actor_addr>(sender) == st.primary)
+    return caf::none;
+  return make_error(errc::unauthorized,
+                    std::string{op} + ": shard " + std::to_string(st.cfg.index)
+                      + " is a backup: it takes changes from its primary "
+                        "only");
+}
+
+// A data operation in worker `worker`'s name: trusted, and not on a
+// standby backup.
+caf::error check_data(shard_ptr self, const char* op, uint32_t worker) {
+  auto& st = self->state;
+  if (auto err = st.trusted.check(self, op, worker))
+    return err;
+  if (st.standby())
+    return make_error(errc::bad_config,
+                      std::string{op} + ": shard "
+                        + std::to_string(st.cfg.index)
+                        + " is a backup and was not promoted");
+  return caf::none;
+}
+
+// Forwards a change to the backup before it runs here (so that it comes
+// before any operation it releases): the change's reply then waits for the
+// backup's. `local` runs the change here.
+template <class Local, class... Ts>
+caf::result<caf::ok_atom> change(shard_ptr self, Local local, Ts... xs) {
+  auto& st = self->state;
+  flush(self);
+  std::optional<caf::typed_response_promise<caf::ok_atom>> rp;
+  if constexpr (sizeof...(Ts) > 0) {
+    if (st.backup) {
+      rp = self->make_response_promise<caf::ok_atom>();
+      self
+        ->request(caf::actor_cast<shard_actor>(st.backup),
+                  caf::duration{st.cfg.replica_timeout}, std::move(xs)...)
+        .then(
+          [rp = *rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
+          [self, rp = *rp](caf::error& err) mutable {
+            // An error of the change itself (the backup refused it as
+            // this shard did) is no failure of the backup.
+            if (code_of(err) == errc::none)
+              lose_backup(self, err);
+            rp.deliver(caf::ok_atom::value);
+          });
+    }
+  }
+  auto err = local();
+  flush(self);
+  if (rp) {
+    // (Once a promise exists, an error returned would be dropped.)
+    if (err)
+      rp->deliver(err);
+    return *rp;
+  }
+  if (err)
+    return err;
+  return caf::ok_atom::value;
+}
 
 // A push or push_pull of one slice, answered through `Reply`'s promise.
 template <class Reply>
@@ -33,14 +147,24 @@ push_one(shard_ptr self, const char* op, op_kind kind, slice_push& msg) {
   else
     t.pull_rp = rp;
   self->state.submit(op, msg, std::move(t));
+  flush(self);
   return rp;
 }
 
-// A data plane's message: it names a sink, and came from this process.
+// A data plane's message: it names a sink, and came from this process. A
+// standby backup answers it with an error.
 bool from_plane(shard_ptr self, const plane_reply& r) {
   auto sender = self->current_sender();
-  return r.sink != nullptr
-         && (sender == nullptr || sender->node() == self->node());
+  if (r.sink == nullptr
+      || (sender != nullptr && sender->node() != self->node()))
+    return false;
+  if (!self->state.standby())
+    return true;
+  r.sink->fail(r.peer, r.request,
+               make_error(errc::bad_config,
+                          "shard " + std::to_string(self->state.cfg.index)
+                            + " is a backup and was not promoted"));
+  return false;
 }
 
 // A push or push_pull from a data plane, answered through its sink.
@@ -52,6 +176,7 @@ void push_from_plane(shard_ptr self, const char* op, op_kind kind,
   t.kind = kind;
   t.direct = std::move(r);
   self->state.submit(op, msg, std::move(t));
+  flush(self);
 }
 
 // Orders a push or pull of rows of a table slice; its outcome goes to `t`
@@ -64,6 +189,7 @@ void submit_rows(shard_ptr self, rows_push& msg, op_target t) {
   auto& g = msg.values.data;
   st.submit("push_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
             g.data(), g.size(), std::move(t), &g);
+  flush(self);
 }
 
 void submit_rows(shard_ptr self, rows_pull& msg, op_target t) {
@@ -73,6 +199,7 @@ void submit_rows(shard_ptr self, rows_pull& msg, op_target t) {
   auto& st = self->state;
   st.submit("pull_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
             nullptr, 0, std::move(t));
+  flush(self);
 }
 
 shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
@@ -84,29 +211,30 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   return {
     // Takes the message by mutable reference to keep its buffer (see push).
     [self](init_atom, slice_init& msg) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "init"))
+      if (auto err = check_change(self, "init", false))
         return err;
-      if (auto err = self->state.init(msg))
-        return err;
-      return caf::ok_atom::value;
+      if (!self->state.backup)
+        return change(self, [&] { return self->state.init(msg); });
+      return change(
+        self, [&] { return self->state.init(msg); }, init_atom::value, msg);
     },
     // Takes the message by mutable reference: CAF then hands over its own
     // copy only if the message is shared, so the shard may keep the buffer.
     [self](push_atom, slice_push& msg) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push", msg.worker))
+      if (auto err = check_data(self, "push", msg.worker))
         return err;
       return push_one<caf::ok_atom>(self, "push", op_kind::push, msg);
     },
     // A push, then a pull of the value it produced (one large slice; small
     // ones travel in batches).
     [self](push_pull_atom, slice_push& msg) -> caf::result<shared_floats> {
-      if (auto err = self->state.trusted.check(self, "push_pull", msg.worker))
+      if (auto err = check_data(self, "push_pull", msg.worker))
         return err;
       return push_one<shared_floats>(self, "push_pull", op_kind::push_pull,
                                      msg);
     },
     [self](pull_atom, const slice_pull& msg) -> caf::result<shared_floats> {
-      if (auto err = self->state.trusted.check(self, "pull", msg.worker))
+      if (auto err = check_data(self, "pull", msg.worker))
         return err;
       op_target t;
       t.kind = op_kind::pull;
@@ -115,10 +243,11 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
                 nullptr, 0, std::move(t));
+      flush(self);
       return rp;
     },
     [self](batch_atom, const slice_batch& msg) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "batch", msg.worker))
+      if (auto err = check_data(self, "batch", msg.worker))
         return err;
       // Once a promise exists, a returned error would be dropped: errors go
       // through the promise.
@@ -127,6 +256,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       auto rp = reply->rp;
       if (auto err = self->state.batch(msg, reply))
         reply->fail(std::move(err));
+      flush(self);
       return rp;
     },
     // The same operations from a data plane of this process (plane_reply
@@ -147,6 +277,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
                 nullptr, 0, std::move(t));
+      flush(self);
     },
     [self](batch_atom, const slice_batch& msg, plane_reply& r) {
       if (!from_plane(self, r))
@@ -155,16 +286,16 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       reply->direct = std::move(r);
       if (auto err = self->state.batch(msg, reply))
         reply->fail(std::move(err));
+      flush(self);
     },
     [self](init_atom, const table_init& msg) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "init"))
+      if (auto err = check_change(self, "init", false))
         return err;
-      if (auto err = self->state.init(msg))
-        return err;
-      return caf::ok_atom::value;
+      return change(
+        self, [&] { return self->state.init(msg); }, init_atom::value, msg);
     },
     [self](push_atom, rows_push& msg) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push_rows", msg.worker))
+      if (auto err = check_data(self, "push_rows", msg.worker))
         return err;
       op_target t;
       t.push_rp = self->make_response_promise<caf::ok_atom>();
@@ -173,7 +304,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return rp;
     },
     [self](pull_atom, rows_pull& msg) -> caf::result<shared_floats> {
-      if (auto err = self->state.trusted.check(self, "pull_rows", msg.worker))
+      if (auto err = check_data(self, "pull_rows", msg.worker))
         return err;
       op_target t;
       t.pull_rp = self->make_response_promise<shared_floats>();
@@ -197,12 +328,17 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](set_opt_atom,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "set_optimizer"))
+      if (auto err = check_change(self, "set_optimizer", false))
         return err;
       if (auto err = to_error(core::validate(opt)))
         return err;
-      self->state.set_optimizer(opt);
-      return caf::ok_atom::value;
+      return change(
+        self,
+        [&] {
+          self->state.set_optimizer(opt);
+          return caf::error{};
+        },
+        set_opt_atom::value, opt);
     },
     [self](save_atom) -> caf::result<state_snapshot> {
       if (auto err = self->state.trusted.check(self, "save_optimizer_states"))
@@ -212,11 +348,12 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     // Takes the message by mutable reference: the saved buffers become the
     // slices' own without a copy (CAF copies a shared message first).
     [self](load_atom, state_snapshot& snap) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+      if (auto err = check_change(self, "load_optimizer_states", false))
         return err;
-      if (auto err = self->state.load(snap))
-        return err;
-      return caf::ok_atom::value;
+      if (!self->state.backup)
+        return change(self, [&] { return self->state.load(snap); });
+      return change(
+        self, [&] { return self->state.load(snap); }, load_atom::value, snap);
     },
     // Saves and loads in pieces: no message carries more than a piece.
     [self](save_atom, uint64_t session) -> caf::result<caf::ok_atom> {
@@ -235,36 +372,39 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](load_atom, uint64_t session,
            const optimizer_config& opt) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+      if (auto err = check_change(self, "load_optimizer_states", false))
         return err;
-      if (auto err = self->state.open_load(session, opt))
-        return err;
-      return caf::ok_atom::value;
+      return change(
+        self, [&] { return self->state.open_load(session, opt); },
+        load_atom::value, session, opt);
     },
     [self](load_atom, uint64_t session,
            std::vector<slice_record>& pieces) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+      if (auto err = check_change(self, "load_optimizer_states", false))
         return err;
-      if (auto err = self->state.load_pieces(session, pieces))
-        return err;
-      return caf::ok_atom::value;
+      if (!self->state.backup)
+        return change(self,
+                      [&] { return self->state.load_pieces(session, pieces); });
+      return change(
+        self, [&] { return self->state.load_pieces(session, pieces); },
+        load_atom::value, session, pieces);
     },
     [self](load_atom, uint64_t session,
            bool commit) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "load_optimizer_states"))
+      if (auto err = check_change(self, "load_optimizer_states", false))
         return err;
-      if (auto err = self->state.end_load(session, commit))
-        return err;
-      return caf::ok_atom::value;
+      return change(
+        self, [&] { return self->state.end_load(session, commit); },
+        load_atom::value, session, commit);
     },
     [self](workers_atom,
            const std::vector<uint32_t>& live) -> caf::result<caf::ok_atom> {
       // Who is live decides whom sync rounds wait for: the coordinator's.
-      if (auto err = self->state.trusted.check_admitter(self, "workers"))
+      if (auto err = check_change(self, "workers", true))
         return err;
-      if (auto err = self->state.set_live(live))
-        return err;
-      return caf::ok_atom::value;
+      return change(
+        self, [&] { return self->state.set_live(live); }, workers_atom::value,
+        live);
     },
     [self](stats_atom) -> caf::result<shard_stats> {
       if (auto err = self->state.trusted.check(self, "stats"))
@@ -273,13 +413,22 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "send_command_to_servers"))
-        return err;
       auto& st = self->state;
-      if (head == command_head::clear_pending) {
-        st.clear_pending();
-        return caf::ok_atom::value;
-      }
+      // Heads that change the slices go to the backup too.
+      auto changes = head == 0 || head == command_head::clear_pending;
+      auto checked = changes
+                       ? check_change(self, "send_command_to_servers", false)
+                       : st.trusted.check(self, "send_command_to_servers");
+      if (checked)
+        return checked;
+      if (head == command_head::clear_pending)
+        return change(
+          self,
+          [&] {
+            st.clear_pending();
+            return caf::error{};
+          },
+          command_atom::value, head, body);
       if (head < 0)
         return make_error(errc::bad_config,
                           "command: head " + std::to_string(head)
@@ -288,8 +437,13 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         optimizer_config opt;
         if (auto err = to_error(core::parse_optimizer(body, opt)))
           return err;
-        st.set_optimizer(opt);
-        return caf::ok_atom::value;
+        return change(
+          self,
+          [&] {
+            st.set_optimizer(opt);
+            return caf::error{};
+          },
+          command_atom::value, head, body);
       }
       if (!st.cfg.on_command)
         return make_error(errc::bad_config,
@@ -307,6 +461,60 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return err;
       self->state.trusted.add(nodes);
       self->state.trusted.bind_workers(workers);
+      return caf::ok_atom::value;
+    },
+    [self](replica_atom, caf::actor peer,
+           bool peer_is_backup) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (auto err = st.trusted.check_admitter(self, "replica"))
+        return err;
+      if (!peer_is_backup) {
+        if (!st.cfg.backup || !peer)
+          return make_error(errc::bad_config, "replica: shard "
+                                                + std::to_string(st.cfg.index)
+                                                + " is no backup");
+        st.primary = peer.address();
+        return caf::ok_atom::value;
+      }
+      if (st.standby())
+        return make_error(errc::bad_config, "replica: shard "
+                                              + std::to_string(st.cfg.index)
+                                              + " is a backup itself");
+      // What went to the old backup is acknowledged by it.
+      flush(self);
+      if (!peer) {
+        lose_backup(self, caf::error{});
+        return caf::ok_atom::value;
+      }
+      st.backup = std::move(peer);
+      st.gate = std::make_shared<replica_gate>();
+      return caf::ok_atom::value;
+    },
+    [self](replicate_atom, replica_batch& batch) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!st.cfg.backup || sender == nullptr || !st.primary
+          || caf::actor_cast<caf::actor_addr>(sender) != st.primary)
+        return make_error(errc::unauthorized,
+                          "replicate: shard " + std::to_string(st.cfg.index)
+                            + " is no backup of the sender");
+      st.replay(batch);
+      return caf::ok_atom::value;
+    },
+    [self](promote_atom) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (auto err = st.trusted.check_admitter(self, "promote"))
+        return err;
+      if (!st.cfg.backup)
+        return make_error(errc::bad_config, "promote: shard "
+                                              + std::to_string(st.cfg.index)
+                                              + " is no backup");
+      if (!st.promoted)
+        std::fprintf(stderr,
+                     "actorps: shard %u: the backup takes over from its "
+                     "primary\n",
+                     st.cfg.index);
+      st.promoted = true;
       return caf::ok_atom::value;
     },
   };

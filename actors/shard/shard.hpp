@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -130,6 +131,33 @@
 /// admitted node (an anonymous sender counts as foreign). The first refusal
 /// per node is logged.
 ///
+/// Replicas (a job run with `--replicas 2`): a shard may be the primary of
+/// its slices with a backup, a shard of the next server that holds a copy
+/// of them (`shard_config::backup`), as the OSDI'14 Parameter Server keeps
+/// a key range on the next server of its ring.
+/// - `(replica_atom, caf::actor peer, bool peer_is_backup)` -> `ok_atom`
+///   (from the shard's process or an admitter only): with `peer_is_backup`
+///   the shard forwards to `peer` everything that changes its state from
+///   now on (an invalid `peer`: the backup is gone, stop); without, `peer`
+///   is the primary whose forwards a backup accepts.
+/// - A primary forwards each operation it runs, in the order it runs it
+///   (pulls as their sequence number only), as `(replicate_atom,
+///   replica_batch)` -> `ok_atom`, one message per message it handled; and
+///   every other change (init, tables, optimizer, loads, live workers,
+///   clear_pending, command head 0) as the same message it got, before it
+///   runs it. An operation completes (its reply, or its error, reaches the
+///   worker) only once the backup acknowledged it: whatever a worker saw
+///   acknowledged, the backup holds. If the backup fails or is told gone,
+///   the primary goes on alone (and ends a backup that only timed out, so
+///   that it is never promoted behind).
+/// - A backup runs what its primary forwards, and refuses everything else
+///   that reads or changes its slices, from anyone, until `(promote_atom)`
+///   -> `ok_atom` (an admitter's) makes it the slices' primary. A promoted
+///   shard answers an operation whose sequence number it saw forwarded (a
+///   worker sending again what its dead primary had not answered) without
+///   applying it twice: a push is acknowledged, a pull answered (in sync
+///   mode once its round is applied).
+///
 /// Ordering: operations of one worker on one slice carry consecutive sequence
 /// numbers and are applied in that order, whatever order the mailbox delivers
 /// them in (a high-priority message overtakes the normal queue). Operations
@@ -166,6 +194,12 @@ struct shard_config {
   std::function<caf::error(int32_t head, const std::string& body)> on_command;
   /// Remote nodes trusted from the start (a server's: the coordinator's).
   std::vector<caf::node_id> trusted;
+  /// A backup (see "Replicas" above): runs only what its primary forwards
+  /// until promoted.
+  bool backup = false;
+  /// How long a primary waits for its backup to acknowledge a forward
+  /// before it goes on without it.
+  std::chrono::milliseconds replica_timeout{30000};
 };
 
 /// Interface of a shard actor.
@@ -227,7 +261,10 @@ using shard_actor = caf::typed_actor<
   caf::reacts_to<push_pull_atom, slice_push, plane_reply>,
   caf::reacts_to<batch_atom, slice_batch, plane_reply>,
   caf::reacts_to<push_atom, rows_push, plane_reply>,
-  caf::reacts_to<pull_atom, rows_pull, plane_reply>>;
+  caf::reacts_to<pull_atom, rows_pull, plane_reply>,
+  caf::replies_to<replica_atom, caf::actor, bool>::with<caf::ok_atom>,
+  caf::replies_to<replicate_atom, replica_batch>::with<caf::ok_atom>,
+  caf::replies_to<promote_atom>::with<caf::ok_atom>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);

@@ -245,8 +245,25 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
 }
 
 void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
-                      const float* g, std::size_t n, op_target& t,
+                      uint64_t seq, const float* g, std::size_t n, op_target& t,
                       std::vector<float>* owned) {
+  if (backup) {
+    // The backup runs it too, before anyone hears of it.
+    replica_op r;
+    r.slice = id;
+    r.worker = worker;
+    r.seq = seq;
+    r.kind = static_cast<uint8_t>(t.kind);
+    r.table = t.table;
+    if (t.kind != op_kind::pull) {
+      if (t.table)
+        r.rows = t.rows;
+      r.values.data.assign(g, g + n);
+    }
+    outbox.push_back(std::move(r));
+    t.gate = gate;
+    t.forward = ++forwarded;
+  }
   if (t.kind != op_kind::pull) {
     auto err = t.table ? do_push_rows(s, id, worker, g, n, t.rows, owned)
                        : do_push(s, id, worker, g, n, owned);
@@ -273,8 +290,9 @@ void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
       return;
     auto op = std::move(i->second);
     s.stash.erase(i);
-    ++s.next_seq[worker];
-    run(s, id, worker, op.grad.data(), op.grad.size(), op.target, &op.grad);
+    auto seq = s.next_seq[worker]++;
+    run(s, id, worker, seq, op.grad.data(), op.grad.size(), op.target,
+        &op.grad);
   }
 }
 
@@ -286,13 +304,17 @@ void shard_state::submit(const char* op, slice_state* s, slice_id id,
     t.fail(not_initialized(op, id));
     return;
   }
+  if (promoted && worker < cfg.num_workers && seq < s->next_seq[worker]) {
+    answer_again(*s, worker, t);
+    return;
+  }
   auto now = admit(op, *s, id, worker, seq);
   if (!now) {
     t.fail(std::move(now.error()));
     return;
   }
   if (*now) {
-    run(*s, id, worker, g, n, t, owned);
+    run(*s, id, worker, seq, g, n, t, owned);
     drain(*s, id, worker);
     return;
   }
@@ -309,6 +331,37 @@ void shard_state::submit(const char* op, slice_push& msg, op_target t) {
   auto& g = msg.grad.data;
   submit(op, find(msg.slice), msg.slice, msg.worker, msg.seq, g.data(),
          g.size(), std::move(t), &g);
+}
+
+void shard_state::answer_again(slice_state& s, uint32_t worker, op_target& t) {
+  if (t.kind == op_kind::push)
+    t.pushed();
+  else
+    do_pull(s, worker, t);
+}
+
+void shard_state::replay(replica_batch& batch) {
+  for (auto& op : batch.ops) {
+    auto s = find(op.slice);
+    if (s == nullptr || op.worker >= cfg.num_workers
+        || op.kind > static_cast<uint8_t>(op_kind::push_pull))
+      continue;
+    // Seen already: a worker sent it again to the promoted shard first.
+    if (op.seq < s->next_seq[op.worker])
+      continue;
+    s->next_seq[op.worker] = op.seq + 1;
+    if (op.kind != static_cast<uint8_t>(op_kind::pull)) {
+      op_target t;
+      t.mute = true;
+      t.table = op.table;
+      t.rows = std::move(op.rows);
+      auto& g = op.values.data;
+      run(*s, op.slice, op.worker, op.seq, g.data(), g.size(), t, &g);
+    }
+    // Promoted: what the worker sent again behind it may run now.
+    if (promoted)
+      drain(*s, op.slice, op.worker);
+  }
 }
 
 caf::expected<bool> shard_state::admit(const char* op, slice_state& s,

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -11,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "caf/actor.hpp"
+#include "caf/actor_addr.hpp"
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 #include "caf/typed_response_promise.hpp"
@@ -73,6 +77,35 @@ struct batch_reply {
 
 using batch_ptr = std::shared_ptr<batch_reply>;
 
+// A primary's completions held until its backup acknowledged the
+// operations they answer (see shard.hpp, "Replicas"): operation n (numbered
+// from 1 as forwarded) completes once `acked` >= n.
+struct replica_gate {
+  uint64_t acked = 0;
+  std::map<uint64_t, std::vector<std::function<void()>>> held;
+
+  bool holds(uint64_t n) const {
+    return n > acked;
+  }
+
+  void hold(uint64_t n, std::function<void()> f) {
+    held[n].push_back(std::move(f));
+  }
+
+  // Every operation up to `n` was acknowledged: their completions run.
+  void ack(uint64_t n) {
+    acked = std::max(acked, n);
+    while (!held.empty() && held.begin()->first <= acked) {
+      auto fs = std::move(held.begin()->second);
+      held.erase(held.begin());
+      for (auto& f : fs)
+        f();
+    }
+  }
+};
+
+using gate_ptr = std::shared_ptr<replica_gate>;
+
 // Where the outcome of one operation goes: the promise of a single push or
 // pull, the sink of one that arrived over a data plane, or a place in a
 // batch reply.
@@ -89,8 +122,28 @@ struct op_target {
   bool table = false;
   std::vector<uint64_t> rows;
   uint64_t dim = 0;
+  // Run by a backup from its primary's forward: nobody waits for it.
+  bool mute = false;
+  // Forwarded to a backup as operation `forward` of `gate`: completes once
+  // the backup acknowledged it.
+  gate_ptr gate;
+  uint64_t forward = 0;
+
+  // True if the outcome must wait for the backup: `then` runs it later.
+  template <class F>
+  bool held(F then) {
+    if (!gate || !gate->holds(forward))
+      return false;
+    auto g = std::move(gate);
+    g->hold(forward, std::move(then));
+    return true;
+  }
 
   void pushed() {
+    if (mute)
+      return;
+    if (held([t = *this]() mutable { t.pushed(); }))
+      return;
     if (batch)
       batch->arrive();
     else if (direct.sink)
@@ -102,6 +155,8 @@ struct op_target {
   // Pulls share the slice's buffer (copy on write, see shared_floats): a
   // single pull as its reply, a batch as one piece of its reply.
   void pulled(const shared_floats& value) {
+    if (mute)
+      return;
     if (table) {
       // The rows asked for, gathered: the table is never shared.
       std::vector<float> out(rows.size() * dim);
@@ -113,17 +168,15 @@ struct op_target {
                     dim * sizeof(float));
       }
       shared_floats x{std::move(out)};
-      if (direct.sink)
-        direct.sink->value(direct.peer, direct.request, x);
-      else
-        pull_rp.deliver(x);
+      if (held([t = *this, x]() mutable { t.pulled_value(x); }))
+        return;
+      pulled_value(x);
       return;
     }
     if (!batch) {
-      if (direct.sink)
-        direct.sink->value(direct.peer, direct.request, value);
-      else
-        pull_rp.deliver(value);
+      if (held([t = *this, value]() mutable { t.pulled_value(value); }))
+        return;
+      pulled_value(value);
       return;
     }
     if (!batch->failed && !batch->shared) {
@@ -135,10 +188,24 @@ struct op_target {
         static_cast<uint32_t>(out.buffers.size()), 0, offset, value.size()});
       out.buffers.push_back(value);
     }
+    if (held([b = batch]() { b->arrive(); }))
+      return;
     batch->arrive();
   }
 
+  // A single pull's value (not a batch's), once nothing holds it.
+  void pulled_value(const shared_floats& x) {
+    if (direct.sink)
+      direct.sink->value(direct.peer, direct.request, x);
+    else
+      pull_rp.deliver(x);
+  }
+
   void fail(caf::error err) {
+    if (mute)
+      return;
+    if (held([t = *this, err]() mutable { t.fail(err); }))
+      return;
     if (batch)
       batch->fail(std::move(err));
     else if (direct.sink)
@@ -256,6 +323,28 @@ struct shard_state {
   std::vector<bool> live;
   shard_stats stats;
 
+  // -- replicas (shard.hpp, "Replicas") ---------------------------------------
+
+  // A primary's backup (none: nothing is forwarded).
+  caf::actor backup;
+  // A backup's primary, whose forwards it runs.
+  caf::actor_addr primary;
+  // A backup made the primary of its slices.
+  bool promoted = false;
+  // Operations forwarded so far (numbered from 1), and their completions.
+  uint64_t forwarded = 0;
+  gate_ptr gate = std::make_shared<replica_gate>();
+  // Operations run since the last forward, sent at the end of the handler.
+  std::vector<replica_op> outbox;
+
+  // True for a backup that was not promoted: it runs forwards only.
+  bool standby() const {
+    return cfg.backup && !promoted;
+  }
+
+  // Runs the operations a primary forwarded, in its order (see shard.hpp).
+  void replay(replica_batch& batch);
+
   /// The counters of worker `rank` (< cfg.num_workers, checked before).
   worker_traffic& traffic(uint32_t rank) {
     if (stats.by_worker.size() <= rank)
@@ -332,9 +421,15 @@ struct shard_state {
 
   void do_pull(slice_state& s, uint32_t worker, op_target& t);
 
-  // Runs one operation whose predecessors all ran.
-  void run(slice_state& s, slice_id id, uint32_t worker, const float* g,
-           std::size_t n, op_target& t, std::vector<float>* owned = nullptr);
+  // Runs operation `seq` of `worker`, whose predecessors all ran (and
+  // forwards it to the backup, if any).
+  void run(slice_state& s, slice_id id, uint32_t worker, uint64_t seq,
+           const float* g, std::size_t n, op_target& t,
+           std::vector<float>* owned = nullptr);
+
+  // A promoted backup got operation `seq` again, which it ran as its
+  // primary's forward: answers it without applying it twice.
+  void answer_again(slice_state& s, uint32_t worker, op_target& t);
 
   // Runs the operations of `worker` stashed behind the one just processed.
   void drain(slice_state& s, slice_id id, uint32_t worker);
