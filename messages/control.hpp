@@ -31,7 +31,8 @@ namespace actorps {
 /// and loads move in pieces (save_cursor, save_piece, load_piece; a
 /// slice_record may be a piece of a slice; job_info::message_cap). 10: a
 /// server may be replaced (job_info::recovery_ms, routing_table::version).
-constexpr uint32_t wire_version = 10;
+/// 11: replicas (job_info::replicas; backups register with replica_atom).
+constexpr uint32_t wire_version = 11;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a
@@ -116,6 +117,11 @@ struct job_info {
   /// replacement server (restored from the newest checkpoint) before they
   /// fail; 0: they fail at once.
   uint32_t recovery_ms = 0;
+  /// Copies of each slice on distinct servers (1: none; 2: a primary and
+  /// a backup on the next server, see actors/shard/shard.hpp, "Replicas").
+  /// Workers then keep the sequence numbers of what they send again to a
+  /// promoted backup.
+  uint32_t replicas = 1;
 };
 
 template <class Inspector>
@@ -123,7 +129,7 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
            x.transport, x.data_salt, x.coordinator, x.message_cap, x.rank_key,
-           x.rank_secret, x.loopback, x.recovery_ms);
+           x.rank_secret, x.loopback, x.recovery_ms, x.replicas);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

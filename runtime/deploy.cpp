@@ -172,6 +172,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   wc.coordinator = coord;
   wc.recovery = std::chrono::milliseconds{job.recovery_ms};
   wc.routing_version = table.version;
+  wc.replicas = job.replicas > 1;
   // A replacement server: this process connects to it directly too.
   wc.reach_server = [sys = &rt->sys](const std::string& server) -> caf::error {
     auto at = parse_endpoint(server);

@@ -82,35 +82,6 @@ connect_coordinator(caf::actor_system& sys, const endpoint& where,
   }
 }
 
-caf::expected<job_status> query_status(const status_options& opts) {
-  if (auto err = check_tls(opts.system.tls))
-    return make_error(errc::bad_config, "status: " + context_of(err));
-  auto sopts = opts.system;
-  sopts.network = true;
-  sopts.token = opts.token;
-  system_config cfg{sopts};
-  caf::actor_system sys{cfg};
-  caf::scoped_actor self{sys};
-  auto gate = connect_coordinator(sys, opts.coordinator, opts.timeout);
-  if (!gate)
-    return std::move(gate.error());
-  job_info job;
-  auto err = detail::ask(
-    self.ptr(), caf::actor_cast<gate_actor>(*gate), opts.timeout,
-    [&](job_info& x) { job = std::move(x); }, join_atom::value, role::observer,
-    core::join_proof(opts.token), caf::actor{}, join_mode::any, wire_version);
-  if (err)
-    return err;
-  job_status result;
-  err = detail::ask(
-    self.ptr(), caf::actor_cast<coordinator_actor>(job.coordinator),
-    opts.timeout, [&](job_status& x) { result = std::move(x); },
-    status_atom::value);
-  if (err)
-    return err;
-  return result;
-}
-
 std::string describe_node(uint32_t node_id, uint8_t role_id) {
   if (role_id == role::coordinator)
     return "the coordinator";
@@ -159,6 +130,14 @@ caf::error run_coordinator(const coordinator_options& opts,
                       "rounds of dist_sync and the clocks of dist_ssp on a "
                       "restored server would not line up with the other "
                       "servers': not built yet)");
+  if (opts.replicas < 1 || opts.replicas > 2)
+    return make_error(errc::bad_config,
+                      "coordinator: replicas must be 1 or 2 (got "
+                        + std::to_string(opts.replicas) + ")");
+  if (opts.replicas > 1 && opts.num_servers < 2)
+    return make_error(errc::bad_config,
+                      "coordinator: 2 replicas need at least 2 servers (a "
+                      "backup lives on another server than its primary)");
   if (opts.recovery_timeout.count() > 0 && opts.checkpoint_dir.empty())
     return make_error(errc::bad_config,
                       "coordinator: a recovery timeout needs a checkpoint "
@@ -201,6 +180,7 @@ caf::error run_coordinator(const coordinator_options& opts,
                                    std::chrono::milliseconds{0});
   cc.recovery_timeout = std::max(opts.recovery_timeout,
                                  std::chrono::milliseconds{0});
+  cc.replicas = opts.replicas;
   auto coord = spawn_coordinator(sys, cc);
   // Only the gate listens: a peer reaches the coordinator itself once it
   // proved the token (see actors/gate.hpp).
@@ -367,6 +347,18 @@ caf::error run_coordinator(const coordinator_options& opts,
                                "restored from "
                              + restoring.last_path() + " (" + what + ")",
                            true);
+      } else if (kind == recovery_event::promoted) {
+        if (lost_servers > 0)
+          --lost_servers;
+        if (opts.on_recovery)
+          opts.on_recovery(server + " is down: its backups on " + what
+                             + " took over its shards; nothing they "
+                               "acknowledged was lost",
+                           true);
+      } else if (kind == recovery_event::unpaired) {
+        if (opts.on_recovery)
+          opts.on_recovery(server + "'s shards have no backups: " + what,
+                           false);
       } else if (opts.on_recovery) {
         opts.on_recovery(kind == recovery_event::waiting
                            ? server + " is down: waiting up to " + what
@@ -456,23 +448,39 @@ caf::error run_server(const server_options& opts,
   // The shards and relays trust the coordinator, which tells them the nodes
   // it admits.
   std::vector<caf::node_id> trusted{coord.node()};
-  std::vector<caf::actor> shards;
-  std::vector<caf::actor> relays;
-  for (uint32_t i = 0; i < opts.shards; ++i) {
+  // Spawns shard `index` (a backup of another server's: `backup`) and its
+  // priority relay into `into` and `relays_into`.
+  auto spawn_one = [&](uint32_t index, bool backup,
+                       std::vector<caf::actor>& into,
+                       std::vector<caf::actor>& relays_into) {
     shard_config sc;
-    sc.index = job.rank * opts.shards + i;
+    sc.index = index;
     sc.num_workers = job.num_workers;
     sc.sync = job.sync;
     sc.staleness = job.staleness;
     sc.on_command = opts.on_command;
     sc.trusted = trusted;
+    sc.backup = backup;
+    sc.replica_timeout = opts.timeout;
     auto shard = spawn_shard(sys, sc);
     auto relay = spawn_priority_relay(sys, shard, {}, false, trusted);
-    shards.push_back(caf::actor_cast<caf::actor>(shard));
-    relays.push_back(caf::actor_cast<caf::actor>(relay));
-    owned.push_back(shards.back());
-    owned.push_back(relays.back());
-  }
+    into.push_back(caf::actor_cast<caf::actor>(shard));
+    relays_into.push_back(caf::actor_cast<caf::actor>(relay));
+    owned.push_back(into.back());
+    owned.push_back(relays_into.back());
+  };
+  std::vector<caf::actor> shards;
+  std::vector<caf::actor> relays;
+  for (uint32_t i = 0; i < opts.shards; ++i)
+    spawn_one(job.rank * opts.shards + i, false, shards, relays);
+  // Replicas: this server backs up the previous server's shards (as many
+  // as its own), which take over when that server dies.
+  std::vector<caf::actor> backups;
+  std::vector<caf::actor> backup_relays;
+  auto backed = (job.rank + job.num_servers - 1) % job.num_servers;
+  if (job.replicas > 1 && job.num_servers > 1)
+    for (uint32_t i = 0; i < opts.shards; ++i)
+      spawn_one(backed * opts.shards + i, true, backups, backup_relays);
   // UCX transport: a plane whose request frames reach the shards through
   // an ingress; its address goes to the coordinator with the shards.
   std::string data_address;
@@ -491,6 +499,10 @@ caf::error run_server(const server_options& opts,
     for (uint32_t i = 0; i < opts.shards; ++i)
       by_index.emplace(job.rank * opts.shards + i,
                        caf::actor_cast<shard_actor>(shards[i]));
+    // (A backup answers workers only once promoted.)
+    for (uint32_t i = 0; i < backups.size(); ++i)
+      by_index.emplace(backed * opts.shards + i,
+                       caf::actor_cast<shard_actor>(backups[i]));
     ingress = ucx::spawn_ingress(sys, requests, data_plane,
                                  std::move(by_index));
     owned.push_back(ingress);
@@ -541,10 +553,15 @@ caf::error run_server(const server_options& opts,
   // A replacement server's registration is answered once its shards were
   // restored from the newest checkpoint: give that time.
   auto registration = job.recovery_ms > 0 ? 10 * opts.timeout : opts.timeout;
-  err = detail::ask(
-    self.ptr(), coord, registration, [](caf::ok_atom) {}, shards_atom::value,
-    job.node_id, shards, relays, opts.host + ":" + std::to_string(*port),
-    data_address);
+  if (!backups.empty())
+    err = detail::ask(
+      self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, replica_atom::value,
+      job.node_id, backups, backup_relays);
+  if (!err)
+    err = detail::ask(
+      self.ptr(), coord, registration, [](caf::ok_atom) {}, shards_atom::value,
+      job.node_id, shards, relays, opts.host + ":" + std::to_string(*port),
+      data_address);
   if (err) {
     stop();
     return err;

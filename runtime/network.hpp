@@ -93,6 +93,10 @@ struct coordinator_options {
   /// newest checkpoint, and the workers' calls to its shards wait for it
   /// (see coordinator.hpp, "Replacement servers"); 0: never.
   std::chrono::milliseconds recovery_timeout{0};
+  /// Copies of each slice: 1, or 2 (a backup of each server's shards on
+  /// the next server, promoted when that server dies; needs 2 servers or
+  /// more; see coordinator.hpp, "Replicas").
+  uint32_t replicas = 1;
   /// Gets a line when a dead server's replacement is awaited or done
   /// (`ok`), or given up (caller's thread).
   std::function<void(const std::string& line, bool ok)> on_recovery;

@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/observe.hpp"
 
+#include "caf/actor_cast.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
+#include "actors/gate.hpp"
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
+#include "core/link_proof.hpp"
+#include "messages/errors.hpp"
+#include "runtime/blocking.hpp"
+#include "runtime/network.hpp"
+#include "runtime/system.hpp"
 
 namespace actorps {
 
@@ -60,6 +67,35 @@ void gather_job(caf::actor_system& sys, const caf::actor& coordinator,
   ask<coordinator_actor, job_status>(
     self, coordinator, [&](job_status& s) { c.job = std::move(s); },
     std::chrono::seconds{5}, status_atom::value);
+}
+
+caf::expected<job_status> query_status(const status_options& opts) {
+  if (auto err = check_tls(opts.system.tls))
+    return make_error(errc::bad_config, "status: " + context_of(err));
+  auto sopts = opts.system;
+  sopts.network = true;
+  sopts.token = opts.token;
+  system_config cfg{sopts};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto gate = connect_coordinator(sys, opts.coordinator, opts.timeout);
+  if (!gate)
+    return std::move(gate.error());
+  job_info job;
+  auto err = detail::ask(
+    self.ptr(), caf::actor_cast<gate_actor>(*gate), opts.timeout,
+    [&](job_info& x) { job = std::move(x); }, join_atom::value, role::observer,
+    core::join_proof(opts.token), caf::actor{}, join_mode::any, wire_version);
+  if (err)
+    return err;
+  job_status result;
+  err = detail::ask(
+    self.ptr(), caf::actor_cast<coordinator_actor>(job.coordinator),
+    opts.timeout, [&](job_status& x) { result = std::move(x); },
+    status_atom::value);
+  if (err)
+    return err;
+  return result;
 }
 
 } // namespace actorps

@@ -346,8 +346,14 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       info.message_cap = core::message_cap(st.cfg.bigarray_bound,
                                            st.cfg.slice_floats);
       info.loopback = st.cfg.loopback;
-      info.recovery_ms = static_cast<uint32_t>(
-        std::min<int64_t>(st.cfg.recovery_timeout.count(), int64_t{1} << 31));
+      // With replicas, calls to a dead server's shards wait for its
+      // backups' promotion at least as long as any request.
+      auto wait = st.cfg.recovery_timeout.count();
+      if (st.cfg.replicas > 1)
+        wait = std::max<int64_t>(wait, st.cfg.timeout.count());
+      info.recovery_ms
+        = static_cast<uint32_t>(std::min<int64_t>(wait, int64_t{1} << 31));
+      info.replicas = st.cfg.replicas;
       bool replacing = false;
       if (role_id == role::worker) {
         if (st.workers_joined == st.cfg.num_workers) {
@@ -479,6 +485,13 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       send_admissions(self, rank);
       complete_routing(self);
       return caf::ok_atom::value;
+    },
+    [self](replica_atom, uint32_t node_id,
+           const std::vector<caf::actor>& backups,
+           const std::vector<caf::actor>& relays) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "register_backups"))
+        return err;
+      return record_backups(self, node_id, backups, relays);
     },
     [self](routing_atom) -> caf::result<routing_table> {
       if (auto err = self->state.trusted.check(self, "routing"))

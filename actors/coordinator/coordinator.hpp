@@ -153,6 +153,20 @@
 /// No periodic checkpoint is taken while a server is being replaced. The
 /// `(recover_atom, rank, generation)` message is the coordinator's own
 /// deadline.
+/// Replicas (`replicas` 2): each server registers, before its shards, as
+/// many backups (`(replica_atom, node_id, backups, relays)` -> `ok_atom`),
+/// backup i of server r+1 holding a copy of shard i of server r. Once every
+/// server registered, the coordinator pairs each primary with its backup
+/// (`(replica_atom, peer, is_backup)` to both) before it releases the
+/// routing table. When a server dies, its backups are promoted
+/// (`promote_atom`), and a routing table of a higher version moves its
+/// shards to them; `on_done` hears `(recover_atom, rank,
+/// recovery_event::promoted, what)`, or `given_up` if its backups died too.
+/// The primaries whose backups lived on the dead server go on without one.
+/// A promoted shard has no backup: a second death of its new server loses
+/// it. Promotion comes first: a job with replicas and a recovery timeout
+/// replaces a dead server from its checkpoint only when its backups are
+/// gone.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -168,6 +182,9 @@ namespace recovery_event {
 constexpr uint8_t waiting = 0;
 constexpr uint8_t replaced = 1;
 constexpr uint8_t given_up = 2;
+constexpr uint8_t promoted = 3;
+/// At the start: a server's shards could not be paired with backups.
+constexpr uint8_t unpaired = 4;
 } // namespace recovery_event
 
 /// Static configuration of the coordinator.
@@ -222,6 +239,12 @@ struct coordinator_config {
   /// how long workers' calls to its shards wait (job_info::recovery_ms);
   /// 0: a dead server is not replaced and those calls fail at once.
   std::chrono::milliseconds recovery_timeout{0};
+  /// Copies of each slice (1 or 2; job_info::replicas): with 2, server r's
+  /// shards are backed up by shards of server r+1 (mod the servers), which
+  /// register them with `(replica_atom, node_id, backups, relays)` before
+  /// their own shards; when a server dies its backups are promoted and the
+  /// routing table moves its shards to them (a higher version).
+  uint32_t replicas = 1;
 };
 
 /// Interface of the coordinator actor.
@@ -246,6 +269,8 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<shards_atom, uint32_t, std::vector<caf::actor>,
                   std::vector<caf::actor>, std::string,
                   std::string>::with<caf::ok_atom>,
+  caf::replies_to<replica_atom, uint32_t, std::vector<caf::actor>,
+                  std::vector<caf::actor>>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,
   caf::replies_to<routing_atom, uint64_t>::with<routing_table>,
   caf::reacts_to<recover_atom, uint32_t, uint64_t>,

@@ -139,6 +139,16 @@ void drop_worker(coordinator_ptr self, uint32_t rank) {
 
 void on_down(coordinator_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
+  // A backup went down (its server, or its primary ended it): that primary
+  // has no copy any more.
+  auto servers = static_cast<uint32_t>(st.server_backups.size());
+  for (uint32_t h = 0; h < servers; ++h)
+    for (size_t i = 0; i < st.server_backups[h].size(); ++i)
+      if (st.server_backups[h][i].address() == dm.source) {
+        auto g = st.first_shard((h + servers - 1) % servers) + i;
+        if (g < st.has_backup.size())
+          st.has_backup[g] = false;
+      }
   for (auto& [id, node] : st.nodes) {
     bool hit = node.agent && node.agent.address() == dm.source;
     for (size_t i = 0; !hit && i < node.shards.size(); ++i)
@@ -149,11 +159,17 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
     auto node_id = id;
     auto role_of = node.role;
     if (node.role == role::server) {
-      // Mark this server's shards dead in the global order.
-      size_t first = st.first_shard(node.rank);
-      for (size_t i = 0; i < node.shards.size(); ++i)
-        if (first + i < st.shard_dead.size())
-          st.shard_dead[first + i] = true;
+      // Mark the shards this server held dead in the global order (its
+      // own, and backups it held that were promoted).
+      auto held = node.shards;
+      if (node.rank < st.server_backups.size())
+        for (auto& b : st.server_backups[node.rank])
+          held.push_back(b.address());
+      for (size_t g = 0; g < st.shard_dead.size() && g < st.table.shards.size();
+           ++g)
+        if (std::find(held.begin(), held.end(), st.table.shards[g].address())
+            != held.end())
+          st.shard_dead[g] = true;
       server_lost(self, node.rank, node.replacing);
     }
     for (auto& [other_id, other] : st.nodes)
@@ -216,6 +232,7 @@ void complete_routing(coordinator_ptr self) {
   }
   st.shard_dead.assign(st.cfg.shards.size(), false);
   st.routing_ready = true;
+  pair_replicas(self);
   release_routing(self);
 }
 
@@ -235,7 +252,11 @@ void send_admissions(coordinator_ptr self, uint32_t rank) {
         && (!workers[node.rank] || !node.dead))
       workers[node.rank] = node.node;
   }
-  auto& relays = st.server_relays[rank];
+  // A server's backups learn them too (they serve once promoted).
+  auto relays = st.server_relays[rank];
+  if (rank < st.server_backup_relays.size())
+    for (auto& x : st.server_backup_relays[rank])
+      relays.push_back(x);
   auto pending = std::make_shared<size_t>(relays.size());
   for (auto& relay : relays)
     self->request(relay, st.timeout(), admit_atom::value, nodes, workers)
@@ -255,7 +276,7 @@ void send_admissions(coordinator_ptr self, uint32_t rank) {
 void release_routing(coordinator_ptr self) {
   auto& st = self->state;
   publish_recoveries(self);
-  if (!st.routing_ready || st.routing_waiters.empty())
+  if (!st.routing_ready || st.pairing > 0 || st.routing_waiters.empty())
     return;
   // (A replacement being restored is not in the table yet: it does not
   // hold the others up.)

@@ -54,14 +54,6 @@ bool same_optimizer(caf::actor_system& sys, const optimizer_config& a,
   return !sx(ca) && !sy(cb) && x == y;
 }
 
-// Fails every worker waiting for a new routing table.
-void fail_reroutes(coordinator_ptr self, const caf::error& err) {
-  auto waiters = std::move(self->state.reroute_waiters);
-  self->state.reroute_waiters.clear();
-  for (auto& w : waiters)
-    w.deliver(err);
-}
-
 // Gives a recovery up for good: the dead server's shards stay dead.
 void close_recovery(coordinator_ptr self, uint32_t rank,
                     const caf::error& err) {
@@ -357,8 +349,17 @@ void start_restore(coordinator_ptr self, restore_ptr job) {
 
 } // namespace
 
+void fail_reroutes(coordinator_ptr self, const caf::error& err) {
+  auto waiters = std::move(self->state.reroute_waiters);
+  self->state.reroute_waiters.clear();
+  for (auto& w : waiters)
+    w.deliver(err);
+}
+
 void server_lost(coordinator_ptr self, uint32_t rank, bool replacement) {
   auto& st = self->state;
+  if (promote_backups(self, rank))
+    return;
   // Before every server registered there is no routing to replace.
   if (st.cfg.recovery_timeout.count() <= 0 || st.done || !st.cfg.on_done
       || !st.routing_ready)
@@ -518,7 +519,8 @@ caf::result<routing_table> newer_routing(coordinator_ptr self,
   auto& st = self->state;
   if (st.table.version > version)
     return st.table;
-  if (st.cfg.recovery_timeout.count() <= 0 || !st.cfg.on_done || st.done)
+  auto replaces = st.cfg.recovery_timeout.count() > 0 && st.cfg.on_done;
+  if (st.done || (!replaces && st.cfg.replicas < 2))
     return make_error(errc::dead_node,
                       "routing: this job replaces no dead server");
   // A worker asks once per death it sees: more waiters than a few per

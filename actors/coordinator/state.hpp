@@ -80,6 +80,13 @@ struct coordinator_state {
   std::vector<std::string> server_endpoints;
   // UCX transport: each server's UCX address.
   std::vector<std::string> server_data;
+  // Replicas: each server's backups (of the previous server's shards) and
+  // their relays; per shard in the job's order, whether a live backup
+  // holds a copy; pairings not acknowledged yet (the routing waits).
+  std::vector<std::vector<caf::actor>> server_backups;
+  std::vector<std::vector<caf::actor>> server_backup_relays;
+  std::vector<bool> has_backup;
+  size_t pairing = 0;
   routing_table table;
   bool routing_ready = false;
   std::vector<caf::typed_response_promise<routing_table>> routing_waiters;
@@ -313,6 +320,23 @@ caf::result<routing_table> newer_routing(coordinator_ptr self,
 
 /// `(recover_atom, rank, generation)`: a dead server's deadline passed.
 void recovery_deadline(coordinator_ptr self, uint32_t rank);
+
+/// Answers every worker waiting for a newer routing table with `err`.
+void fail_reroutes(coordinator_ptr self, const caf::error& err);
+
+/// `(replica_atom, node_id, backups, relays)`: a server's backups.
+caf::result<caf::ok_atom> record_backups(coordinator_ptr self, uint32_t node_id,
+                                         const std::vector<caf::actor>& backups,
+                                         const std::vector<caf::actor>& relays);
+
+/// Pairs every primary with its backup (replicas 2, once every server
+/// registered); the routing waits until each pair acknowledged.
+void pair_replicas(coordinator_ptr self);
+
+/// Server `rank` died: its backups are promoted and published, and the
+/// primaries backed up on it go on alone. False if the job keeps no
+/// replicas (or none of that server's): the caller may try a replacement.
+bool promote_backups(coordinator_ptr self, uint32_t rank);
 
 /// The job's status (`status_atom`): membership from the state, counters
 /// from every shard that answers within a few seconds.

@@ -36,11 +36,12 @@ void start_waiting(worker_ptr self, uint32_t index) {
     st.recovering[index] = true;
     if (st.cfg.channel && st.cfg.channel->carries(index))
       st.cfg.channel->shard_down(index);
-    std::fprintf(stderr,
-                 "actorps: worker %u: shard %u is down; its calls wait up to "
-                 "%lld ms for a replacement server\n",
-                 st.cfg.rank, index,
-                 static_cast<long long>(st.cfg.recovery.count()));
+    std::fprintf(
+      stderr,
+      "actorps: worker %u: shard %u is down; its calls wait up to "
+      "%lld ms for %s\n",
+      st.cfg.rank, index, static_cast<long long>(st.cfg.recovery.count()),
+      st.cfg.replicas ? "its backup to take over" : "a replacement server");
   }
   for (auto& [id, retry] : st.retries[index])
     st.parked[index].emplace(id, std::move(retry));
@@ -95,11 +96,15 @@ void adopt(worker_ptr self, const routing_table& table,
     st.dead[i] = false;
     st.recovering[i] = false;
     st.unreplaced[i].clear();
-    st.renumbered[i] = true;
-    st.renumber[i].clear();
+    if (!st.cfg.replicas) {
+      st.renumbered[i] = true;
+      st.renumber[i].clear();
+    }
     send_parked(self, i,
-                "moved to its replacement server; its waiting "
-                "requests go there");
+                st.cfg.replicas ? "moved to its promoted backup; its waiting "
+                                  "requests go there"
+                                : "moved to its replacement server; its "
+                                  "waiting requests go there");
   }
   // Shards still down wait on.
   if (std::find(st.recovering.begin(), st.recovering.end(), true)

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Replicas (issue 23): with --replicas 2 a server killed mid-job is taken
+// over by its backups on the other server, and the workers' exact sums hold
+// (real processes on 127.0.0.1).
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tests/integration/dist_job.hpp"
+#include "tests/integration/process.hpp"
+
+using namespace actorps::test;
+
+TEST_CASE("dist: with --replicas 2 a killed server's backups take over and "
+          "nothing acknowledged is lost",
+          "[integration]") {
+  auto transport = TRANSPORT();
+  auto mode = GENERATE(as<std::string>{}, "dist_async", "dist_sync");
+  INFO(transport << " " << mode);
+  // Keys cut into slices of 100 floats over both servers, each server's
+  // backed up on the other.
+  dist_job job{mode,
+               2,
+               2,
+               {"--transport", transport, "--replicas", "2", "--bigarray-bound",
+                "100", "--slice-floats", "100"}};
+  auto& survivor = job.add_server(1);
+  auto& doomed = job.add_server(1);
+  // The workers check the sums themselves: in sync mode after every round,
+  // in both modes at the end (rank r pushes r + 1 into every float of 4
+  // keys per round, accumulated). A lost or doubled push fails them.
+  auto rounds = mode == "dist_sync" ? "600" : "2000";
+  std::vector<std::string> args{"--keys",   "4",    "--size",       "1000",
+                                "--rounds", rounds, "--timeout-ms", "20000"};
+  auto first = args;
+  first.push_back("--progress");
+  auto& w = job.add_worker(first);
+  job.add_worker(args);
+  REQUIRE(w.wait_for("round 200\n", job_time));
+  doomed.kill9();
+  for (auto& p : job.workers) {
+    CHECK_EXIT(*p, 0, job_time);
+    INFO(p->output());
+    CHECK_THAT(p->output(), Catch::Contains("values exact"));
+    CHECK_THAT(p->output(), Catch::Contains("servers=1"));
+    CHECK_THAT(p->output(), Catch::Contains("moved to its promoted backup"));
+  }
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  // (Either server may have rank 0: they join at once.)
+  CHECK_THAT(job.coordinator->output(),
+             Catch::Matches("[^]*server [01] is down: its backups on server "
+                            "[01] took over its shards; nothing they "
+                            "acknowledged was lost[^]*"));
+  CHECK_EXIT(survivor, 0, job_time);
+}
+
+TEST_CASE("dist: --replicas needs two servers", "[integration]") {
+  process c{{ACTORPS_COORDINATOR_BIN, "--workers", "1", "--servers", "1",
+             "--replicas", "2"}};
+  CHECK_EXIT(c, 2, job_time);
+  CHECK_THAT(c.output(), Catch::Contains("--replicas 2 needs --servers 2"));
+}
