@@ -11,6 +11,7 @@
 
 #include "caf/actor_cast.hpp"
 #include "caf/event_based_actor.hpp"
+#include "caf/exit_reason.hpp"
 #include "caf/send.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
@@ -208,6 +209,9 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
   for (auto i : moving) {
     auto g = first + i;
     st.has_backup[g] = false;
+    // A server declared dead while it still runs (stopped, cut off) must
+    // not serve beside its promoted backup when it comes back.
+    self->send_exit(st.server_shards[rank][i], caf::exit_reason::kill);
     self->request(st.server_backups[h][i], st.timeout(), promote_atom::value)
       .then(
         [self, h, i, g, p, finish](caf::ok_atom) {

@@ -258,7 +258,15 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
     if (t.kind != op_kind::pull) {
       if (t.table)
         r.rows = t.rows;
-      r.values.data.assign(g, g + n);
+      // The pushed buffer goes to the backup when this shard would not keep
+      // it (async, an update rule that reads the push): no copy then.
+      if (owned != nullptr && !cfg.sync && (t.table || !replaces)) {
+        r.values.data = std::move(*owned);
+        g = r.values.data.data();
+        owned = nullptr;
+      } else {
+        r.values.data.assign(g, g + n);
+      }
     }
     outbox.push_back(std::move(r));
     t.gate = gate;

@@ -61,3 +61,45 @@ TEST_CASE("dist: --replicas needs two servers", "[integration]") {
   CHECK_EXIT(c, 2, job_time);
   CHECK_THAT(c.output(), Catch::Contains("--replicas 2 needs --servers 2"));
 }
+
+TEST_CASE("dist: with --replicas 2 a hung server is cut off and its backups "
+          "take over (dist_ssp)",
+          "[integration]") {
+  // SIGSTOP keeps the server's connections open: only the heartbeat and
+  // connection timeout tell that it hangs.
+  const std::vector<std::string> net{"--heartbeat-ms", "100",
+                                     "--connection-timeout-ms", "3000"};
+  auto with_net = [&](std::vector<std::string> xs) {
+    xs.insert(xs.end(), net.begin(), net.end());
+    return xs;
+  };
+  auto transport = TRANSPORT();
+  INFO(transport);
+  dist_job job{"dist_ssp", 2, 2,
+               with_net({"--transport", transport, "--replicas", "2",
+                         "--bigarray-bound", "100", "--slice-floats", "100"})};
+  auto& a = job.add_server(1, net);
+  auto& b = job.add_server(1, net);
+  // Bounded staleness: each worker checks after every round that the
+  // others' pushes up to the bound are in, and the exact sums at the end.
+  auto args = with_net({"--keys", "4", "--size", "1000", "--rounds", "1500",
+                        "--timeout-ms", "20000"});
+  auto first = args;
+  first.push_back("--progress");
+  auto& w = job.add_worker(first);
+  job.add_worker(args);
+  REQUIRE(w.wait_for("round 200\n", job_time));
+  b.stop();
+  auto stopped = std::chrono::steady_clock::now();
+  for (auto& p : job.workers) {
+    CHECK_EXIT(*p, 0, job_time);
+    INFO(p->output());
+    CHECK_THAT(p->output(), Catch::Contains("values exact"));
+    CHECK_THAT(p->output(), Catch::Contains("moved to its promoted backup"));
+  }
+  // Cut off after about the connection timeout, not a request timeout.
+  CHECK(std::chrono::steady_clock::now() - stopped < 15s);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  CHECK_THAT(job.coordinator->output(), Catch::Contains("took over"));
+  CHECK_EXIT(a, 0, job_time);
+}

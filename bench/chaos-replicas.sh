@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Chaos runs of --replicas 2: R runs per transport of a dist_async job of 2
+# servers (2 shards each) and 4 workers, each pushing and pulling 1000 keys
+# of 100 floats per round, 50 rounds (synthetic job: the workers check the exact sums
+# at the end, so a lost or doubled push fails them). At a random round
+# between 5 and 35 of worker 0, one of the two servers (at random) is
+# killed with SIGKILL. A run passes when every worker exits 0 with its
+# values exact and the coordinator exits 0. Prints per run the seconds from
+# the kill to the coordinator's "took over" line and to worker 0's next
+# round, then the count of passed runs and the medians.
+# Usage (after a release build in build/):
+#   bash bench/chaos-replicas.sh [R] [transports, default "caf ucx"] [mode]
+set -euo pipefail
+runs=${1:-20}
+transports=${2:-caf ucx}
+mode=${3:-dist_async}
+bin=build/apps
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+# Seconds since midnight (UTC) of a log line's timestamp, and of now.
+stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
+now() { date -u +%H:%M:%S.%N | awk -F: '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
+median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.3f (%.3f-%.3f)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
+for t in $transports; do
+  passed=0
+  : >"$out/takeover" && : >"$out/next"
+  for ((r = 1; r <= runs; ++r)); do
+    dir="$out/$t-$r"
+    mkdir -p "$dir"
+    "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token chaos --mode "$mode" \
+      --workers 4 --servers 2 --transport "$t" --replicas 2 --port-file "$dir/port" \
+      >"$dir/coord.log" 2>&1 &
+    pids+=($!)
+    coord=$!
+    for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
+    port=$(cat "$dir/port")
+    servers=()
+    for s in 0 1; do
+      "$bin/actorps-server" --coordinator "127.0.0.1:$port" --token chaos --shards 2 \
+        >"$dir/s$s.log" 2>&1 &
+      pids+=($!)
+      servers+=($!)
+    done
+    workers=()
+    for w in 0 1 2 3; do
+      extra=()
+      [[ $w == 0 ]] && extra=(--progress)
+      "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token chaos --mode "$mode" \
+        --keys 1000 --size 100 --rounds 50 --timeout-ms 20000 "${extra[@]}" \
+        >"$dir/w$w.log" 2>&1 &
+      pids+=($!)
+      workers+=($!)
+    done
+    at=$((5 + RANDOM % 31))
+    victim=${servers[$((RANDOM % 2))]}
+    until grep -q "round $at$" "$dir/w0.log" 2>/dev/null; do sleep 0.02; done
+    kill -9 "$victim"
+    killed=$(now)
+    ok=1
+    for w in 0 1 2 3; do
+      if ! wait "${workers[$w]}" || ! grep -q "values exact" "$dir/w$w.log"; then ok=0; fi
+    done
+    wait "$coord" || ok=0
+    for s in "${servers[@]}"; do [[ $s == "$victim" ]] || wait "$s" || ok=0; done
+    took=$(grep "took over" "$dir/coord.log" | stamp || true)
+    next=$(grep -E "round $((at + 1))$" "$dir/w0.log" | stamp || true)
+    if [[ $ok == 1 && -n $took ]]; then
+      passed=$((passed + 1))
+      awk -v a="$killed" -v b="$took" 'BEGIN { printf "%.3f\n", b - a }' >>"$out/takeover"
+      awk -v a="$killed" -v b="$next" 'BEGIN { printf "%.3f\n", b - a }' >>"$out/next"
+      echo "run $r ($t): killed at round $at, took over after $(tail -n 1 "$out/takeover") s, next round after $(tail -n 1 "$out/next") s" >&2
+    else
+      echo "run $r ($t): FAILED (logs kept in $dir.failed)" >&2
+      cp -r "$dir" "$dir.failed"
+      cp -r "$dir" "/tmp/chaos-$t-$r"
+    fi
+  done
+  echo "$t, $mode: $passed of $runs runs kept every sum exact; kill to takeover $(median <"$out/takeover") s, kill to worker 0's next round $(median <"$out/next") s"
+done

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# What --replicas 2 costs a job that loses no server: every push is applied
+# by its primary and by the backup on the other server before it is
+# acknowledged. Runs the synthetic dist_async job (2 servers with 1 shard
+# each, 1 worker process, push + pull of every key each round) R times over
+# each transport with --replicas 1 and 2, alternating, and prints per shape
+# the median (min-max) of the worker's rounds per second and the ratio of
+# the medians. Shapes: 1 key of 1000 floats (4 KB), 1 key of 1M floats
+# (4 MB, one slice: one primary and its backup), 1 key of 16M floats
+# (64 MB, 16 slices over both servers).
+# Usage (after a release build in build/):
+#   bash bench/replica-cost.sh [R] [transports, default "caf ucx"]
+set -euo pipefail
+runs=${1:-5}
+transports=${2:-caf ucx}
+bin=build/apps
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$out"
+}
+trap cleanup EXIT
+# Seconds since midnight of a log line's UTC timestamp.
+stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
+# One job: transport, keys, size, rounds, replicas. Prints rounds per second
+# between the worker's first barrier and its end.
+job() {
+  local dir="$out/job"
+  rm -rf "$dir" && mkdir -p "$dir"
+  "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token bench --mode dist_async \
+    --workers 1 --servers 2 --transport "$1" --replicas "$5" --port-file "$dir/port" \
+    >"$dir/coord.log" 2>&1 &
+  pids+=($!)
+  local coord=$!
+  for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
+  local port
+  port=$(cat "$dir/port")
+  for s in 1 2; do
+    "$bin/actorps-server" --coordinator "127.0.0.1:$port" --token bench --shards 1 \
+      >"$dir/server$s.log" 2>&1 &
+    pids+=($!)
+  done
+  "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token bench --mode dist_async \
+    --keys "$2" --size "$3" --rounds "$4" >"$dir/worker.log" 2>&1
+  wait "$coord"
+  local t0 t1
+  t0=$(grep "barrier held" "$dir/worker.log" | stamp)
+  t1=$(grep "all values exact" "$dir/worker.log" | stamp)
+  awk -v a="$t0" -v b="$t1" -v r="$4" 'BEGIN { printf "%.2f\n", r / (b - a) }'
+}
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+summary() { sort -n | awk '{ v[NR] = $1 } END { printf "%.2f (%.2f-%.2f)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
+for t in $transports; do
+  for shape in "1 1000 5000" "1 1000000 300" "1 16000000 20"; do
+    read -r keys size rounds <<<"$shape"
+    : >"$out/one" && : >"$out/two"
+    for ((r = 1; r <= runs; ++r)); do
+      job "$t" "$keys" "$size" "$rounds" 1 >>"$out/one"
+      job "$t" "$keys" "$size" "$rounds" 2 >>"$out/two"
+    done
+    ratio=$(awk -v a="$(median <"$out/one")" -v b="$(median <"$out/two")" 'BEGIN { printf "%.2f", a / b }')
+    echo "$t, $keys x $size floats: rounds/s --replicas 1 $(summary <"$out/one"), --replicas 2 $(summary <"$out/two"); time per round x$ratio"
+  done
+done
