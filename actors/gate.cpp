@@ -25,6 +25,17 @@ namespace {
 
 using gate_ptr = gate_actor::stateful_pointer<gate_state>;
 
+// A join, passed on to the coordinator (a server's gate refuses it).
+template <class Self, class... Ts>
+caf::result<job_info>
+pass_on(Self* self, const coordinator_actor& coordinator, Ts&&... xs) {
+  if (!coordinator)
+    return make_error(errc::bad_config,
+                      "join: this is a server's port; nodes join through "
+                      "the coordinator's address");
+  return self->delegate(coordinator, std::forward<Ts>(xs)...);
+}
+
 gate_actor::behavior_type gate_impl(gate_ptr self,
                                     coordinator_actor coordinator) {
   ignore_strays(self, self->state.trusted);
@@ -36,15 +47,18 @@ gate_actor::behavior_type gate_impl(gate_ptr self,
       [self](caf::down_msg& dm) { self->quit(dm.reason); });
   }
   return {
+    // Both joins (with or without a rank) go on to the coordinator.
     [self, coordinator](join_atom a, uint8_t role_id, const std::string& token,
                         const caf::actor& agent, uint8_t mode,
                         uint32_t version) -> caf::result<job_info> {
-      if (!coordinator)
-        return make_error(errc::bad_config,
-                          "join: this is a server's port; nodes join "
-                          "through the coordinator's address");
-      return self->delegate(coordinator, a, role_id, token, agent, mode,
-                            version);
+      return pass_on(self, coordinator, a, role_id, token, agent, mode,
+                     version);
+    },
+    [self, coordinator](join_atom a, uint8_t role_id, const std::string& token,
+                        const caf::actor& agent, uint8_t mode, uint32_t version,
+                        uint32_t rank) -> caf::result<job_info> {
+      return pass_on(self, coordinator, a, role_id, token, agent, mode, version,
+                     rank);
     },
   };
 }

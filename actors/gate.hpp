@@ -29,7 +29,9 @@ namespace actorps {
 /// Interface of a gate.
 using gate_actor = caf::typed_actor<
   caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
-                  uint32_t>::with<job_info>>;
+                  uint32_t>::with<job_info>,
+  caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
+                  uint32_t, uint32_t>::with<job_info>>;
 
 /// Spawns the gate of `coordinator` (it monitors the coordinator and goes
 /// down with it).

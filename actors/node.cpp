@@ -37,6 +37,42 @@ void tell_owner(self_ptr self, caf::message msg) {
     caf::anon_send(self->state.owner, std::move(msg));
 }
 
+// Joins through the gate (`rank`: the dead worker rank to take, or
+// any_rank).
+caf::result<job_info> join(self_ptr self, uint8_t role_id,
+                           const std::string& token, uint8_t mode,
+                           uint32_t rank) {
+  if (auto err = self->state.trusted.check(self, "join"))
+    return err;
+  auto rp = self->make_response_promise<job_info>();
+  auto me = caf::actor_cast<caf::actor>(self);
+  self
+    ->request(self->state.gate, caf::infinite, join_atom::value, role_id, token,
+              me, mode, wire_version, rank)
+    .then(
+      [self, rp](job_info& info) mutable {
+        auto& st = self->state;
+        auto first = !st.joined;
+        auto coordinator = caf::actor_cast<coordinator_actor>(info.coordinator);
+        if (!coordinator || coordinator.node() != st.gate.node()) {
+          rp.deliver(make_error(errc::bad_config,
+                                "join: the coordinator's reply names no "
+                                "coordinator on its node"));
+          return;
+        }
+        if (first)
+          self->monitor(coordinator);
+        st.coordinator = coordinator;
+        st.job = info;
+        st.joined = true;
+        if (first && info.heartbeat_ms > 0)
+          self->send(self, heartbeat_atom::value);
+        rp.deliver(std::move(info));
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
 node_actor::behavior_type node_impl(self_ptr self, gate_actor gate,
                                     caf::actor owner) {
   self->state.gate = gate;
@@ -58,36 +94,11 @@ node_actor::behavior_type node_impl(self_ptr self, gate_actor gate,
   return {
     [self](join_atom, uint8_t role_id, const std::string& token,
            uint8_t mode) -> caf::result<job_info> {
-      if (auto err = self->state.trusted.check(self, "join"))
-        return err;
-      auto rp = self->make_response_promise<job_info>();
-      auto me = caf::actor_cast<caf::actor>(self);
-      self
-        ->request(self->state.gate, caf::infinite, join_atom::value, role_id,
-                  token, me, mode, wire_version)
-        .then(
-          [self, rp](job_info& info) mutable {
-            auto& st = self->state;
-            auto first = !st.joined;
-            auto coordinator
-              = caf::actor_cast<coordinator_actor>(info.coordinator);
-            if (!coordinator || coordinator.node() != st.gate.node()) {
-              rp.deliver(make_error(errc::bad_config,
-                                    "join: the coordinator's reply names no "
-                                    "coordinator on its node"));
-              return;
-            }
-            if (first)
-              self->monitor(coordinator);
-            st.coordinator = coordinator;
-            st.job = info;
-            st.joined = true;
-            if (first && info.heartbeat_ms > 0)
-              self->send(self, heartbeat_atom::value);
-            rp.deliver(std::move(info));
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return join(self, role_id, token, mode, any_rank);
+    },
+    [self](join_atom, uint8_t role_id, const std::string& token, uint8_t mode,
+           uint32_t rank) -> caf::result<job_info> {
+      return join(self, role_id, token, mode, rank);
     },
     [self](heartbeat_atom) {
       auto& st = self->state;

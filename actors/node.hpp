@@ -26,6 +26,8 @@
 ///   the coordinator's gate; the reply carries the coordinator's handle, to
 ///   which the agent then sends its heartbeats. Errors: those of the
 ///   coordinator's join (`unauthorized`, `bad_config`).
+/// - `(join_atom, role, token, mode, rank)` -> `job_info`: the same for a
+///   worker that takes the place of dead worker `rank` (see the gate).
 /// - `(heartbeat_atom)`: internal tick; sends one heartbeat and schedules the
 ///   next.
 /// - `(node_down_atom, node_id, role)`: another node died; forwarded to the
@@ -42,6 +44,8 @@ namespace actorps {
 /// Interface of a node agent.
 using node_actor = caf::typed_actor<
   caf::replies_to<join_atom, uint8_t, std::string, uint8_t>::with<job_info>,
+  caf::replies_to<join_atom, uint8_t, std::string, uint8_t,
+                  uint32_t>::with<job_info>,
   caf::reacts_to<heartbeat_atom>,
   caf::reacts_to<node_down_atom, uint32_t, uint8_t>,
   caf::reacts_to<shutdown_atom>>;

@@ -80,6 +80,10 @@ constexpr uint8_t transport_of(uint8_t expectation) {
 }
 } // namespace join_mode
 
+/// A join that names no rank: the coordinator gives the next one (or, in a
+/// full job, the lowest dead worker rank).
+constexpr uint32_t any_rank = 0xFFFFFFFF;
+
 /// What the coordinator tells a node that joined the job.
 struct job_info {
   uint32_t node_id = 0;

@@ -146,7 +146,8 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   job_info job;
   if (auto err = detail::ask(
         self.ptr(), agent, o.timeout, [&](job_info& x) { job = x; },
-        join_atom::value, role::worker, core::join_proof(o.token), mode))
+        join_atom::value, role::worker, core::join_proof(o.token), mode,
+        o.rank ? *o.rank : any_rank))
     return err;
   set_message_cap(job.message_cap);
   auto coord = caf::actor_cast<coordinator_actor>(job.coordinator);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,10 @@ struct store_options {
   std::string transport;
   /// Distributed stores: how long to keep trying to reach the coordinator.
   std::chrono::milliseconds connect_timeout{5000};
+  /// Distributed stores: take the place of this dead worker rank (a job
+  /// whose workers all joined; not rank 0). Unset: the next rank, or in a
+  /// full job the lowest dead one.
+  std::optional<uint32_t> rank;
   /// Distributed stores: CAF's heartbeat interval on each connection.
   std::chrono::milliseconds heartbeat{1000};
   /// Distributed stores: a connection silent this long counts as dead.

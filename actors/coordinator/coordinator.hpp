@@ -95,7 +95,12 @@
 ///   carries the coordinator's handle: nodes reach the coordinator through
 ///   its gate (actors/gate.hpp), which answers nothing but the join.
 ///   The joining node (the sender's CAF node) is admitted, and every
-///   server's shards and relays are told (`admit_atom`).
+///   server's shards and relays are told (`admit_atom`). A worker joining
+///   a full job takes the place of the lowest dead rank (not 0).
+/// - `(join_atom, role, token, agent, mode, version, rank)` -> `job_info`:
+///   the same, for a worker that takes the place of dead worker `rank`
+///   (`any_rank`: as above). Errors: `bad_config` when the rank is out of
+///   range, 0, alive, left the job, or the job is not full yet.
 /// - `(shards_atom, node_id, shards, relays, endpoint, data_address)` ->
 ///   `ok_atom`: a server's shards, their priority relays, the "host:port" on
 ///   which the server accepts direct connections from workers, and (UCX
@@ -266,6 +271,8 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<command_atom, int32_t, std::string>::with<caf::ok_atom>,
   caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
                   uint32_t>::with<job_info>,
+  caf::replies_to<join_atom, uint8_t, std::string, caf::actor, uint8_t,
+                  uint32_t, uint32_t>::with<job_info>,
   caf::replies_to<shards_atom, uint32_t, std::vector<caf::actor>,
                   std::vector<caf::actor>, std::string,
                   std::string>::with<caf::ok_atom>,

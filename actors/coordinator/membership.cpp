@@ -16,6 +16,9 @@
 #include "caf/typed_event_based_actor.hpp"
 
 #include "actors/node.hpp"
+#include "core/layout.hpp"
+#include "core/link_proof.hpp"
+#include "core/secret.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -54,6 +57,205 @@ caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
   // server that just died must not hold the leaving worker up.
   drop_worker(self, rank);
   return caf::ok_atom::value;
+}
+
+namespace {
+
+// Observers remembered at most (the oldest is forgotten first).
+constexpr size_t max_observers = 256;
+
+// A joining worker's rank: the next one, or in a full job the one of a
+// dead worker (`wish`, or the lowest but 0 if any_rank).
+caf::expected<uint32_t> worker_rank_for(coordinator_state& st, uint32_t wish) {
+  auto n = st.cfg.num_workers;
+  auto full = st.workers_joined == n;
+  if (wish == any_rank) {
+    if (!full)
+      return st.workers_joined++;
+    auto r = st.dead_worker_rank();
+    if (!r || st.done)
+      return make_error(errc::bad_config, "join: the job already has its "
+                                            + std::to_string(n)
+                                            + " workers and none of them died");
+    return *r;
+  }
+  auto rank = "join: rank " + std::to_string(wish);
+  if (wish >= n)
+    return make_error(errc::bad_config,
+                      rank + ": the job has " + std::to_string(n)
+                        + " workers (ranks 0.." + std::to_string(n - 1) + ")");
+  if (!full)
+    return make_error(errc::bad_config,
+                      rank
+                        + ": a rank is named only to take a dead worker's "
+                          "place, and the job still waits for "
+                        + std::to_string(n - st.workers_joined) + " of its "
+                        + std::to_string(n)
+                        + " workers (start without a rank)");
+  if (st.done)
+    return make_error(errc::bad_config, rank + ": the job is ending");
+  if (wish == 0)
+    return make_error(errc::bad_config,
+                      rank
+                        + " is not replaced (it writes every key's first "
+                          "value and sets the optimizer)");
+  auto i = st.nodes.find(worker_node_id(wish));
+  if (i == st.nodes.end() || !i->second.dead)
+    return make_error(errc::bad_config,
+                      rank + " is alive (only a dead worker's rank is taken)");
+  if (i->second.left)
+    return make_error(errc::bad_config,
+                      rank
+                        + " left the job (only a dead worker's rank is taken)");
+  return wish;
+}
+
+} // namespace
+
+// A node joins (see coordinator.hpp): `wish` names the dead worker rank a
+// worker takes, or is any_rank.
+caf::result<job_info> join_job(coordinator_ptr self, uint8_t role_id,
+                               const std::string& token,
+                               const caf::actor& agent, uint8_t mode,
+                               uint32_t version, uint32_t wish) {
+  auto& st = self->state;
+  if (!st.distributed())
+    return make_error(errc::bad_config,
+                      "join: this coordinator runs a local store");
+  if (version != wire_version)
+    return make_error(errc::bad_config,
+                      "join: the node speaks actorps wire version "
+                        + std::to_string(version) + ", the coordinator "
+                        + std::to_string(wire_version)
+                        + " (run one actorps version on every node)");
+  if (!core::constant_time_equal(token, st.cfg.token))
+    return make_error(errc::unauthorized,
+                      "join: wrong job token (the coordinator refused "
+                      "this node)");
+  auto ssp = !st.cfg.sync && st.cfg.staleness >= 0;
+  auto job_mode = st.cfg.sync ? join_mode::sync
+                  : ssp       ? join_mode::ssp
+                              : join_mode::async;
+  auto name = [](uint8_t m) {
+    return m == join_mode::sync  ? "dist_sync"
+           : m == join_mode::ssp ? "dist_ssp"
+                                 : "dist_async";
+  };
+  auto wanted = join_mode::mode_of(mode);
+  if (wanted != join_mode::any && wanted != job_mode)
+    return make_error(errc::bad_config,
+                      std::string{"join: this job runs "} + name(job_mode)
+                        + ", the node asked for " + name(wanted));
+  auto carrier = join_mode::transport_of(mode);
+  auto transport_name = [](uint8_t t) {
+    return t == transport::ucx ? "ucx" : "caf";
+  };
+  if (carrier != join_mode::any_transport && carrier != st.cfg.transport)
+    return make_error(
+      errc::bad_config,
+      std::string{"join: this job's tensors travel over "}
+        + transport_name(st.cfg.transport) + ", the node asked for "
+        + (carrier == transport::ucx || carrier == transport::caf
+             ? transport_name(carrier)
+             : "an unknown transport"));
+  job_info info;
+  info.num_workers = st.cfg.num_workers;
+  info.num_servers = st.cfg.num_servers;
+  info.sync = st.cfg.sync;
+  info.staleness = ssp ? st.cfg.staleness : -1;
+  info.bigarray_bound = st.cfg.bigarray_bound;
+  info.heartbeat_ms = static_cast<uint32_t>(st.cfg.heartbeat.count());
+  info.transport = st.cfg.transport;
+  info.data_salt = st.cfg.data_salt;
+  info.message_cap = core::message_cap(st.cfg.bigarray_bound,
+                                       st.cfg.slice_floats);
+  info.loopback = st.cfg.loopback;
+  // With replicas, calls to a dead server's shards wait for its
+  // backups' promotion at least as long as any request.
+  auto wait = st.cfg.recovery_timeout.count();
+  if (st.cfg.replicas > 1)
+    wait = std::max<int64_t>(wait, st.cfg.timeout.count());
+  info.recovery_ms
+    = static_cast<uint32_t>(std::min<int64_t>(wait, int64_t{1} << 31));
+  info.replicas = st.cfg.replicas;
+  bool replacing = false;
+  if (role_id == role::worker) {
+    // A full job: a worker takes the place of a dead rank.
+    replacing = st.workers_joined == st.cfg.num_workers;
+    auto r = worker_rank_for(st, wish);
+    if (!r)
+      return std::move(r.error());
+    info.rank = *r;
+    info.node_id = worker_node_id(info.rank);
+    info.rank_secret = core::worker_secret(st.cfg.rank_key, info.rank);
+  } else if (role_id == role::server) {
+    if (st.servers_joined == st.cfg.num_servers) {
+      // A full job: a server takes the place of a dead one.
+      auto r = replaceable_server(self);
+      if (!r)
+        return std::move(r.error());
+      info.rank = *r;
+      replacing = true;
+    } else {
+      info.rank = st.servers_joined++;
+    }
+    info.node_id = server_node_id(info.rank);
+    info.rank_key = st.cfg.rank_key;
+  } else if (role_id == role::observer) {
+    // Reads the status only: no rank, no data salt, no admission.
+    auto& sender = self->current_sender();
+    if (sender && sender->node() != self->node()) {
+      if (st.observers.size() >= max_observers)
+        st.observers.erase(st.observers.begin());
+      st.observers.insert(sender->node());
+    }
+    info.data_salt.clear();
+    info.coordinator = caf::actor_cast<caf::actor>(self);
+    return info;
+  } else {
+    return make_error(errc::bad_config,
+                      "join: unknown role " + std::to_string(role_id));
+  }
+  auto& node = st.nodes[info.node_id];
+  if (replacing && role_id == role::server) {
+    // Its shards take the dead server's place once restored.
+    node = coordinator_state::node_entry{};
+    node.replacing = true;
+  } else if (replacing) {
+    // The dead worker's entry starts afresh; its rank is live again,
+    // and the shards hear it before the new node is admitted, so that
+    // they restart the rank's sequence numbers before its first push.
+    node = coordinator_state::node_entry{};
+    // The new process declares its keys again (and finds them set).
+    for (auto& [name, key] : st.keys)
+      if (info.rank < key.declared.size())
+        key.declared[info.rank] = false;
+    st.live[info.rank] = true;
+    st.at_barrier[info.rank] = false;
+    announce_workers(self);
+  }
+  node.role = role_id;
+  node.rank = info.rank;
+  node.agent = agent;
+  // The node proved the token: from now on its messages pass, and every
+  // server's shards learn it before any worker gets the routing table.
+  if (auto& sender = self->current_sender(); sender) {
+    node.node = sender->node();
+    if (st.cfg.address_of)
+      node.address = st.cfg.address_of(node.node);
+    st.trusted.add(node.node);
+    ++st.admit_version;
+    for (uint32_t r = 0; r < st.server_relays.size(); ++r)
+      send_admissions(self, r);
+  }
+  info.coordinator = caf::actor_cast<caf::actor>(self);
+  node.last_seen = caf::make_timestamp();
+  if (agent)
+    self->monitor(agent);
+  if (st.cfg.on_done)
+    caf::anon_send(st.cfg.on_done, join_atom::value, info.node_id, role_id,
+                   info.rank);
+  return info;
 }
 
 void record_shards(coordinator_ptr self, coordinator_state::node_entry& node,
@@ -287,120 +489,6 @@ void release_routing(coordinator_ptr self) {
   for (auto& w : st.routing_waiters)
     w.deliver(st.table);
   st.routing_waiters.clear();
-}
-
-namespace {
-
-// The shards of each server rank (one rank holding every shard of a local
-// store).
-std::vector<std::vector<caf::actor>>
-shards_by_server(const coordinator_state& st) {
-  if (st.distributed())
-    return st.server_shards;
-  std::vector<caf::actor> all;
-  for (auto& x : st.cfg.shards)
-    all.push_back(caf::actor_cast<caf::actor>(x));
-  return {std::move(all)};
-}
-
-// How long the status waits for a shard's counters.
-constexpr auto status_wait = std::chrono::seconds{2};
-
-// Status requests that may wait for one gathering.
-constexpr size_t max_status_waiters = 1024;
-
-} // namespace
-
-caf::result<job_status> job_status_of(coordinator_ptr self) {
-  auto& st = self->state;
-  // One gathering at a time answers every request that came meanwhile, so
-  // that many requests never mean many requests to every shard.
-  if (st.status_waiters.size() >= max_status_waiters)
-    return make_error(errc::bad_config,
-                      "status: too many status requests at once");
-  auto rp = self->make_response_promise<job_status>();
-  st.status_waiters.push_back(rp);
-  if (st.status_waiters.size() > 1)
-    return rp;
-  auto answer = [self](const job_status& x) {
-    auto waiters = std::move(self->state.status_waiters);
-    self->state.status_waiters.clear();
-    for (auto& w : waiters)
-      w.deliver(x);
-  };
-  auto s = std::make_shared<job_status>();
-  s->sync = st.cfg.sync;
-  s->staleness = st.cfg.sync ? -1 : st.cfg.staleness;
-  s->transport = st.cfg.transport;
-  s->num_workers = st.cfg.num_workers;
-  s->num_servers = st.distributed() ? st.cfg.num_servers : 1;
-  s->workers_joined = st.distributed() ? st.workers_joined : st.cfg.num_workers;
-  s->servers_joined = st.distributed() ? st.servers_joined : 1;
-  s->keys = st.keys.size();
-  auto now = caf::make_timestamp();
-  for (auto& [id, n] : st.nodes) {
-    node_status x;
-    x.node_id = id;
-    x.role = n.role;
-    x.rank = n.rank;
-    if (n.role == role::server && n.rank < st.server_endpoints.size())
-      x.address = st.server_endpoints[n.rank];
-    if (x.address.empty())
-      x.address = n.address;
-    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(
-      now - n.last_seen);
-    x.last_seen_ms = static_cast<uint64_t>(std::max<int64_t>(age.count(), 0));
-    x.dead = n.dead;
-    x.left = n.left;
-    s->nodes.push_back(std::move(x));
-  }
-  s->barrier_open = !st.barrier_waiters.empty();
-  if (s->barrier_open)
-    for (uint32_t r = 0; r < st.live.size(); ++r)
-      if (st.live[r] && !st.at_barrier[r])
-        s->barrier_waits_for.push_back(r);
-  s->barriers_done = st.barriers_done;
-  s->workers.resize(st.cfg.num_workers);
-  auto groups = shards_by_server(st);
-  s->servers.resize(s->num_servers);
-  size_t total = 0;
-  for (uint32_t r = 0; r < s->servers.size(); ++r) {
-    s->servers[r].rank = r;
-    auto n = r < groups.size() ? groups[r].size() : 0;
-    auto i = st.nodes.find(server_node_id(r));
-    bool dead = st.distributed() && i != st.nodes.end() && i->second.dead;
-    s->servers[r].answered = n > 0 && !dead;
-    if (dead)
-      groups[r].clear();
-    total += r < groups.size() ? groups[r].size() : 0;
-  }
-  if (total == 0) {
-    answer(*s);
-    return rp;
-  }
-  auto remaining = std::make_shared<size_t>(total);
-  auto arrive = [s, remaining, answer]() mutable {
-    if (--*remaining == 0)
-      answer(*s);
-  };
-  for (uint32_t r = 0; r < groups.size() && r < s->servers.size(); ++r)
-    for (auto& shard : groups[r])
-      self
-        ->request(caf::actor_cast<shard_actor>(shard), status_wait,
-                  stats_atom::value)
-        .then(
-          [s, r, arrive](const shard_stats& x) mutable {
-            add_shard(s->servers[r], x);
-            for (size_t w = 0; w < x.by_worker.size() && w < s->workers.size();
-                 ++w)
-              s->workers[w] += x.by_worker[w];
-            arrive();
-          },
-          [s, r, arrive](caf::error&) mutable {
-            s->servers[r].answered = false;
-            arrive();
-          });
-  return rp;
 }
 
 } // namespace actorps

@@ -227,6 +227,13 @@ using coordinator_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 /// in another node's name.
 caf::error speaks_for(coordinator_ptr self, const char* op, uint32_t id);
 
+/// A node joins (`join_atom`, see coordinator.hpp): `wish` names the dead
+/// worker rank a worker takes, or is any_rank.
+caf::result<job_info> join_job(coordinator_ptr self, uint8_t role_id,
+                               const std::string& token,
+                               const caf::actor& agent, uint8_t mode,
+                               uint32_t version, uint32_t wish);
+
 /// A worker leaves the job (`why`: its job failed; may be null).
 caf::result<caf::ok_atom> leave(coordinator_ptr self, uint32_t rank,
                                 const std::string* why);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // actorps-worker: one worker process of a distributed job.
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -39,10 +40,16 @@ int run(int argc, char** argv) {
   std::string out_dir = "out";
   long connect_timeout_ms = 5000;
   long timeout_ms = 60000;
+  // (Unset: the lowest long, which nobody types.)
+  long rank = std::numeric_limits<long>::min();
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
   desc.add_options()("coordinator", po::value(&store.coordinator),
                      "the coordinator's host:port (required)")(
+    "rank", po::value(&rank),
+    "take the place of this dead worker rank in a job whose workers all "
+    "joined (not 0: rank 0 writes every key's first value); without it a "
+    "worker joining a full job takes the lowest dead rank")(
     "mode", po::value(&mode)->default_value(mode),
     "dist_sync, dist_async or dist_ssp (must match the coordinator's), or job: "
     "whichever the coordinator runs")(
@@ -106,6 +113,15 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check_range(app, "rounds", job.rounds, 1, 1000000000))
     return *rc;
+  if (rank != std::numeric_limits<long>::min()) {
+    if (rank < 0 || rank >= static_cast<long>(cli::max_workers))
+      return cli::fail(app,
+                       "--rank must be 0.."
+                         + std::to_string(cli::max_workers - 1) + ", got "
+                         + std::to_string(rank),
+                       2);
+    store.rank = static_cast<uint32_t>(rank);
+  }
   if (store.coordinator.empty())
     return cli::fail(app, "--coordinator HOST:PORT is required", 2);
   if (auto where = actorps::parse_endpoint(store.coordinator); !where)

@@ -179,21 +179,47 @@ TEST_CASE("dist: a worker killed mid-job is dropped and the others finish",
   CHECK(job.coordinator->output().find("is down") != std::string::npos);
 }
 
+namespace {
+
+// The workers of the replacement tests: rounds that outlast a death and a
+// rejoin, progress lines to wait for.
+std::vector<std::string> replacement_args() {
+  return {"--keys",
+          "2",
+          "--size",
+          "1000",
+          "--rounds",
+          "300",
+          "--tolerate-deaths",
+          "--timeout-ms",
+          "30000",
+          "--progress"};
+}
+
+// Starts workers with `args` until one gets dead rank `rank` of `of`: each
+// is refused with `refusal` while the coordinator has not seen the death.
+process& rejoin(dist_job& job, const std::vector<std::string>& args,
+                const std::string& rank, const std::string& of,
+                const std::string& refusal) {
+  auto deadline = std::chrono::steady_clock::now() + job_time;
+  for (;;) {
+    auto& w = job.add_worker(args);
+    if (w.wait_for("rank " + rank + " of " + of, startup))
+      return w;
+    INFO(w.output());
+    REQUIRE(w.output().find(refusal) != std::string::npos);
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+  }
+}
+
+} // namespace
+
 TEST_CASE("dist: a new worker takes a dead worker's place", "[integration]") {
   // Async: the replacement's own barriers meet the survivor's next ones
   // (barriers count arrivals); see the README for sync jobs.
   dist_job job{"dist_async", 2, 1, {"--log-level", "debug"}};
   job.add_server();
-  std::vector<std::string> args{"--keys",
-                                "2",
-                                "--size",
-                                "1000",
-                                "--rounds",
-                                "300",
-                                "--tolerate-deaths",
-                                "--timeout-ms",
-                                "30000",
-                                "--progress"};
+  auto args = replacement_args();
   auto& first = job.add_worker(args);
   REQUIRE(first.wait_for(" of 2 (", startup));
   auto& victim = job.add_worker(args);
@@ -205,26 +231,58 @@ TEST_CASE("dist: a new worker takes a dead worker's place", "[integration]") {
   victim.kill9();
   // The job is full: a new worker gets the dead one's rank, once the
   // coordinator saw it die, and both finish.
-  auto deadline = std::chrono::steady_clock::now() + job_time;
-  process* replacement = nullptr;
-  for (;;) {
-    auto& w = job.add_worker(args);
-    if (w.wait_for("rank " + rank + " of 2", startup)) {
-      replacement = &w;
-      break;
-    }
-    // Refused while the death was not seen yet: try again.
-    INFO(w.output());
-    REQUIRE(w.output().find("none of them died") != std::string::npos);
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-  }
-  CHECK_EXIT(*replacement, 0, job_time);
-  CHECK(replacement->output().find("all rounds done") != std::string::npos);
+  auto& replacement = rejoin(job, args, rank, "2", "none of them died");
+  CHECK_EXIT(replacement, 0, job_time);
+  CHECK(replacement.output().find("all rounds done") != std::string::npos);
   CHECK_EXIT(first, 0, job_time);
   CHECK_EXIT(*job.servers[0], 0, job_time);
   // Replaced, the dead worker is not counted as lost: the job ends cleanly.
   CHECK_EXIT(*job.coordinator, 0, job_time);
   CHECK(job.coordinator->output().find("was replaced") != std::string::npos);
+}
+
+TEST_CASE("dist: a worker started with --rank takes that dead worker's place",
+          "[integration]") {
+  dist_job job{"dist_async", 3, 1};
+  job.add_server();
+  auto args = replacement_args();
+  auto with_rank = [&](const std::string& r) {
+    auto xs = args;
+    xs.insert(xs.end(), {"--rank", r});
+    return xs;
+  };
+  auto& first = job.add_worker(args);
+  REQUIRE(first.wait_for(" of 3 (", startup));
+  // A rank is named only to take a dead worker's place.
+  auto& early = job.add_worker(with_rank("1"));
+  CHECK_EXIT(early, 1, job_time);
+  CHECK_THAT(early.output(), Catch::Contains("still waits for 2 of its 3"));
+  auto& second = job.add_worker(args);
+  auto& victim = job.add_worker(args);
+  REQUIRE(victim.wait_for("round 5\n", job_time));
+  std::smatch m;
+  REQUIRE(
+    std::regex_search(victim.output(), m, std::regex{R"(rank (\d) of 3)"}));
+  auto rank = m[1].str();
+  REQUIRE(second.wait_for(" of 3 (", startup));
+  REQUIRE(
+    std::regex_search(second.output(), m, std::regex{R"(rank (\d) of 3)"}));
+  auto alive = m[1].str();
+  victim.kill9();
+  for (auto& [r, why] : std::vector<std::pair<std::string, std::string>>{
+         {"0", "rank 0 is not replaced"},
+         {"3", "the job has 3 workers (ranks 0..2)"},
+         {alive, "rank " + alive + " is alive"}}) {
+    auto& w = job.add_worker(with_rank(r));
+    CHECK_EXIT(w, 1, job_time);
+    CHECK_THAT(w.output(), Catch::Contains(why));
+  }
+  // Named, the dead rank is taken once the coordinator saw it die.
+  auto& replacement = rejoin(job, with_rank(rank), rank, "3", "is alive");
+  CHECK_EXIT(replacement, 0, job_time);
+  CHECK_EXIT(first, 0, job_time);
+  CHECK_EXIT(second, 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
 }
 
 TEST_CASE("dist: a hung worker is cut off after the connection timeout",
