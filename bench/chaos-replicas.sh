@@ -7,14 +7,17 @@
 # killed with SIGKILL. A run passes when every worker exits 0 with its
 # values exact and the coordinator exits 0. Prints per run the seconds from
 # the kill to the coordinator's "took over" line and to worker 0's next
-# round, then the count of passed runs and the medians.
-# Usage (after a release build in build/):
+# round, then the count of passed runs and the medians; exits 1 if a run
+# failed (ctest runs it once per transport).
+# Usage (after a release build in build/; ACTORPS_BIN: another folder of
+# the apps):
 #   bash bench/chaos-replicas.sh [R] [transports, default "caf ucx"] [mode]
 set -euo pipefail
 runs=${1:-20}
 transports=${2:-caf ucx}
 mode=${3:-dist_async}
-bin=build/apps
+bin=${ACTORPS_BIN:-build/apps}
+failed=0
 out=$(mktemp -d)
 pids=()
 cleanup() {
@@ -58,7 +61,11 @@ for t in $transports; do
     done
     at=$((5 + RANDOM % 31))
     victim=${servers[$((RANDOM % 2))]}
-    until grep -q "round $at$" "$dir/w0.log" 2>/dev/null; do sleep 0.02; done
+    # (Waits for worker 0's progress line, at most a minute.)
+    for ((i = 0; i < 3000; ++i)); do
+      grep -q "round $at$" "$dir/w0.log" 2>/dev/null && break
+      sleep 0.02
+    done
     kill -9 "$victim"
     killed=$(now)
     ok=1
@@ -75,10 +82,11 @@ for t in $transports; do
       awk -v a="$killed" -v b="$next" 'BEGIN { printf "%.3f\n", b - a }' >>"$out/next"
       echo "run $r ($t): killed at round $at, took over after $(tail -n 1 "$out/takeover") s, next round after $(tail -n 1 "$out/next") s" >&2
     else
-      echo "run $r ($t): FAILED (logs kept in $dir.failed)" >&2
-      cp -r "$dir" "$dir.failed"
-      cp -r "$dir" "/tmp/chaos-$t-$r"
+      failed=1
+      echo "run $r ($t): FAILED; its logs:" >&2
+      tail -n 20 "$dir"/*.log >&2
     fi
   done
   echo "$t, $mode: $passed of $runs runs kept every sum exact; kill to takeover $(median <"$out/takeover") s, kill to worker 0's next round $(median <"$out/next") s"
 done
+exit "$failed"
