@@ -17,6 +17,8 @@ runs=${1:-20}
 transports=${2:-caf ucx}
 mode=${3:-dist_async}
 bin=${ACTORPS_BIN:-build/apps}
+# (ctest's short run: fewer keys, ACTORPS_CHAOS_KEYS.)
+keys=${ACTORPS_CHAOS_KEYS:-1000}
 failed=0
 out=$(mktemp -d)
 pids=()
@@ -54,7 +56,7 @@ for t in $transports; do
       extra=()
       [[ $w == 0 ]] && extra=(--progress)
       "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token chaos --mode "$mode" \
-        --keys 1000 --size 100 --rounds 50 --timeout-ms 20000 "${extra[@]}" \
+        --keys "$keys" --size 100 --rounds 50 --timeout-ms 20000 "${extra[@]}" \
         >"$dir/w$w.log" 2>&1 &
       pids+=($!)
       workers+=($!)
