@@ -151,12 +151,16 @@ struct routing_table {
   /// Counts the replacements of servers: a table of a higher version routes
   /// a replaced server's shards to its replacement.
   uint64_t version = 0;
+  /// Per shard: 1 if it is a replacement restored from a checkpoint, which
+  /// numbers every worker's operations from 0; 0 otherwise (an original, or
+  /// a promoted backup, which saw every operation's number).
+  std::vector<uint8_t> restarted;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, routing_table& x) {
   return f(caf::meta::type_name("routing_table"), x.shards, x.relays, x.servers,
-           x.data_addresses, x.version);
+           x.data_addresses, x.version, x.restarted);
 }
 
 template <class Inspector>

@@ -351,6 +351,11 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         return err;
       return record_backups(self, node_id, backups, relays);
     },
+    [self](replica_atom, uint32_t shard) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "backup_lost"))
+        return err;
+      return backup_lost(self, shard);
+    },
     [self](routing_atom) -> caf::result<routing_table> {
       if (auto err = self->state.trusted.check(self, "routing"))
         return err;

@@ -168,6 +168,10 @@
 /// shards to them; `on_done` hears `(recover_atom, rank,
 /// recovery_event::promoted, what)`, or `given_up` if its backups died too.
 /// The primaries whose backups lived on the dead server go on without one.
+/// A primary that loses its backup otherwise (the backup failed or timed
+/// out) says so with `(replica_atom, shard_index)` -> `ok_atom` (only the
+/// shard at that index may): the coordinator ends that backup and will not
+/// promote it; the primary holds its answers until then.
 /// A promoted shard has no backup: a second death of its new server loses
 /// it. Promotion comes first: a job with replicas and a recovery timeout
 /// replaces a dead server from its checkpoint only when its backups are
@@ -278,6 +282,7 @@ using coordinator_actor = caf::typed_actor<
                   std::string>::with<caf::ok_atom>,
   caf::replies_to<replica_atom, uint32_t, std::vector<caf::actor>,
                   std::vector<caf::actor>>::with<caf::ok_atom>,
+  caf::replies_to<replica_atom, uint32_t>::with<caf::ok_atom>,
   caf::replies_to<routing_atom>::with<routing_table>,
   caf::replies_to<routing_atom, uint64_t>::with<routing_table>,
   caf::reacts_to<recover_atom, uint32_t, uint64_t>,

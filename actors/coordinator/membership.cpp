@@ -10,6 +10,7 @@
 
 #include "caf/actor_cast.hpp"
 #include "caf/event_based_actor.hpp"
+#include "caf/sec.hpp"
 #include "caf/send.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/system_messages.hpp"
@@ -433,6 +434,7 @@ void complete_routing(coordinator_ptr self) {
     st.table.servers.push_back(st.server_endpoints[r]);
   }
   st.shard_dead.assign(st.cfg.shards.size(), false);
+  st.table.restarted.assign(st.cfg.shards.size(), 0);
   st.routing_ready = true;
   pair_replicas(self);
   release_routing(self);
@@ -460,19 +462,24 @@ void send_admissions(coordinator_ptr self, uint32_t rank) {
     for (auto& x : st.server_backup_relays[rank])
       relays.push_back(x);
   auto pending = std::make_shared<size_t>(relays.size());
+  auto answered = [self, rank, version, pending] {
+    if (--*pending > 0)
+      return;
+    auto& acked = self->state.server_admitted[rank];
+    acked = std::max(acked, version);
+    release_routing(self);
+  };
   for (auto& relay : relays)
     self->request(relay, st.timeout(), admit_atom::value, nodes, workers)
-      .then(
-        [self, rank, version, pending](caf::ok_atom) {
-          if (--*pending > 0)
-            return;
-          auto& acked = self->state.server_admitted[rank];
-          acked = std::max(acked, version);
-          release_routing(self);
-        },
-        // A server that cannot be told is dead or dying: on_down deals
-        // with it, and release_routing skips dead servers.
-        [](caf::error&) {});
+      .then([answered](caf::ok_atom) { answered(); },
+            // A relay that is gone needs no telling (a backup ended after
+            // its primary lost it). A server that cannot be told is dead or
+            // dying: on_down deals with it, and release_routing skips dead
+            // servers.
+            [answered](caf::error& err) {
+              if (err == caf::sec::request_receiver_down)
+                answered();
+            });
 }
 
 void release_routing(coordinator_ptr self) {

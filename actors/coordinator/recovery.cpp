@@ -490,6 +490,9 @@ void publish_recoveries(coordinator_ptr self) {
         st.table.data_addresses[g] = st.server_data[rank];
       st.cfg.shards[g] = caf::actor_cast<shard_actor>(shards[i]);
       st.shard_dead[g] = false;
+      // A restored shard numbers every worker's operations from 0.
+      if (g < st.table.restarted.size())
+        st.table.restarted[g] = 1;
     }
     st.table.servers[rank] = st.server_endpoints[rank];
     rec.restored = false;

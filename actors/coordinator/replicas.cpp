@@ -100,6 +100,31 @@ record_backups(coordinator_ptr self, uint32_t node_id,
   return caf::ok_atom::value;
 }
 
+caf::result<caf::ok_atom> backup_lost(coordinator_ptr self, uint32_t shard) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (shard >= st.cfg.shards.size() || sender == nullptr
+      || caf::actor_cast<caf::actor_addr>(sender)
+           != st.cfg.shards[shard].address())
+    return make_error(errc::unauthorized,
+                      "backup_lost: the sender is not shard "
+                        + std::to_string(shard));
+  if (shard >= st.has_backup.size() || !st.has_backup[shard])
+    return caf::ok_atom::value;
+  st.has_backup[shard] = false;
+  // The backup of shard `shard`: on the server after its primary's.
+  for (uint32_t r = 0; r < st.server_shards.size(); ++r) {
+    auto first = st.first_shard(r);
+    if (shard < first || shard >= first + st.server_shards[r].size())
+      continue;
+    auto h = holder_of(st, r);
+    auto i = shard - first;
+    if (h < st.server_backups.size() && i < st.server_backups[h].size())
+      self->send_exit(st.server_backups[h][i], caf::exit_reason::kill);
+  }
+  return caf::ok_atom::value;
+}
+
 void pair_replicas(coordinator_ptr self) {
   auto& st = self->state;
   st.has_backup.assign(st.cfg.shards.size(), false);
@@ -125,9 +150,10 @@ void pair_replicas(coordinator_ptr self) {
       auto backup = st.server_backups[h][i];
       ++st.pairing;
       // The backup learns its primary before the primary forwards anything.
-      auto done = [self](bool ok, uint32_t g) {
+      auto done = [self, h](bool ok, uint32_t g) {
         auto& st = self->state;
-        st.has_backup[g] = ok;
+        // (A backup whose server died meanwhile holds nothing.)
+        st.has_backup[g] = ok && !server_dead(st, h);
         if (--st.pairing == 0)
           release_routing(self);
       };
@@ -167,6 +193,12 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
       caf::anon_send(st.cfg.on_done, recover_atom::value, rank,
                      recovery_event::given_up,
                      std::string{"its shards' backups are gone too"});
+    // Without replacements, the calls waiting for them fail now.
+    if (st.cfg.recovery_timeout.count() <= 0)
+      fail_reroutes(self, make_error(errc::dead_node,
+                                     "server " + std::to_string(rank)
+                                       + " went down and its shards' backups "
+                                         "are gone too"));
     return false;
   }
   // Counts the answers; the table goes out once all came.
@@ -223,6 +255,9 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
             st.table.data_addresses[g] = st.server_data[h];
           st.cfg.shards[g] = caf::actor_cast<shard_actor>(b);
           st.shard_dead[g] = false;
+          // It saw every operation: workers keep their numbering.
+          if (g < st.table.restarted.size())
+            st.table.restarted[g] = 0;
           ++p->promoted;
           if (--p->pending == 0)
             finish();

@@ -336,6 +336,9 @@ caf::result<caf::ok_atom> record_backups(coordinator_ptr self, uint32_t node_id,
                                          const std::vector<caf::actor>& backups,
                                          const std::vector<caf::actor>& relays);
 
+/// `(replica_atom, shard)`: the primary at `shard` lost its backup.
+caf::result<caf::ok_atom> backup_lost(coordinator_ptr self, uint32_t shard);
+
 /// Pairs every primary with its backup (replicas 2, once every server
 /// registered); the routing waits until each pair acknowledged.
 void pair_replicas(coordinator_ptr self);

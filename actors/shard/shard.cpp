@@ -29,22 +29,49 @@ using shard_ptr = shard_actor::stateful_pointer<shard_state>;
 
 // -- replicas (see shard.hpp, "Replicas") -------------------------------------
 
-// The backup is gone, or did not answer in time: the primary goes on alone,
-// and every completion it held goes out. A backup that only timed out is
-// ended, so that it is never promoted behind its primary.
+// The backup is gone, or did not answer in time (`why`), or the
+// coordinator said so (no `why`): the primary goes on alone. Unless the
+// coordinator said so, it first tells the coordinator (which ends the
+// backup, so that it is never promoted behind its primary), and holds every
+// answer, also of the operations it runs meanwhile, until the coordinator
+// confirmed: nothing is answered that a promoted stale backup would lack.
 void lose_backup(shard_ptr self, const caf::error& why) {
   auto& st = self->state;
   if (!st.backup)
     return;
   auto b = std::move(st.backup);
   st.backup = nullptr;
-  if (why && why != caf::sec::request_receiver_down)
-    self->send_exit(b, caf::exit_reason::kill);
+  st.outbox.clear();
   std::fprintf(stderr,
                "actorps: shard %u: lost its backup (%s); goes on without one\n",
                st.cfg.index, why ? render(why).c_str() : "told so");
-  st.outbox.clear();
-  st.gate->ack(std::numeric_limits<uint64_t>::max());
+  auto release = [gate = st.gate] {
+    gate->ack(std::numeric_limits<uint64_t>::max());
+  };
+  if (!why || !st.pairer) {
+    release();
+    return;
+  }
+  if (why != caf::sec::request_receiver_down)
+    self->send_exit(b, caf::exit_reason::kill);
+  st.losing = true;
+  self
+    ->request(st.pairer, caf::duration{st.cfg.replica_timeout},
+              replica_atom::value, st.cfg.index)
+    .then(
+      [self, release](caf::ok_atom) {
+        self->state.losing = false;
+        release();
+      },
+      [self, release](caf::error& err) {
+        // (A coordinator that cannot be told promotes nothing either.)
+        std::fprintf(stderr,
+                     "actorps: shard %u: could not tell the coordinator that "
+                     "its backup is gone (%s)\n",
+                     self->state.cfg.index, render(err).c_str());
+        self->state.losing = false;
+        release();
+      });
 }
 
 // Sends the operations run since the last forward to the backup; their
@@ -104,31 +131,45 @@ template <class Local, class... Ts>
 caf::result<caf::ok_atom> change(shard_ptr self, Local local, Ts... xs) {
   auto& st = self->state;
   flush(self);
-  std::optional<caf::typed_response_promise<caf::ok_atom>> rp;
+  // The reply, and whether the change failed here (then the reply went
+  // out already).
+  struct pending {
+    caf::typed_response_promise<caf::ok_atom> rp;
+    bool failed_here = false;
+  };
+  std::shared_ptr<pending> p;
   if constexpr (sizeof...(Ts) > 0) {
     if (st.backup) {
-      rp = self->make_response_promise<caf::ok_atom>();
+      p = std::make_shared<pending>();
+      p->rp = self->make_response_promise<caf::ok_atom>();
       self
         ->request(caf::actor_cast<shard_actor>(st.backup),
                   caf::duration{st.cfg.replica_timeout}, std::move(xs)...)
         .then(
-          [rp = *rp](caf::ok_atom) mutable { rp.deliver(caf::ok_atom::value); },
-          [self, rp = *rp](caf::error& err) mutable {
-            // An error of the change itself (the backup refused it as
-            // this shard did) is no failure of the backup.
-            if (code_of(err) == errc::none)
+          [p](caf::ok_atom) mutable {
+            if (!p->failed_here)
+              p->rp.deliver(caf::ok_atom::value);
+          },
+          [self, p](caf::error& err) mutable {
+            // The backup failed, or refused what this shard took (its
+            // copy would differ): it is dropped either way, unless it
+            // refused what this shard refused too.
+            if (code_of(err) == errc::none || !p->failed_here)
               lose_backup(self, err);
-            rp.deliver(caf::ok_atom::value);
+            if (!p->failed_here)
+              p->rp.deliver(caf::ok_atom::value);
           });
     }
   }
   auto err = local();
   flush(self);
-  if (rp) {
+  if (p) {
     // (Once a promise exists, an error returned would be dropped.)
-    if (err)
-      rp->deliver(err);
-    return *rp;
+    if (err) {
+      p->failed_here = true;
+      p->rp.deliver(err);
+    }
+    return p->rp;
   }
   if (err)
     return err;
@@ -488,6 +529,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       }
       st.backup = std::move(peer);
       st.gate = std::make_shared<replica_gate>();
+      // Told when the backup is lost (see lose_backup).
+      st.pairer = caf::actor_cast<caf::actor>(self->current_sender());
       return caf::ok_atom::value;
     },
     [self](replicate_atom, replica_batch& batch) -> caf::result<caf::ok_atom> {

@@ -137,6 +137,12 @@ void shard_state::release_waiting(slice_state& s, uint64_t reached) {
   std::vector<uint32_t> released;
   for (auto& p : s.waiting)
     if (ready(p)) {
+      // The value holds whatever released the pull: its answer waits for
+      // the backup to have run that too.
+      if (backup || losing) {
+        p.target.gate = gate;
+        p.target.forward = std::max(p.target.forward, forwarded);
+      }
       p.target.pulled(s.value);
       if (cfg.ssp())
         released.push_back(p.worker);
@@ -247,7 +253,11 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
 void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
                       uint64_t seq, const float* g, std::size_t n, op_target& t,
                       std::vector<float>* owned) {
-  if (backup) {
+  if (losing) {
+    // The backup was lost and the coordinator not told yet: held too.
+    t.gate = gate;
+    t.forward = ++forwarded;
+  } else if (backup) {
     // The backup runs it too, before anyone hears of it.
     replica_op r;
     r.slice = id;

@@ -331,6 +331,10 @@ struct shard_state {
   caf::actor_addr primary;
   // A backup made the primary of its slices.
   bool promoted = false;
+  // Who paired this primary with its backup (the coordinator): told when
+  // the backup is lost; until it confirmed, answers are held (`losing`).
+  caf::actor pairer;
+  bool losing = false;
   // Operations forwarded so far (numbered from 1), and their completions.
   uint64_t forwarded = 0;
   gate_ptr gate = std::make_shared<replica_gate>();

@@ -96,7 +96,11 @@ void adopt(worker_ptr self, const routing_table& table,
     st.dead[i] = false;
     st.recovering[i] = false;
     st.unreplaced[i].clear();
-    if (!st.cfg.replicas) {
+    // A restored replacement numbers from 0; a promoted backup saw every
+    // number (tables without the field: replicas mean promotions).
+    bool restarted = i < table.restarted.size() ? table.restarted[i] != 0
+                                                : !st.cfg.replicas;
+    if (restarted) {
       st.renumbered[i] = true;
       st.renumber[i].clear();
     }

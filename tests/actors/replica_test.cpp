@@ -231,11 +231,24 @@ TEST_CASE("a standby backup takes changes from its primary only") {
   require_error(f.reply<caf::ok_atom>(), errc::unauthorized);
 }
 
-TEST_CASE("a primary whose backup is gone goes on alone") {
+TEST_CASE("a primary whose backup is gone tells who paired them, then goes "
+          "on alone") {
   replica_fixture f;
   caf::anon_send_exit(f.backup, caf::exit_reason::kill);
   f.run();
   f.send_push(f.primary, 0, 0, {1, 2});
+  f.run();
+  // The push is answered only once the pairer (the coordinator; here the
+  // test) knows: it must not promote the lost backup.
+  uint32_t told = 99;
+  f.self->receive(
+    [&](replica_atom, uint32_t shard) {
+      told = shard;
+      return caf::ok_atom::value;
+    },
+    caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(told == 0);
+  CHECK(f.no_reply());
   f.run();
   REQUIRE(f.reply<caf::ok_atom>());
   f.send_pull(f.primary, 0, 1);
