@@ -405,15 +405,16 @@ caf::expected<uint32_t> replaceable_server(coordinator_ptr self) {
               + std::to_string(st.cfg.num_servers) + " servers";
   if (st.done)
     return make_error(errc::bad_config, full + " and is ending");
-  if (!st.routing_ready)
-    return make_error(errc::bad_config,
-                      full + " (not all of them registered their shards yet)");
+  // (The job's settings first: they hold whatever the state.)
   if (st.cfg.recovery_timeout.count() <= 0 || !st.cfg.on_done)
     return make_error(errc::bad_config,
                       full
                         + " (a dead server is replaced only in a job whose "
                           "coordinator runs with --recovery-timeout and "
                           "--checkpoint-dir)");
+  if (!st.routing_ready)
+    return make_error(errc::bad_config,
+                      full + " (not all of them registered their shards yet)");
   auto now = std::chrono::steady_clock::now();
   for (uint32_t r = 0; r < st.recoveries.size(); ++r) {
     auto& rec = st.recoveries[r];
