@@ -341,6 +341,12 @@ struct shard_state {
   // Operations run since the last forward, sent at the end of the handler.
   std::vector<replica_op> outbox;
 
+  // True while answers wait for the backup (or for the coordinator to
+  // know it is lost).
+  bool holding() const {
+    return backup || losing;
+  }
+
   // True for a backup that was not promoted: it runs forwards only.
   bool standby() const {
     return cfg.backup && !promoted;

@@ -97,18 +97,17 @@ void adopt(worker_ptr self, const routing_table& table,
     st.recovering[i] = false;
     st.unreplaced[i].clear();
     // A restored replacement numbers from 0; a promoted backup saw every
-    // number (tables without the field: replicas mean promotions).
-    bool restarted = i < table.restarted.size() ? table.restarted[i] != 0
-                                                : !st.cfg.replicas;
+    // number.
+    bool restarted = i < table.restarted.size() && table.restarted[i] != 0;
     if (restarted) {
       st.renumbered[i] = true;
       st.renumber[i].clear();
     }
     send_parked(self, i,
-                st.cfg.replicas ? "moved to its promoted backup; its waiting "
-                                  "requests go there"
-                                : "moved to its replacement server; its "
-                                  "waiting requests go there");
+                restarted ? "moved to its replacement server; its "
+                            "waiting requests go there"
+                          : "moved to its promoted backup; its waiting "
+                            "requests go there");
   }
   // Shards still down wait on.
   if (std::find(st.recovering.begin(), st.recovering.end(), true)

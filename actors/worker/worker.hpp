@@ -159,11 +159,9 @@ struct worker_config {
   /// in time they fail with `dead_node`.
   std::chrono::milliseconds recovery{0};
   uint64_t routing_version = 0;
-  /// The job keeps replicas (job_info::replicas > 1): a newer routing table
-  /// moves a dead server's shards to their promoted backups, which saw
-  /// every operation the dead shards answered, so requests keep their
-  /// sequence numbers (a promoted backup answers one it ran already
-  /// without applying it twice).
+  /// The job keeps replicas (job_info::replicas > 1): a dead shard's calls
+  /// wait for its promoted backup (said on stderr). Whether requests keep
+  /// their sequence numbers there follows routing_table::restarted.
   bool replicas = false;
   /// Opens this process's direct connection to a replacement server at
   /// "host:port" (see routing_table::servers), blocking; run on a thread

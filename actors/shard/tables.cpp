@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A shard's row-sparse tables: making its part of a table, checking and
+// applying pushes of rows.
+#include "actors/shard/state.hpp"
+
+#include <cstring>
+
+#include "core/optimizer.hpp"
+#include "core/rows.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+// -- row-sparse tables (table_init, rows_push, rows_pull) ---------------------
+
+namespace {
+
+// Most floats one shard's part of a table may hold (64 GiB).
+constexpr uint64_t max_table_floats = uint64_t{1} << 34;
+
+// A float in [0, 1) from a 64-bit counter (splitmix64's finalizer): each
+// value of a uniform table depends on its seed and place only.
+float unit_float(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return static_cast<float>(x >> 40) * (1.0f / 16777216.0f);
+}
+
+} // namespace
+
+caf::error shard_state::init(const table_init& msg) {
+  auto name = slice_name(msg.slice);
+  if (find(msg.slice) != nullptr)
+    return make_error(errc::already_initialized,
+                      "init: " + name + " is already initialized on shard "
+                        + std::to_string(cfg.index));
+  if (msg.rows == 0 || msg.dim == 0 || msg.rows > max_table_floats / msg.dim)
+    return make_error(errc::shape_mismatch,
+                      "init: table " + name + " of " + std::to_string(msg.rows)
+                        + " rows of " + std::to_string(msg.dim)
+                        + " floats (need at least one of each, at most 2^34 "
+                          "floats per shard)");
+  if (msg.rule > table_init::uniform)
+    return make_error(errc::bad_config, "init: table " + name
+                                          + ": unknown rule "
+                                          + std::to_string(msg.rule));
+  if (msg.rule == table_init::uniform && !(msg.low <= msg.high))
+    return make_error(errc::bad_config,
+                      "init: table " + name + ": uniform needs low <= high");
+  std::vector<float> v(msg.rows * msg.dim, msg.low);
+  if (msg.rule == table_init::uniform) {
+    auto span = msg.high - msg.low;
+    for (uint64_t i = 0; i < msg.rows; ++i) {
+      auto row = msg.first + i * msg.stride;
+      auto* out = v.data() + i * msg.dim;
+      for (uint64_t j = 0; j < msg.dim; ++j)
+        out[j] = msg.low
+                 + span
+                     * unit_float(
+                       msg.seed ^ (row * msg.dim + j) * 0xd1342543de82ef95ULL);
+    }
+  }
+  auto& s = add_slice(msg.slice, std::move(v));
+  s.dim = msg.dim;
+  s.row_steps.assign(msg.rows, 0);
+  s.opt_state.assign(msg.rows * core::state_size(opt, msg.dim), 0.0f);
+  return caf::none;
+}
+
+caf::error shard_state::check_rows(const char* op, const slice_state& s,
+                                   slice_id id,
+                                   const std::vector<uint64_t>& rows,
+                                   bool distinct) const {
+  if (s.dim == 0)
+    return make_error(errc::shape_mismatch, std::string{op} + ": "
+                                              + slice_name(id)
+                                              + " is not a row table");
+  auto held = s.value.size() / s.dim;
+  for (auto r : rows)
+    if (r >= held)
+      return make_error(errc::unknown_key,
+                        std::string{op} + ": row " + std::to_string(r)
+                          + " out of range (" + slice_name(id) + " holds "
+                          + std::to_string(held) + " rows here)");
+  // A pull may name a row twice (it gets it twice); a push must not.
+  uint64_t twice = 0;
+  if (distinct && core::find_repeat(rows, twice))
+    return make_error(errc::bad_config,
+                      std::string{op} + ": row " + std::to_string(twice)
+                        + " named twice (sum its values first)");
+  return caf::none;
+}
+
+caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
+                                     uint32_t worker, const float* g,
+                                     std::size_t n, std::vector<uint64_t>& rows,
+                                     std::vector<float>* owned) {
+  ++stats.pushes;
+  if (!live[worker])
+    return make_error(errc::dead_node,
+                      "push_rows: worker " + std::to_string(worker)
+                        + " left the job or was declared dead");
+  if (auto err = check_rows("push_rows", s, id, rows, true))
+    return err;
+  if (n != rows.size() * s.dim)
+    return make_error(errc::shape_mismatch,
+                      "push_rows: " + std::to_string(rows.size()) + " rows of "
+                        + std::to_string(s.dim) + " floats but the push has "
+                        + std::to_string(n));
+  auto& t = traffic(worker);
+  ++t.pushes;
+  t.floats_pushed += n;
+  if (cfg.sync) {
+    // The round sums each row over the workers that pushed it; the round
+    // completes when every live worker pushed to this slice (no rows is a
+    // push too), and only then are the rows updated, once each.
+    auto& r = s.rounds[s.pushes_of[worker]++];
+    r.rows.add(rows, g, owned, s.dim);
+    r.add(worker);
+    return caf::none;
+  }
+  if (cfg.ssp())
+    ++s.pushes_of[worker];
+  // Nobody else holds a table's buffer: pulls get copies of their rows.
+  auto& w = s.value.mutate();
+  core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(), s.dim,
+                   rows, g);
+  ++stats.updates;
+  return caf::none;
+}
+
+} // namespace actorps
