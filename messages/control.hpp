@@ -32,7 +32,9 @@ namespace actorps {
 /// slice_record may be a piece of a slice; job_info::message_cap). 10: a
 /// server may be replaced (job_info::recovery_ms, routing_table::version).
 /// 11: replicas (job_info::replicas; backups register with replica_atom).
-constexpr uint32_t wire_version = 11;
+/// 12: a primary's forwards over the UCX plane (replica_atom with the
+/// backup's data address; replicate frames; servers prove an identity).
+constexpr uint32_t wire_version = 12;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a

@@ -104,19 +104,9 @@ caf::error start_metrics(store_runtime& rt, std::vector<caf::actor> shards) {
   std::vector<caf::actor> workers;
   for (auto& [rank, w] : rt.workers)
     workers.push_back(caf::actor_cast<caf::actor>(w));
-  auto mo = rt.opts.metrics;
-  mo.token = rt.opts.token;
   std::string why;
-  rt.metrics = metrics_server::start(
-    mo,
-    [sys = &rt.sys, workers, shards] {
-      process_counters pc;
-      gather_workers(*sys, workers, pc);
-      if (!shards.empty())
-        gather_shards(*sys, shards, pc);
-      return pc;
-    },
-    why);
+  rt.metrics = serve_metrics(rt.sys, rt.opts.metrics, rt.opts.token,
+                             std::move(workers), std::move(shards), why);
   if (!rt.metrics)
     return make_error(errc::bad_config, "create: " + why);
   return caf::none;

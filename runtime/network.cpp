@@ -34,6 +34,7 @@
 #ifdef ACTORPS_HAVE_UCX
 #  include "runtime/ucx/ingress.hpp"
 #  include "runtime/ucx/plane.hpp"
+#  include "runtime/ucx/replicas.hpp"
 #endif
 #include "runtime/system.hpp"
 
@@ -448,6 +449,12 @@ caf::error run_server(const server_options& opts,
   // The shards and relays trust the coordinator, which tells them the nodes
   // it admits.
   std::vector<caf::node_id> trusted{coord.node()};
+  // Replicas over UCX: the primaries' forwards take the plane.
+  std::shared_ptr<replica_link> link;
+#ifdef ACTORPS_HAVE_UCX
+  if (job.transport == transport::ucx && job.replicas > 1)
+    link = std::make_shared<ucx::plane_link>(sys);
+#endif
   // Spawns shard `index` (a backup of another server's: `backup`) and its
   // priority relay into `into` and `relays_into`.
   auto spawn_one = [&](uint32_t index, bool backup,
@@ -462,6 +469,7 @@ caf::error run_server(const server_options& opts,
     sc.trusted = trusted;
     sc.backup = backup;
     sc.replica_timeout = opts.timeout;
+    sc.link = backup ? nullptr : link;
     auto shard = spawn_shard(sys, sc);
     auto relay = spawn_priority_relay(sys, shard, {}, false, trusted);
     into.push_back(caf::actor_cast<caf::actor>(shard));
@@ -503,8 +511,11 @@ caf::error run_server(const server_options& opts,
     for (uint32_t i = 0; i < backups.size(); ++i)
       by_index.emplace(backed * opts.shards + i,
                        caf::actor_cast<shard_actor>(backups[i]));
-    ingress = ucx::spawn_ingress(sys, requests, data_plane,
-                                 std::move(by_index));
+    auto plane_link = std::static_pointer_cast<ucx::plane_link>(link);
+    if (plane_link)
+      plane_link->attach(data_plane);
+    ingress = ucx::spawn_ingress(sys, requests, data_plane, std::move(by_index),
+                                 plane_link);
     owned.push_back(ingress);
     data_address.assign(data_plane->address().begin(),
                         data_plane->address().end());
@@ -532,17 +543,8 @@ caf::error run_server(const server_options& opts,
   }
   std::unique_ptr<metrics_server> metrics;
   if (opts.metrics.enabled()) {
-    auto mo = opts.metrics;
-    mo.token = opts.token;
     std::string why;
-    metrics = metrics_server::start(
-      mo,
-      [&sys, shards] {
-        process_counters pc;
-        gather_shards(sys, shards, pc);
-        return pc;
-      },
-      why);
+    metrics = serve_metrics(sys, opts.metrics, opts.token, {}, shards, why);
     if (!metrics) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

@@ -31,6 +31,24 @@ void ask(caf::scoped_actor& self, const caf::actor& whom, OnReply on_reply,
 
 } // namespace
 
+std::unique_ptr<metrics_server>
+serve_metrics(caf::actor_system& sys, metrics_options opts,
+              const std::string& token, std::vector<caf::actor> workers,
+              std::vector<caf::actor> shards, std::string& why) {
+  opts.token = token;
+  return metrics_server::start(
+    opts,
+    [&sys, workers, shards] {
+      process_counters pc;
+      if (!workers.empty())
+        gather_workers(sys, workers, pc);
+      if (!shards.empty())
+        gather_shards(sys, shards, pc);
+      return pc;
+    },
+    why);
+}
+
 void gather_shards(caf::actor_system& sys,
                    const std::vector<caf::actor>& shards, process_counters& c) {
   caf::scoped_actor self{sys};

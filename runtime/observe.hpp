@@ -6,6 +6,8 @@
 // facade's deployments.
 
 #include <chrono>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "caf/actor.hpp"
@@ -27,6 +29,14 @@ void gather_shards(caf::actor_system& sys,
 void gather_workers(caf::actor_system& sys,
                     const std::vector<caf::actor>& workers,
                     process_counters& c);
+
+/// Starts the /metrics endpoint of a process whose counters are those of
+/// its `workers` and `shards` (either may be empty), guarded by the job's
+/// `token`; null, with the reason in `why`, if it cannot listen.
+std::unique_ptr<metrics_server>
+serve_metrics(caf::actor_system& sys, metrics_options opts,
+              const std::string& token, std::vector<caf::actor> workers,
+              std::vector<caf::actor> shards, std::string& why);
 
 /// Sets `c.job` from `coordinator`'s status, if it answered.
 void gather_job(caf::actor_system& sys, const caf::actor& coordinator,

@@ -159,12 +159,25 @@ void pair_replicas(coordinator_ptr self) {
       };
       self->request(backup, st.timeout(), replica_atom::value, primary, false)
         .then(
-          [self, primary, backup, g, done](caf::ok_atom) {
-            self
-              ->request(primary, self->state.timeout(), replica_atom::value,
-                        backup, true)
-              .then([done, g](caf::ok_atom) { done(true, g); },
-                    [done, g](caf::error&) { done(false, g); });
+          [self, primary, backup, g, h, done](caf::ok_atom) {
+            auto& st = self->state;
+            // Over UCX, the forwards take the backup's server's plane.
+            auto address = st.cfg.transport == transport::ucx
+                               && h < st.server_data.size()
+                             ? st.server_data[h]
+                             : std::string{};
+            auto answered = [done, g](bool ok) { done(ok, g); };
+            auto then = [answered](auto&& handle) {
+              std::move(handle).then(
+                [answered](caf::ok_atom) { answered(true); },
+                [answered](caf::error&) { answered(false); });
+            };
+            if (address.empty())
+              then(self->request(primary, st.timeout(), replica_atom::value,
+                                 backup, true));
+            else
+              then(self->request(primary, st.timeout(), replica_atom::value,
+                                 backup, true, address));
           },
           [done, g](caf::error&) { done(false, g); });
     }

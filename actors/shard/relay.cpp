@@ -4,6 +4,7 @@
 #include "actors/shard/relay.hpp"
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -88,15 +89,15 @@ caf::result<Reply> relay_high(relay_ptr self, const shard_actor& shard,
 
 // Passes a data plane's message of this process on with high priority (the
 // shard answers its sink).
-template <class Atom, class Msg>
-void relay_plane(relay_ptr self, const shard_actor& shard, Atom atom, Msg& msg,
-                 plane_reply& r) {
+template <class Atom, class... Ts>
+void relay_plane(relay_ptr self, const shard_actor& shard, Atom atom,
+                 Ts&... xs) {
   auto sender = self->current_sender();
+  auto& r = std::get<sizeof...(Ts) - 1>(std::tie(xs...));
   if (r.sink == nullptr
       || (sender != nullptr && sender->node() != self->node()))
     return;
-  caf::anon_send<caf::message_priority::high>(shard, atom, std::move(msg),
-                                              std::move(r));
+  caf::anon_send<caf::message_priority::high>(shard, atom, std::move(xs)...);
 }
 
 // `none` if the sender may use the relay (see trusted_nodes).
@@ -219,9 +220,23 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
     [=](replica_atom a, caf::actor& peer, bool is_backup) -> ok_result {
       return self->delegate(shard, a, std::move(peer), is_backup);
     },
+    [=](replica_atom a, caf::actor& peer, bool is_backup,
+        std::string& address) -> ok_result {
+      return self->delegate(shard, a, std::move(peer), is_backup,
+                            std::move(address));
+    },
     [=](replicate_atom a, replica_batch& batch) -> ok_result {
       return self->delegate(shard, a, std::move(batch));
     },
+    // (The ingress sends a plane's forwards to the shard itself.)
+    [=](replicate_atom a, uint64_t n, replica_batch& batch, plane_reply& r) {
+      relay_plane(self, shard, a, n, batch, r);
+    },
+    [=](replicate_atom a, uint64_t n, caf::message& msg, plane_reply& r) {
+      relay_plane(self, shard, a, n, msg, r);
+    },
+    // (Answers to forwards go to the shard that sent them, never here.)
+    [=](replicate_atom, const replica_ack&) {},
     [=](promote_atom a) -> ok_result { return self->delegate(shard, a); },
   };
 }

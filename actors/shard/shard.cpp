@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The shard actor's message handlers: each unpacks its message and calls
 // into the shard's state (state.hpp), which does the work.
-#include "actors/shard/state.hpp"
+#include "actors/shard/forward.hpp"
 
 #include <cstdio>
 #include <limits>
@@ -25,91 +25,6 @@ namespace actorps {
 
 namespace {
 
-using shard_ptr = shard_actor::stateful_pointer<shard_state>;
-
-// -- replicas (see shard.hpp, "Replicas") -------------------------------------
-
-// The backup is gone, or did not answer in time (`why`), or the
-// coordinator said so (no `why`): the primary goes on alone. Unless the
-// coordinator said so, it first tells the coordinator (which ends the
-// backup, so that it is never promoted behind its primary), and holds every
-// answer, also of the operations it runs meanwhile, until the coordinator
-// confirmed: nothing is answered that a promoted stale backup would lack.
-void lose_backup(shard_ptr self, const caf::error& why) {
-  auto& st = self->state;
-  if (!st.backup)
-    return;
-  auto b = std::move(st.backup);
-  st.backup = nullptr;
-  st.outbox.clear();
-  std::fprintf(stderr,
-               "actorps: shard %u: lost its backup (%s); goes on without one\n",
-               st.cfg.index, why ? render(why).c_str() : "told so");
-  auto release = [gate = st.gate] {
-    gate->ack(std::numeric_limits<uint64_t>::max());
-  };
-  if (!why || !st.pairer) {
-    release();
-    return;
-  }
-  if (why != caf::sec::request_receiver_down)
-    self->send_exit(b, caf::exit_reason::kill);
-  st.losing = true;
-  self
-    ->request(st.pairer, caf::duration{st.cfg.replica_timeout},
-              replica_atom::value, st.cfg.index)
-    .then(
-      [self, release](caf::ok_atom) {
-        self->state.losing = false;
-        release();
-      },
-      [self, release](caf::error& err) {
-        // (A coordinator that cannot be told promotes nothing either.)
-        std::fprintf(stderr,
-                     "actorps: shard %u: could not tell the coordinator that "
-                     "its backup is gone (%s)\n",
-                     self->state.cfg.index, render(err).c_str());
-        self->state.losing = false;
-        release();
-      });
-}
-
-// Sends the operations run since the last forward to the backup; their
-// completions go out once it acknowledged them.
-void flush(shard_ptr self) {
-  auto& st = self->state;
-  if (st.outbox.empty())
-    return;
-  replica_batch b;
-  b.ops = std::move(st.outbox);
-  st.outbox.clear();
-  if (!st.backup)
-    return;
-  self
-    ->request(caf::actor_cast<shard_actor>(st.backup),
-              caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
-              std::move(b))
-    .then([gate = st.gate,
-           upto = st.forwarded](caf::ok_atom) { gate->ack(upto); },
-          [self](caf::error& err) { lose_backup(self, err); });
-}
-
-// A standby backup takes changes from its primary only; others as said.
-caf::error check_change(shard_ptr self, const char* op, bool admitter_only) {
-  auto& st = self->state;
-  if (!st.standby())
-    return admitter_only ? st.trusted.check_admitter(self, op)
-                         : st.trusted.check(self, op);
-  auto sender = self->current_sender();
-  if (sender != nullptr && st.primary
-      && caf::actor_cast<caf::actor_addr>(sender) == st.primary)
-    return caf::none;
-  return make_error(errc::unauthorized,
-                    std::string{op} + ": shard " + std::to_string(st.cfg.index)
-                      + " is a backup: it takes changes from its primary "
-                        "only");
-}
-
 // A data operation in worker `worker`'s name: trusted, and not on a
 // standby backup.
 caf::error check_data(shard_ptr self, const char* op, uint32_t worker) {
@@ -131,34 +46,12 @@ template <class Local, class... Ts>
 caf::result<caf::ok_atom> change(shard_ptr self, Local local, Ts... xs) {
   auto& st = self->state;
   flush(self);
-  // The reply, and whether the change failed here (then the reply went
-  // out already).
-  struct pending {
-    caf::typed_response_promise<caf::ok_atom> rp;
-    bool failed_here = false;
-  };
-  std::shared_ptr<pending> p;
+  std::shared_ptr<change_reply> p;
   if constexpr (sizeof...(Ts) > 0) {
     if (st.backup) {
-      p = std::make_shared<pending>();
+      p = std::make_shared<change_reply>();
       p->rp = self->make_response_promise<caf::ok_atom>();
-      self
-        ->request(caf::actor_cast<shard_actor>(st.backup),
-                  caf::duration{st.cfg.replica_timeout}, std::move(xs)...)
-        .then(
-          [p](caf::ok_atom) mutable {
-            if (!p->failed_here)
-              p->rp.deliver(caf::ok_atom::value);
-          },
-          [self, p](caf::error& err) mutable {
-            // The backup failed, or refused what this shard took (its
-            // copy would differ): it is dropped either way, unless it
-            // refused what this shard refused too.
-            if (code_of(err) == errc::none || !p->failed_here)
-              lose_backup(self, err);
-            if (!p->failed_here)
-              p->rp.deliver(caf::ok_atom::value);
-          });
+      forward_change(self, caf::make_message(std::move(xs)...), p);
     }
   }
   auto err = local();
@@ -249,7 +142,13 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   st.trusted.add_admitters(cfg.trusted);
   ignore_strays(self, st.trusted);
   st.live.assign(cfg.num_workers, true);
-  return {
+  // A backup watched over a link that dies is lost at once (see pair).
+  self->set_down_handler([self](caf::down_msg& m) {
+    auto& st = self->state;
+    if (st.backup && m.source == st.backup.address())
+      lose_backup(self, make_error(caf::sec::request_receiver_down));
+  });
+  shard_actor::behavior_type bhvr{
     // Takes the message by mutable reference to keep its buffer (see push).
     [self](init_atom, slice_init& msg) -> caf::result<caf::ok_atom> {
       if (auto err = check_change(self, "init", false))
@@ -506,32 +405,11 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     },
     [self](replica_atom, caf::actor peer,
            bool peer_is_backup) -> caf::result<caf::ok_atom> {
-      auto& st = self->state;
-      if (auto err = st.trusted.check_admitter(self, "replica"))
-        return err;
-      if (!peer_is_backup) {
-        if (!st.cfg.backup || !peer)
-          return make_error(errc::bad_config, "replica: shard "
-                                                + std::to_string(st.cfg.index)
-                                                + " is no backup");
-        st.primary = peer.address();
-        return caf::ok_atom::value;
-      }
-      if (st.standby())
-        return make_error(errc::bad_config, "replica: shard "
-                                              + std::to_string(st.cfg.index)
-                                              + " is a backup itself");
-      // What went to the old backup is acknowledged by it.
-      flush(self);
-      if (!peer) {
-        lose_backup(self, caf::error{});
-        return caf::ok_atom::value;
-      }
-      st.backup = std::move(peer);
-      st.gate = std::make_shared<replica_gate>();
-      // Told when the backup is lost (see lose_backup).
-      st.pairer = caf::actor_cast<caf::actor>(self->current_sender());
-      return caf::ok_atom::value;
+      return pair(self, std::move(peer), peer_is_backup, std::string{});
+    },
+    [self](replica_atom, caf::actor peer, bool peer_is_backup,
+           const std::string& address) -> caf::result<caf::ok_atom> {
+      return pair(self, std::move(peer), peer_is_backup, address);
     },
     [self](replicate_atom, replica_batch& batch) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
@@ -543,6 +421,27 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
                             + " is no backup of the sender");
       st.replay(batch);
       return caf::ok_atom::value;
+    },
+    // Forwards over this process's data plane (plane_reply has no type id:
+    // no other node can send one; the plane checked that a server sent
+    // them).
+    [self](replicate_atom, uint64_t number, replica_batch& batch,
+           plane_reply& r) {
+      from_link(self, number, r, [self, b = std::move(batch)]() mutable {
+        self->state.replay(b);
+        return caf::error{};
+      });
+    },
+    [self](replicate_atom, uint64_t number, caf::message& msg, plane_reply& r) {
+      from_link(self, number, r, [self, m = std::move(msg)]() mutable {
+        return run_change(self, m);
+      });
+    },
+    // A backup's answer over the link (replica_ack has no type id either).
+    [self](replicate_atom, const replica_ack& a) {
+      auto sender = self->current_sender();
+      if (sender == nullptr || sender->node() == self->node())
+        on_ack(self, a);
     },
     [self](promote_atom) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
@@ -561,6 +460,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return caf::ok_atom::value;
     },
   };
+  st.own = bhvr.unbox();
+  return bhvr;
 }
 
 } // namespace

@@ -150,6 +150,19 @@
 ///   acknowledged, the backup holds. If the backup fails or is told gone,
 ///   the primary goes on alone (and ends a backup that only timed out, so
 ///   that it is never promoted behind).
+/// - `(replica_atom, caf::actor peer, true, std::string address)`: the
+///   same, and the backup's server has a data plane at `address`: with a
+///   `shard_config::link`, the forwards travel there (as frames numbered
+///   from 1) instead of through CAF, and the backup's answers come back as
+///   `(replicate_atom, replica_ack)` (local only). The primary then watches
+///   the backup (a down backup is lost at once).
+/// - A backup takes its primary's forwards that arrive over this process's
+///   data plane as `(replicate_atom, uint64_t number, replica_batch,
+///   plane_reply)` and `(replicate_atom, uint64_t number, caf::message
+///   change, plane_reply)` (the plane checked that a server sent them), in
+///   the order of their numbers, whatever order they arrive in; a change is
+///   one of the messages above that `change` forwards (init, set_opt, load,
+///   workers, command), run as if its primary had sent it.
 /// - A backup runs what its primary forwards, and refuses everything else
 ///   that reads or changes its slices, from anyone, until `(promote_atom)`
 ///   -> `ok_atom` (an admitter's) makes it the slices' primary. A promoted
@@ -168,6 +181,8 @@
 /// the one push); otherwise the merged push goes through the optimizer (see
 /// core/optimizer.hpp).
 namespace actorps {
+
+class replica_link;
 
 /// Static configuration of one shard.
 struct shard_config {
@@ -200,6 +215,9 @@ struct shard_config {
   /// How long a primary waits for its backup to acknowledge a forward
   /// before it goes on without it.
   std::chrono::milliseconds replica_timeout{30000};
+  /// Carries a primary's forwards over a data plane (see "Replicas");
+  /// none: through CAF.
+  std::shared_ptr<replica_link> link;
 };
 
 /// Interface of a shard actor.
@@ -233,6 +251,42 @@ struct plane_reply {
   uint64_t request = 0;
 };
 
+/// The answer to a forward a primary sent over its `replica_link`: `err`
+/// is empty once the backup ran forward `number`; `timer` marks the
+/// primary's own reminder that the answer is overdue. Local only.
+struct replica_ack {
+  uint64_t peer = 0;
+  uint64_t number = 0;
+  caf::error err;
+  bool timer = false;
+};
+
+/// How a primary's forwards reach its backup's server beside CAF (the UCX
+/// plane: runtime/ucx/replicas.hpp). Called on the primary's thread.
+class replica_link {
+public:
+  virtual ~replica_link() = default;
+
+  /// The way to the server whose data plane is at `address`; 0 if this
+  /// link cannot reach it.
+  virtual uint64_t open(const std::string& address) = 0;
+
+  /// Sends forward `number` of shard `index` to the backup of the same
+  /// index behind `to`: operations, or a change. Its answer (or the reason
+  /// it could not leave) goes to `primary` as `(replicate_atom,
+  /// replica_ack)` with `peer` = `to`.
+  virtual void send(uint64_t to, uint32_t index, uint64_t number,
+                    replica_batch&& ops, const caf::actor& primary)
+    = 0;
+  virtual void send(uint64_t to, uint32_t index, uint64_t number,
+                    const caf::message& change, const caf::actor& primary)
+    = 0;
+
+  /// Shard `index` stopped forwarding to `to`: answers still owed to it
+  /// are dropped.
+  virtual void forget(uint64_t to, uint32_t index) = 0;
+};
+
 using shard_actor = caf::typed_actor<
   caf::replies_to<init_atom, slice_init>::with<caf::ok_atom>,
   caf::replies_to<push_atom, slice_push>::with<caf::ok_atom>,
@@ -263,7 +317,12 @@ using shard_actor = caf::typed_actor<
   caf::reacts_to<push_atom, rows_push, plane_reply>,
   caf::reacts_to<pull_atom, rows_pull, plane_reply>,
   caf::replies_to<replica_atom, caf::actor, bool>::with<caf::ok_atom>,
+  caf::replies_to<replica_atom, caf::actor, bool,
+                  std::string>::with<caf::ok_atom>,
   caf::replies_to<replicate_atom, replica_batch>::with<caf::ok_atom>,
+  caf::reacts_to<replicate_atom, uint64_t, replica_batch, plane_reply>,
+  caf::reacts_to<replicate_atom, uint64_t, caf::message, plane_reply>,
+  caf::reacts_to<replicate_atom, replica_ack>,
   caf::replies_to<promote_atom>::with<caf::ok_atom>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
@@ -273,3 +332,4 @@ shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);
 
 // Local only: no type id, never serialized.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorps::plane_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorps::replica_ack)

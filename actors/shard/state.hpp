@@ -15,6 +15,7 @@
 
 #include "caf/actor.hpp"
 #include "caf/actor_addr.hpp"
+#include "caf/behavior.hpp"
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 #include "caf/typed_response_promise.hpp"
@@ -340,6 +341,20 @@ struct shard_state {
   gate_ptr gate = std::make_shared<replica_gate>();
   // Operations run since the last forward, sent at the end of the handler.
   std::vector<replica_op> outbox;
+  // Forwards over shard_config::link: the way to the backup's server (0:
+  // through CAF), the forwards sent that way (numbered from 1) and what
+  // runs when each is answered (with its error, if any).
+  uint64_t link_peer = 0;
+  uint64_t link_sent = 0;
+  std::map<uint64_t, std::function<void(const caf::error&)>> link_waits;
+  // A backup: the number of its primary's next forward over the link, those
+  // that came before their turn, and whether a forwarded change runs now
+  // (it passes for its primary's).
+  uint64_t link_next = 1;
+  std::map<uint64_t, std::function<void()>> link_early;
+  bool link_change = false;
+  // This shard's own handlers, to run a forwarded change with.
+  caf::behavior own;
 
   // True while answers wait for the backup (or for the coordinator to
   // know it is lost).

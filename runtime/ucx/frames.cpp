@@ -49,6 +49,8 @@ std::size_t size_of(frame_kind k) {
     return header_size + batch_meta_size;
   if (on_rows(k))
     return header_size + rows_meta_size;
+  if (k == frame_kind::replicate || k == frame_kind::replicate_change)
+    return header_size + 8;
   return header_size;
 }
 
@@ -98,6 +100,8 @@ bool known(uint8_t kind) {
     case frame_kind::batch:
     case frame_kind::rows_push:
     case frame_kind::rows_pull:
+    case frame_kind::replicate:
+    case frame_kind::replicate_change:
     case frame_kind::reply:
     case frame_kind::failure:
       return true;
@@ -213,6 +217,21 @@ std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes) {
       || m.slices > (uint32_t{1} << 24) || m.count > max_frame_floats)
     return std::nullopt;
   return m;
+}
+
+std::vector<char> encode(const frame_header& x, uint64_t number) {
+  auto out = encode(x);
+  put(out, number);
+  return out;
+}
+
+std::optional<uint64_t> decode_number(const std::vector<char>& bytes) {
+  auto h = decode(bytes);
+  if (!h
+      || (h->kind != frame_kind::replicate
+          && h->kind != frame_kind::replicate_change))
+    return std::nullopt;
+  return get<uint64_t>(bytes, header_size);
 }
 
 } // namespace actorps::ucx

@@ -13,6 +13,11 @@
 // - rows_push: the pushed rows' values as their codec lays them out, then
 //   the rows (`slice_meta::rows` little-endian 64-bit local row indices);
 // - rows_pull: the rows;
+// - replicate: the forwarded values back to back (raw float32), then the
+//   operations without their values in CAF's binary format (each
+//   `replica_op` and its count of values), padded to 4 bytes, then that
+//   part's length (little-endian 64-bit word);
+// - replicate_change: the change, a `caf::message` in CAF's binary format;
 // - reply: the values, raw float32 (none for `ok_atom`);
 // - failure: a `caf::error` in CAF's binary format.
 // No CAF here.
@@ -45,6 +50,13 @@ enum class frame_kind : uint8_t {
   rows_push = 4,
   /// `rows_pull`, answered with `shared_floats`.
   rows_pull = 5,
+  /// Between servers (replicas, actors/shard/shard.hpp): a primary's
+  /// forward number `replicate_meta::number` to the backup of shard
+  /// `shard`, operations (`replica_batch`), answered with no values; only
+  /// from a peer that proved the servers' identity (plane.hpp).
+  replicate = 6,
+  /// The same, a change: a `caf::message` in CAF's binary format.
+  replicate_change = 7,
   /// The reply to request `request`: its value.
   reply = 16,
   /// The reply to request `request`: a `caf::error`.
@@ -103,6 +115,14 @@ struct batch_meta {
 
 /// Bytes of a batch body that `meta` describes.
 uint64_t body_size(const batch_meta& meta);
+
+/// The header's bytes followed by a replicate frame's forward number (25
+/// bytes in all).
+std::vector<char> encode(const frame_header& x, uint64_t number);
+
+/// The forward number after the fixed part of a replicate or
+/// replicate_change frame's header, or none if it is no such frame.
+std::optional<uint64_t> decode_number(const std::vector<char>& bytes);
 
 /// The header's bytes (little-endian, 17 bytes).
 std::vector<char> encode(const frame_header& x);

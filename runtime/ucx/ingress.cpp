@@ -21,6 +21,7 @@
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/ucx/frames.hpp"
+#include "runtime/ucx/replicas.hpp"
 
 namespace actorps::ucx {
 
@@ -103,10 +104,13 @@ start_plane(const std::string& token, const job_info& job,
     opts.identity = job.rank + 1;
     opts.identity_secret = job.rank_secret;
   }
-  if (!job.rank_key.empty())
+  if (!job.rank_key.empty()) {
+    // (Also the servers' identity: a worker's rank is never 2^32 - 2.)
     opts.secret_of = [key = job.rank_key](uint32_t identity) {
       return core::worker_secret(key, identity - 1);
     };
+    opts.server_secret = core::worker_secret(job.rank_key, server_identity - 1);
+  }
   return plane::start(std::move(opts), std::move(handlers), error);
 }
 
@@ -249,6 +253,8 @@ bool decode_rows(const slice_meta& meta, buffer& body, floats& values,
 // Turns request frames into the shards' typed messages, on the plane's
 // progress thread; the shards answer through the sink.
 struct ingress {
+  caf::actor_system* sys = nullptr;
+  std::shared_ptr<plane_link> link;
   std::weak_ptr<plane> out;
   std::map<uint32_t, shard_actor> shards;
   std::shared_ptr<plane_sink> sink;
@@ -320,8 +326,14 @@ struct ingress {
 
   void serve(frame& x) {
     auto h = decode(x.header);
-    if (!h || h->kind == frame_kind::reply || h->kind == frame_kind::failure)
+    if (!h)
       return;
+    if (h->kind == frame_kind::reply || h->kind == frame_kind::failure) {
+      // Answers to this server's forwards (from servers only).
+      if (link && x.identity == server_identity)
+        link->on_reply(x, *h);
+      return;
+    }
     auto from = reply_to(x);
     auto request = h->request;
     auto i = shards.find(h->shard);
@@ -339,6 +351,19 @@ struct ingress {
                             "ucx: a request body does not decode"));
     };
     plane_reply reply{sink, from, request};
+    if (h->kind == frame_kind::replicate
+        || h->kind == frame_kind::replicate_change) {
+      if (x.identity != server_identity) {
+        sink->fail(from, request,
+                   make_error(errc::unauthorized,
+                              "ucx: a forward from a connection that did not "
+                              "prove it is a server"));
+        return;
+      }
+      if (!deliver_forward(*sys, x, *h, shard, std::move(reply)))
+        bad_body();
+      return;
+    }
     switch (h->kind) {
       case frame_kind::push:
       case frame_kind::push_pull: {
@@ -542,10 +567,13 @@ make_worker_channel(caf::actor_system& sys, std::shared_ptr<plane> plane,
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
-                         std::map<uint32_t, shard_actor> shards) {
+                         std::map<uint32_t, shard_actor> shards,
+                         std::shared_ptr<plane_link> link) {
   // The plane's handlers hold the queue, whose handler holds this: only
   // weak references back to the plane.
   auto state = std::make_shared<ingress>();
+  state->sys = &sys;
+  state->link = std::move(link);
   state->out = plane;
   state->shards = std::move(shards);
   state->sink = std::make_shared<plane_sink>(sys, plane);

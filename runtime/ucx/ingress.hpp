@@ -50,6 +50,8 @@
 
 namespace actorps::ucx {
 
+class plane_link;
+
 /// One message the plane received.
 struct frame {
   peer_id from = 0;
@@ -101,10 +103,16 @@ start_plane(const std::string& token, const job_info& job,
 /// `(node_down_atom, worker_rank)`, a worker's node went down: it drops the
 /// peers that worker's requests came from, failing the replies in flight to
 /// them (on one host UCX would not notice: see plane_options).
+///
+/// With `link` (a server of a job with replicas, see replicas.hpp), the
+/// ingress also takes forwards from other servers (replicate frames, only
+/// from peers that proved the servers' identity) to the backups among
+/// `shards`, and hands the answers to this server's forwards to `link`.
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
-                         std::map<uint32_t, shard_actor> shards);
+                         std::map<uint32_t, shard_actor> shards,
+                         std::shared_ptr<plane_link> link = nullptr);
 
 /// A worker's data channel over `plane`: requests to the shards in
 /// `shard_peers` go to those peers; reply and failure frames, which the

@@ -190,7 +190,14 @@ void plane::impl::mark_down(peer_id id, const std::string& why) {
     handlers.on_peer_down(id, why);
 }
 
-void plane::impl::open(peer_id id, const std::vector<char>& addr) {
+uint32_t plane::impl::claim_for(uint32_t peer_identity) const {
+  return peer_identity == server_identity && !opts.server_secret.empty()
+           ? server_identity
+           : opts.identity;
+}
+
+void plane::impl::open(peer_id id, const std::vector<char>& addr,
+                       uint32_t peer_identity) {
   auto& p = peers[id];
   if (p.out != nullptr || p.down)
     return;
@@ -231,13 +238,16 @@ void plane::impl::open(peer_id id, const std::vector<char>& addr) {
   state->header.resize(hello_header_size);
   auto* head = state->header.data();
   std::memcpy(head, hello_magic, sizeof(hello_magic));
+  auto claim = claim_for(peer_identity);
   for (std::size_t i = 0; i < identity_size; ++i)
-    head[sizeof(hello_magic) + i] = static_cast<char>(opts.identity >> (8 * i));
+    head[sizeof(hello_magic) + i] = static_cast<char>(claim >> (8 * i));
   auto* nonce = reinterpret_cast<unsigned char*>(head + sizeof(hello_magic)
                                                  + identity_size);
   RAND_bytes(nonce, nonce_size);
-  auto key = hello_key(opts.secret, opts.identity, opts.identity_secret);
-  auto mac = hello_mac(key, opts.identity, nonce, address, addr);
+  auto key = hello_key(opts.secret, claim,
+                       claim == opts.identity ? opts.identity_secret
+                                              : opts.server_secret);
+  auto mac = hello_mac(key, claim, nonce, address, addr);
   std::memcpy(head + sizeof(hello_magic) + identity_size + nonce_size,
               mac.data(), mac.size());
   state->body = payload{address.data(), address.size()};
@@ -436,17 +446,17 @@ uint32_t plane::identity() const {
   return impl_->opts.identity;
 }
 
-peer_id plane::connect(const std::vector<char>& address) {
+peer_id plane::connect(const std::vector<char>& address,
+                       uint32_t peer_identity) {
   auto* d = impl_.get();
-  // Planes connect to servers, which claim no identity.
-  auto id = d->id_of(address, 0);
+  auto id = d->id_of(address, peer_identity);
   {
     std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
     if (d->stopping || d->closed)
       return id;
     auto i = d->peers.find(id);
     if (i == d->peers.end() || i->second.out == nullptr)
-      d->open(id, address);
+      d->open(id, address, peer_identity);
   }
   // Connecting goes on with the progress thread.
   d->wake();

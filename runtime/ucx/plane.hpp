@@ -112,6 +112,12 @@ struct plane_handlers {
 /// not the token. Empty only when both are.
 std::string data_secret(const std::string& token, const std::string& salt);
 
+/// The identity servers' planes prove to one another (never a worker's:
+/// worker r is r + 1, and jobs have far fewer workers). Its secret derives
+/// from the key only servers and the coordinator hold (job_info::rank_key),
+/// so a worker, which holds the data secret, cannot pass for a server.
+constexpr uint32_t server_identity = 0xFFFFFFFFu;
+
 /// Settings of a plane.
 struct plane_options {
   /// The job's data secret: peers prove they hold it.
@@ -121,6 +127,11 @@ struct plane_options {
   /// in its hellos (the MAC's key joins both secrets).
   uint32_t identity = 0;
   std::string identity_secret;
+  /// A server's plane: `server_identity`'s secret. Set, the plane claims
+  /// `server_identity` when it connects to a server (`connect(address,
+  /// server_identity)`) and in its answering hello to a peer that proved
+  /// it; otherwise it claims `identity`.
+  std::string server_secret;
   /// The identity secret a peer that claims `identity` (> 0) must prove;
   /// empty (or no function): such peers are refused.
   std::function<std::string(uint32_t identity)> secret_of;
@@ -181,8 +192,10 @@ public:
 
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives
-  /// the same peer.
-  peer_id connect(const std::vector<char>& address);
+  /// the same peer. `peer_identity`: what the peer proves in its answering
+  /// hello (0: a server to a worker; `server_identity`: a server to a
+  /// server, with plane_options::server_secret set).
+  peer_id connect(const std::vector<char>& address, uint32_t peer_identity = 0);
 
   /// Sends `header` and `body` to `to`; `done` (optional) runs on the
   /// progress thread with "" once the bytes left, or with the reason the

@@ -135,8 +135,13 @@ struct plane::impl {
 
   void mark_down(peer_id id, const std::string& why);
 
-  // Opens the endpoint to peer `id` and says hello first.
-  void open(peer_id id, const std::vector<char>& addr);
+  // Opens the endpoint to peer `id` and says hello first, claiming what
+  // this plane claims toward a peer that proved `peer_identity`.
+  void open(peer_id id, const std::vector<char>& addr, uint32_t peer_identity);
+
+  // What this plane claims toward a peer that proved `peer_identity`, and
+  // the secret that proves it.
+  uint32_t claim_for(uint32_t peer_identity) const;
 
   static void on_sent(void* request, ucs_status_t status, void* user_data);
 

@@ -49,7 +49,7 @@ ucs_status_t plane::impl::on_hello(void* arg, const void* header,
   if (p.down)
     return UCS_OK;
   if (p.out == nullptr)
-    self->open(id, from); // Our own connection back, with our hello.
+    self->open(id, from, identity); // Our own connection back, with our hello.
   if (!p.admitted) {
     p.admitted = true;
     if (self->handlers.on_peer_up)

@@ -53,6 +53,12 @@ TEST_CASE("dist: with --replicas 2 a killed server's backups take over and "
                             "[01] took over its shards; nothing they "
                             "acknowledged was lost[^]*"));
   CHECK_EXIT(survivor, 0, job_time);
+  // Over UCX the forwards take the servers' planes, not CAF's connections.
+  auto over_plane = std::string{"forwards to its backup over the data plane"};
+  if (transport == "ucx")
+    CHECK_THAT(survivor.output(), Catch::Contains(over_plane));
+  else
+    CHECK_THAT(survivor.output(), !Catch::Contains(over_plane));
 }
 
 TEST_CASE("dist: --replicas needs two servers", "[integration]") {

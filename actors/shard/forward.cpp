@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A primary's forwards to its backup, through CAF or over a replica_link,
+// and a backup's side of those that come over its process's data plane
+// (shard.hpp, "Replicas").
+#include "actors/shard/forward.hpp"
+
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+#include "caf/actor_cast.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/exit_reason.hpp"
+#include "caf/sec.hpp"
+#include "caf/stateful_actor.hpp"
+
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+namespace {
+
+// Reminds the primary, after the replica timeout, that forward `number`
+// over the link was not answered yet.
+void remind(shard_ptr self, uint64_t number) {
+  auto& st = self->state;
+  replica_ack a;
+  a.peer = st.link_peer;
+  a.number = number;
+  a.timer = true;
+  a.err = make_error(caf::sec::request_timeout);
+  self->delayed_send(self, st.cfg.replica_timeout, replicate_atom::value,
+                     std::move(a));
+}
+
+// The answers owed over the link run with `err` (they are lost with it).
+void drop_link(shard_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  if (st.link_peer == 0)
+    return;
+  st.cfg.link->forget(st.link_peer, st.cfg.index);
+  st.link_peer = 0;
+  auto waits = std::move(st.link_waits);
+  st.link_waits.clear();
+  for (auto& w : waits)
+    w.second(err);
+}
+
+} // namespace
+
+// Unless the coordinator said so, the primary first tells the coordinator
+// (which ends the backup, so that it is never promoted behind its primary),
+// and holds every answer, also of the operations it runs meanwhile, until
+// the coordinator confirmed: nothing is answered that a promoted stale
+// backup would lack.
+void lose_backup(shard_ptr self, const caf::error& why) {
+  auto& st = self->state;
+  if (!st.backup)
+    return;
+  auto b = std::move(st.backup);
+  st.backup = nullptr;
+  st.outbox.clear();
+  std::fprintf(stderr,
+               "actorps: shard %u: lost its backup (%s); goes on without one\n",
+               st.cfg.index, why ? render(why).c_str() : "told so");
+  auto release = [gate = st.gate] {
+    gate->ack(std::numeric_limits<uint64_t>::max());
+  };
+  // (Forwards in flight fail: their answers are released below, or once
+  // the coordinator knows.)
+  drop_link(self, why ? why : make_error(errc::dead_node, "backup lost"));
+  if (!why || !st.pairer) {
+    release();
+    return;
+  }
+  if (why != caf::sec::request_receiver_down)
+    self->send_exit(b, caf::exit_reason::kill);
+  st.losing = true;
+  self
+    ->request(st.pairer, caf::duration{st.cfg.replica_timeout},
+              replica_atom::value, st.cfg.index)
+    .then(
+      [self, release](caf::ok_atom) {
+        self->state.losing = false;
+        release();
+      },
+      [self, release](caf::error& err) {
+        // (A coordinator that cannot be told promotes nothing either.)
+        std::fprintf(stderr,
+                     "actorps: shard %u: could not tell the coordinator that "
+                     "its backup is gone (%s)\n",
+                     self->state.cfg.index, render(err).c_str());
+        self->state.losing = false;
+        release();
+      });
+}
+
+void flush(shard_ptr self) {
+  auto& st = self->state;
+  if (st.outbox.empty())
+    return;
+  replica_batch b;
+  b.ops = std::move(st.outbox);
+  st.outbox.clear();
+  if (!st.backup)
+    return;
+  if (st.link_peer != 0) {
+    auto n = ++st.link_sent;
+    st.link_waits.emplace(n, [self, gate = st.gate,
+                              upto = st.forwarded](const caf::error& err) {
+      if (err)
+        lose_backup(self, err);
+      else
+        gate->ack(upto);
+    });
+    st.cfg.link->send(st.link_peer, st.cfg.index, n, std::move(b),
+                      caf::actor_cast<caf::actor>(self));
+    remind(self, n);
+    return;
+  }
+  self
+    ->request(caf::actor_cast<shard_actor>(st.backup),
+              caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
+              std::move(b))
+    .then([gate = st.gate,
+           upto = st.forwarded](caf::ok_atom) { gate->ack(upto); },
+          [self](caf::error& err) { lose_backup(self, err); });
+}
+
+void forward_change(shard_ptr self, caf::message msg,
+                    std::shared_ptr<change_reply> p) {
+  auto& st = self->state;
+  auto answered = [self, p](const caf::error& err) {
+    // The backup failed, or refused what this shard took (its copy would
+    // differ): it is dropped either way, unless it refused what this
+    // shard refused too.
+    if (err && (code_of(err) == errc::none || !p->failed_here))
+      lose_backup(self, err);
+    if (!p->failed_here)
+      p->rp.deliver(caf::ok_atom::value);
+  };
+  if (st.link_peer != 0) {
+    auto n = ++st.link_sent;
+    st.link_waits.emplace(n, answered);
+    st.cfg.link->send(st.link_peer, st.cfg.index, n, msg,
+                      caf::actor_cast<caf::actor>(self));
+    remind(self, n);
+    return;
+  }
+  self
+    ->request(st.backup, caf::duration{st.cfg.replica_timeout}, std::move(msg))
+    .then([answered](caf::ok_atom) { answered(caf::error{}); },
+          [answered](caf::error& err) { answered(err); });
+}
+
+caf::error check_change(shard_ptr self, const char* op, bool admitter_only) {
+  auto& st = self->state;
+  if (!st.standby())
+    return admitter_only ? st.trusted.check_admitter(self, op)
+                         : st.trusted.check(self, op);
+  auto sender = self->current_sender();
+  if (st.link_change
+      || (sender != nullptr && st.primary
+          && caf::actor_cast<caf::actor_addr>(sender) == st.primary))
+    return caf::none;
+  return make_error(errc::unauthorized,
+                    std::string{op} + ": shard " + std::to_string(st.cfg.index)
+                      + " is a backup: it takes changes from its primary "
+                        "only");
+}
+
+caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
+                               bool peer_is_backup,
+                               const std::string& address) {
+  auto& st = self->state;
+  if (auto err = st.trusted.check_admitter(self, "replica"))
+    return err;
+  if (!peer_is_backup) {
+    if (!st.cfg.backup || !peer)
+      return make_error(errc::bad_config, "replica: shard "
+                                            + std::to_string(st.cfg.index)
+                                            + " is no backup");
+    st.primary = peer.address();
+    return caf::ok_atom::value;
+  }
+  if (st.standby())
+    return make_error(errc::bad_config, "replica: shard "
+                                          + std::to_string(st.cfg.index)
+                                          + " is a backup itself");
+  // What went to the old backup is acknowledged by it (through CAF); over
+  // the link its answers would no longer be taken: they count as given.
+  flush(self);
+  drop_link(self, caf::error{});
+  if (!peer) {
+    lose_backup(self, caf::error{});
+    return caf::ok_atom::value;
+  }
+  st.backup = std::move(peer);
+  st.gate = std::make_shared<replica_gate>();
+  st.link_sent = 0;
+  if (st.cfg.link && !address.empty()) {
+    st.link_peer = st.cfg.link->open(address);
+    if (st.link_peer != 0) {
+      std::fprintf(stderr,
+                   "actorps: shard %u: forwards to its backup over the data "
+                   "plane\n",
+                   st.cfg.index);
+      // A backup that dies is lost at once, not after the replica timeout
+      // (CAF fails the requests of a dead receiver; the link does not).
+      self->monitor(st.backup);
+    }
+  }
+  // Told when the backup is lost (see lose_backup).
+  st.pairer = caf::actor_cast<caf::actor>(self->current_sender());
+  return caf::ok_atom::value;
+}
+
+void on_ack(shard_ptr self, const replica_ack& a) {
+  auto& st = self->state;
+  // (An answer of an earlier link, or of a forward answered already.)
+  if (st.link_peer == 0 || a.peer != st.link_peer)
+    return;
+  auto i = st.link_waits.find(a.number);
+  if (i == st.link_waits.end())
+    return;
+  auto f = std::move(i->second);
+  st.link_waits.erase(i);
+  f(a.err);
+}
+
+void from_link(shard_ptr self, uint64_t number, plane_reply& r,
+               std::function<caf::error()> run) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (r.sink == nullptr
+      || (sender != nullptr && sender->node() != self->node()))
+    return;
+  if (!st.standby() || !st.primary) {
+    r.sink->fail(r.peer, r.request,
+                 make_error(errc::unauthorized,
+                            "replicate: shard " + std::to_string(st.cfg.index)
+                              + " is no backup waiting for a primary's "
+                                "forwards"));
+    return;
+  }
+  if (number < st.link_next || st.link_early.count(number) > 0) {
+    r.sink->fail(r.peer, r.request,
+                 make_error(errc::bad_config, "replicate: forward "
+                                                + std::to_string(number)
+                                                + " came twice"));
+    return;
+  }
+  st.link_early.emplace(number, [r, run = std::move(run)] {
+    if (auto err = run())
+      r.sink->fail(r.peer, r.request, err);
+    else
+      r.sink->ok(r.peer, r.request);
+  });
+  // Runs what is next in the primary's order (a large forward may arrive
+  // after a small one sent behind it).
+  while (!st.link_early.empty() && st.link_early.begin()->first == st.link_next
+         && st.standby()) {
+    auto f = std::move(st.link_early.begin()->second);
+    st.link_early.erase(st.link_early.begin());
+    ++st.link_next;
+    f();
+  }
+}
+
+caf::error run_change(shard_ptr self, caf::message& m) {
+  auto& st = self->state;
+  // Only what change() forwards: nothing else may pass for the primary.
+  auto is_change = m.match_element<init_atom>(0)
+                   || m.match_element<set_opt_atom>(0)
+                   || m.match_element<load_atom>(0)
+                   || m.match_element<workers_atom>(0)
+                   || m.match_element<command_atom>(0);
+  if (m.empty() || !is_change || !st.own)
+    return make_error(errc::bad_config, "replicate: shard "
+                                          + std::to_string(st.cfg.index)
+                                          + " got a forward that is no change");
+  st.link_change = true;
+  auto res = st.own(m);
+  st.link_change = false;
+  if (!res)
+    return make_error(errc::bad_config, "replicate: shard "
+                                          + std::to_string(st.cfg.index)
+                                          + " takes no such change");
+  if (res->match_elements<caf::error>())
+    return res->get_as<caf::error>(0);
+  return caf::none;
+}
+
+} // namespace actorps
