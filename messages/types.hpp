@@ -225,6 +225,11 @@ struct replica_op {
   bool table = false;
   std::vector<uint64_t> rows;
   floats values;
+  /// Instead of `values` in the primary's process only (never sent: a
+  /// transport takes `values` from it): the slice's own value after the
+  /// push, which under the "assign" rule is the pushed values, shared
+  /// instead of copied.
+  shared_floats shared;
 };
 
 template <class Inspector>

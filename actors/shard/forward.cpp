@@ -20,6 +20,11 @@ namespace actorps {
 
 namespace {
 
+// Most values in one forward over the link (a quarter of a plane's largest
+// message; one operation may carry more: a worker's frame holds at most as
+// many as a plane's largest message).
+constexpr uint64_t link_frame_floats = (uint64_t{1} << 28) / sizeof(float);
+
 // Reminds the primary, after the replica timeout, that forward `number`
 // over the link was not answered yet.
 void remind(shard_ptr self, uint64_t number) {
@@ -105,19 +110,40 @@ void flush(shard_ptr self) {
   if (!st.backup)
     return;
   if (st.link_peer != 0) {
-    auto n = ++st.link_sent;
-    st.link_waits.emplace(n, [self, gate = st.gate,
-                              upto = st.forwarded](const caf::error& err) {
-      if (err)
-        lose_backup(self, err);
-      else
-        gate->ack(upto);
-    });
-    st.cfg.link->send(st.link_peer, st.cfg.index, n, std::move(b),
-                      caf::actor_cast<caf::actor>(self));
-    remind(self, n);
+    // The operations are numbered up to st.forwarded, in order; they leave
+    // in frames of at most link_frame_floats values each (a plane refuses
+    // a message over 1 GiB, and would cut the whole server off).
+    auto first = st.forwarded + 1 - b.ops.size();
+    std::size_t at = 0;
+    while (at < b.ops.size()) {
+      replica_batch part;
+      uint64_t floats = 0;
+      while (at < b.ops.size()
+             && (part.ops.empty() || floats < link_frame_floats)) {
+        auto& op = b.ops[at++];
+        floats += op.shared.empty() ? op.values.data.size() : op.shared.size();
+        part.ops.push_back(std::move(op));
+      }
+      auto k = ++st.link_sent;
+      st.link_waits.emplace(k, [self, gate = st.gate,
+                                upto = first + at - 1](const caf::error& err) {
+        if (err)
+          lose_backup(self, err);
+        else
+          gate->ack(upto);
+      });
+      st.cfg.link->send(st.link_peer, st.cfg.index, k, std::move(part),
+                        caf::actor_cast<caf::actor>(self));
+      remind(self, k);
+    }
     return;
   }
+  // (CAF sends `values`: shared ones are copied there.)
+  for (auto& op : b.ops)
+    if (!op.shared.empty()) {
+      op.values.data = op.shared.vec();
+      op.shared = shared_floats{};
+    }
   self
     ->request(caf::actor_cast<shard_actor>(st.backup),
               caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
@@ -130,21 +156,34 @@ void flush(shard_ptr self) {
 void forward_change(shard_ptr self, caf::message msg,
                     std::shared_ptr<change_reply> p) {
   auto& st = self->state;
-  auto answered = [self, p](const caf::error& err) {
-    // The backup failed, or refused what this shard took (its copy would
-    // differ): it is dropped either way, unless it refused what this
-    // shard refused too.
-    if (err && (code_of(err) == errc::none || !p->failed_here))
-      lose_backup(self, err);
+  // Numbered like an operation: what the change releases here (a round a
+  // change of the live workers completes) waits for the backup to have run
+  // the change too, and so does its reply: both wait on the gate, for the
+  // backup or, if it is lost, for the coordinator to know.
+  auto n = ++st.forwarded;
+  auto gate = st.gate;
+  auto deliver = [p] {
     if (!p->failed_here)
       p->rp.deliver(caf::ok_atom::value);
   };
+  if (gate->holds(n))
+    gate->hold(n, deliver);
+  auto answered = [self, p, gate, n](const caf::error& err) {
+    // The backup failed, or refused what this shard took (its copy would
+    // differ): it is dropped either way, unless it refused what this
+    // shard refused too.
+    if (err && (code_of(err) == errc::none || !p->failed_here)) {
+      lose_backup(self, err);
+      return;
+    }
+    gate->ack(n);
+  };
   if (st.link_peer != 0) {
-    auto n = ++st.link_sent;
-    st.link_waits.emplace(n, answered);
-    st.cfg.link->send(st.link_peer, st.cfg.index, n, msg,
+    auto k = ++st.link_sent;
+    st.link_waits.emplace(k, answered);
+    st.cfg.link->send(st.link_peer, st.cfg.index, k, msg,
                       caf::actor_cast<caf::actor>(self));
-    remind(self, n);
+    remind(self, k);
     return;
   }
   self
@@ -187,14 +226,18 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
     return make_error(errc::bad_config, "replica: shard "
                                           + std::to_string(st.cfg.index)
                                           + " is a backup itself");
-  // What went to the old backup is acknowledged by it (through CAF); over
-  // the link its answers would no longer be taken: they count as given.
-  flush(self);
-  drop_link(self, caf::error{});
   if (!peer) {
+    // The coordinator says the backup is gone: what went to it counts as
+    // given (it ran it, or is never promoted).
+    flush(self);
+    drop_link(self, caf::error{});
     lose_backup(self, caf::error{});
     return caf::ok_atom::value;
   }
+  if (st.backup)
+    return make_error(errc::bad_config, "replica: shard "
+                                          + std::to_string(st.cfg.index)
+                                          + " has a backup already");
   st.backup = std::move(peer);
   st.gate = std::make_shared<replica_gate>();
   st.link_sent = 0;
@@ -235,12 +278,20 @@ void from_link(shard_ptr self, uint64_t number, plane_reply& r,
   if (r.sink == nullptr
       || (sender != nullptr && sender->node() != self->node()))
     return;
-  if (!st.standby() || !st.primary) {
+  // The first forward names the connection its primary's come over: no
+  // other server's are taken.
+  if (st.standby() && st.primary && st.link_from == 0)
+    st.link_from = r.peer;
+  const char* refused = !st.standby() || !st.primary
+                          ? " is no backup waiting for a primary's forwards"
+                        : r.peer != st.link_from
+                          ? " takes forwards from its primary's server only"
+                          : nullptr;
+  if (refused != nullptr) {
     r.sink->fail(r.peer, r.request,
-                 make_error(errc::unauthorized,
-                            "replicate: shard " + std::to_string(st.cfg.index)
-                              + " is no backup waiting for a primary's "
-                                "forwards"));
+                 make_error(errc::unauthorized, "replicate: shard "
+                                                  + std::to_string(st.cfg.index)
+                                                  + refused));
     return;
   }
   if (number < st.link_next || st.link_early.count(number) > 0) {

@@ -457,6 +457,9 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
                      "primary\n",
                      st.cfg.index);
       st.promoted = true;
+      // Forwards that waited for one before them never run: the primary
+      // that sent them is gone.
+      st.link_early.clear();
       return caf::ok_atom::value;
     },
   };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "core/batching.hpp"
 #include "core/optimizer.hpp"
@@ -253,6 +254,9 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
 void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
                       uint64_t seq, const float* g, std::size_t n, op_target& t,
                       std::vector<float>* owned) {
+  // The outbox's operation whose values are the slice's value after this
+  // push (below), if any.
+  std::optional<std::size_t> share;
   if (backup) {
     // The backup runs it too, before anyone hears of it.
     replica_op r;
@@ -270,6 +274,9 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
         r.values.data = std::move(*owned);
         g = r.values.data.data();
         owned = nullptr;
+      } else if (!cfg.sync && !t.table && replaces) {
+        // Async "assign": the value becomes the push, shared once applied.
+        share = outbox.size();
       } else {
         r.values.data.assign(g, g + n);
       }
@@ -284,6 +291,9 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
   if (t.kind != op_kind::pull) {
     auto err = t.table ? do_push_rows(s, id, worker, g, n, t.rows, owned)
                        : do_push(s, id, worker, g, n, owned);
+    // (Refused, it goes with no values, and the backup refuses it too.)
+    if (share && !err && *share < outbox.size())
+      outbox[*share].shared = s.value;
     if (err) {
       t.fail(std::move(err));
       return;

@@ -352,6 +352,8 @@ struct shard_state {
   // (it passes for its primary's).
   uint64_t link_next = 1;
   std::map<uint64_t, std::function<void()>> link_early;
+  // The connection (plane_reply::peer) the first forward came over.
+  uint64_t link_from = 0;
   bool link_change = false;
   // This shard's own handlers, to run a forwarded change with.
   caf::behavior own;

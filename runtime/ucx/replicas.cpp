@@ -113,6 +113,14 @@ void plane_link::send(uint64_t to, uint32_t index, uint64_t number,
   keep->values.reserve(keep->batch.ops.size());
   std::vector<payload::piece> pieces;
   for (auto& op : keep->batch.ops) {
+    if (!op.shared.empty()) {
+      // The slice's own buffer (kept with the batch): read, never copied.
+      counts.push_back(op.shared.size());
+      pieces.push_back(
+        payload::piece{op.shared.data(), op.shared.size() * sizeof(float)});
+      keep->values.emplace_back();
+      continue;
+    }
     counts.push_back(op.values.data.size());
     keep->values.emplace_back(std::move(op.values.data));
     op.values.data.clear();

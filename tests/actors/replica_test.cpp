@@ -2,6 +2,7 @@
 // Replicas at the message level: a primary shard and its backup in one
 // process on the deterministic scheduler; the test plays the workers and
 // the coordinator (which pairs them and promotes the backup).
+#include <utility>
 #include <vector>
 
 #include "caf/exit_reason.hpp"
@@ -57,6 +58,41 @@ struct replica_fixture : test::deterministic_fixture {
     self->send(to, pull_atom::value, slice_pull{slice_a, worker, seq});
   }
 
+  // Sync: worker 0 pushes {1, 2} into round 0 and pulls (sequence number
+  // 1), which waits for the round.
+  void pull_waiting_for_round() {
+    send_push(primary, 0, 0, {1, 2});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    send_pull(primary, 0, 1);
+    run();
+    CHECK(no_reply());
+  }
+
+  // The primary dies, the backup is promoted; worker `worker`'s pull
+  // (sequence number `seq`) reads what it holds.
+  caf::expected<std::vector<float>> takeover(uint32_t worker, uint64_t seq) {
+    kill_primary();
+    run();
+    promote();
+    send_pull(backup, worker, seq);
+    run();
+    return pulled();
+  }
+
+  // Takes an `ok` and a pulled value, in either order: whether the `ok`
+  // came, and the value.
+  std::pair<bool, std::vector<float>> ok_and_value() {
+    std::vector<float> value;
+    bool acked = false;
+    for (int i = 0; i < 2; ++i)
+      self->receive([&](caf::ok_atom) { acked = true; },
+                    [&](shared_floats& x) { value = x.take(); },
+                    [&](caf::error& err) { FAIL(render(err)); },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+    return {acked, value};
+  }
+
   caf::expected<std::vector<float>> pulled() {
     auto r = reply<shared_floats>();
     if (!r)
@@ -94,12 +130,7 @@ TEST_CASE("a push completes only once the backup ran it") {
   f.run();
   auto refused = require_error(f.pulled(), errc::bad_config);
   CHECK(refused.find("is a backup") != std::string::npos);
-  f.kill_primary();
-  f.run();
-  f.promote();
-  f.send_pull(f.backup, 0, 1);
-  f.run();
-  auto v = f.pulled();
+  auto v = f.takeover(0, 1);
   REQUIRE(v);
   CHECK(*v == std::vector<float>{11, 22});
 }
@@ -158,13 +189,8 @@ TEST_CASE("a pull the primary answered before it died leaves no gap") {
 TEST_CASE("sync: a pull sent again to the promoted backup waits for its "
           "round") {
   replica_fixture f{true};
-  f.send_push(f.primary, 0, 0, {1, 2});
-  f.run();
-  REQUIRE(f.reply<caf::ok_atom>());
   // Worker 0's pull waits for round 0 on the primary, which dies.
-  f.send_pull(f.primary, 0, 1);
-  f.run();
-  CHECK(f.no_reply());
+  f.pull_waiting_for_round();
   f.kill_primary();
   f.run();
   f.promote();
@@ -174,15 +200,30 @@ TEST_CASE("sync: a pull sent again to the promoted backup waits for its "
   // Worker 1's push completes the round on the backup.
   f.send_push(f.backup, 1, 0, {10, 20});
   f.run();
-  std::vector<float> value;
-  bool acked = false;
-  for (int i = 0; i < 2; ++i)
-    f.self->receive([&](caf::ok_atom) { acked = true; },
-                    [&](shared_floats& x) { value = x.take(); },
-                    [&](caf::error& err) { FAIL(render(err)); },
-                    caf::after(std::chrono::seconds(0)) >> [] {});
+  auto [acked, value] = f.ok_and_value();
   CHECK(acked);
   CHECK(value == std::vector<float>{11, 22});
+}
+
+TEST_CASE("sync: a round that a change of the live workers completes is "
+          "answered only once the backup ran the change") {
+  replica_fixture f{true};
+  // Worker 0's pull waits for round 0, which worker 1 never joins.
+  f.pull_waiting_for_round();
+  // The coordinator declares worker 1 dead: the primary completes the
+  // round, but neither the pull nor the change is answered before the
+  // backup ran the change (a promoted backup would lack the round).
+  f.self->send(f.primary, workers_atom::value, std::vector<uint32_t>{0});
+  f.sched.run_once();
+  CHECK(f.no_reply());
+  f.run();
+  auto [acked, value] = f.ok_and_value();
+  CHECK(acked);
+  CHECK(value == std::vector<float>{1, 2});
+  // The backup completed the round too.
+  auto v = f.takeover(0, 2);
+  REQUIRE(v);
+  CHECK(*v == std::vector<float>{1, 2});
 }
 
 TEST_CASE("the backup runs changes in the primary's order") {
