@@ -145,7 +145,11 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   // A backup watched over a link that dies is lost at once (see pair).
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
-    if (st.backup && m.source == st.backup.address())
+    // (CAF sends a down message as the actor that went down, or its proxy:
+    // one that names the backup but comes from elsewhere is forged.)
+    auto sender = self->current_sender();
+    if (st.backup && m.source == st.backup.address() && sender != nullptr
+        && caf::actor_cast<caf::actor_addr>(sender) == st.backup.address())
       lose_backup(self, make_error(caf::sec::request_receiver_down));
   });
   shard_actor::behavior_type bhvr{
