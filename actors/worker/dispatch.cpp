@@ -307,39 +307,43 @@ void add_values(data_request& out, const floats& values,
   out.pieces.push_back({encoded.data(), encoded.size()});
 }
 
-caf::error to_request(caf::actor_system&, slice_push& msg, data_request& out) {
-  out.slice = msg.slice;
-  out.worker = msg.worker;
-  out.seq = msg.seq;
+caf::error to_request(caf::actor_system&, std::shared_ptr<const slice_push> msg,
+                      data_request& out) {
+  out.slice = msg->slice;
+  out.worker = msg->worker;
+  out.seq = msg->seq;
   struct held {
-    floats values;
+    std::shared_ptr<const slice_push> msg;
     std::vector<uint8_t> encoded;
   };
   auto keep = std::make_shared<held>();
-  keep->values = std::move(msg.grad);
-  add_values(out, keep->values, keep->encoded);
+  keep->msg = std::move(msg);
+  add_values(out, keep->msg->grad, keep->encoded);
   out.keep = std::move(keep);
   return caf::none;
 }
 
-caf::error to_request(caf::actor_system&, slice_pull& msg, data_request& out) {
-  out.slice = msg.slice;
-  out.worker = msg.worker;
-  out.seq = msg.seq;
+caf::error to_request(caf::actor_system&, std::shared_ptr<const slice_pull> msg,
+                      data_request& out) {
+  out.slice = msg->slice;
+  out.worker = msg->worker;
+  out.seq = msg->seq;
   return caf::none;
 }
 
-caf::error to_request(caf::actor_system&, slice_batch& msg, data_request& out) {
+caf::error to_request(caf::actor_system&,
+                      std::shared_ptr<const slice_batch> msg,
+                      data_request& out) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                 "batch frames carry the ids as they lie in memory");
   struct held {
-    slice_batch msg;
+    std::shared_ptr<const slice_batch> msg;
     std::vector<uint8_t> encoded;
     std::vector<uint64_t> ids;
   };
   auto keep = std::make_shared<held>();
   keep->msg = std::move(msg);
-  auto& b = keep->msg;
+  auto& b = *keep->msg;
   auto n = b.slices.size();
   if (n == 0 || n != b.seqs.size())
     return make_error(errc::bad_config,

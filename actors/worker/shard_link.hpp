@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -27,26 +28,28 @@
 namespace actorps {
 
 /// Fills the slice's fields and the bytes of data request `out` from
-/// `msg`, whose buffers it takes over (uncompressed values travel straight
-/// from them; compressed ones are encoded once, into a buffer of their
-/// own; a batch's values travel as they lie, its slice ids and sequence
-/// numbers behind them, see runtime/ucx/frames.hpp).
+/// `msg`, which the request keeps (uncompressed values travel straight
+/// from its buffers, read only: a copy kept for sending again may share
+/// them; compressed ones are encoded once, into a buffer of their own; a
+/// batch's values travel as they lie, its slice ids and sequence numbers
+/// behind them, see runtime/ucx/frames.hpp).
 /// Sets `out`'s encoding and count from `values` and adds their bytes to its
 /// pieces: where they lie when raw, else encoded into `encoded`. The caller
 /// keeps both alive with the request (`data_request::keep`).
 void add_values(data_request& out, const floats& values,
                 std::vector<uint8_t>& encoded);
 
-caf::error to_request(caf::actor_system& sys, slice_push& msg,
+caf::error to_request(caf::actor_system& sys,
+                      std::shared_ptr<const slice_push> msg, data_request& out);
+caf::error to_request(caf::actor_system& sys,
+                      std::shared_ptr<const slice_pull> msg, data_request& out);
+caf::error to_request(caf::actor_system& sys,
+                      std::shared_ptr<const slice_batch> msg,
                       data_request& out);
-caf::error to_request(caf::actor_system& sys, slice_pull& msg,
-                      data_request& out);
-caf::error to_request(caf::actor_system& sys, slice_batch& msg,
-                      data_request& out);
-caf::error to_request(caf::actor_system& sys, rows_push& msg,
-                      data_request& out);
-caf::error to_request(caf::actor_system& sys, rows_pull& msg,
-                      data_request& out);
+caf::error to_request(caf::actor_system& sys,
+                      std::shared_ptr<const rows_push> msg, data_request& out);
+caf::error to_request(caf::actor_system& sys,
+                      std::shared_ptr<const rows_pull> msg, data_request& out);
 
 /// The `caf::error` in `body`, or a `bad_config` error saying it is none.
 caf::error deserialize_error(caf::actor_system& sys,
@@ -96,14 +99,14 @@ bool decode_reply(data_reply& r, float_parts& x);
 /// Sends `(atom, msg)` over the worker's data channel as request `id`.
 template <class Reply, class Atom, class Msg, class Ok, class Fail>
 void to_channel(worker_ptr self, uint32_t index, int32_t priority, uint64_t id,
-                Ok ok, Fail fail, Msg& msg) {
+                Ok ok, Fail fail, std::shared_ptr<const Msg> msg) {
   auto& st = self->state;
   data_request req;
   req.kind = *data_kind_of<Atom, Msg>();
   req.shard = index;
   req.request = id;
   req.priority = priority;
-  if (auto err = to_request(self->system(), msg, req)) {
+  if (auto err = to_request(self->system(), std::move(msg), req)) {
     fail(err);
     return;
   }
@@ -161,6 +164,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
       to_shard<Reply>(self, index, priority, on_ok, on_err, atom, std::move(m));
     };
   };
+
   if (st.dead[index] && st.recovering[index]) {
     // Sent to the replacement once there is one.
     st.parked[index].emplace(st.next_request++, again(std::move(msg)));
@@ -174,9 +178,15 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   if (st.renumbered[index])
     renumber(st.renumber[index], msg);
   auto id = st.next_request++;
-  if (st.cfg.recovery.count() > 0)
-    st.retries[index].emplace(id, again(msg));
-  st.in_flight[index].emplace(id, std::move(on_err));
+  // Kept to be sent again (a job that replaces servers or keeps replicas):
+  // the copy shares the buffers of the request in flight, read only, and
+  // is copied only if it is sent again.
+  auto keeps = st.cfg.recovery.count() > 0;
+  // (A kept copy calls on_err too, if it is sent again.)
+  if (keeps)
+    st.in_flight[index].emplace(id, on_err);
+  else
+    st.in_flight[index].emplace(id, std::move(on_err));
   auto ok = [self, index, id, on_ok](Reply& x) mutable {
     if (self->state.in_flight[index].erase(id) > 0) {
       self->state.retries[index].erase(id);
@@ -197,22 +207,34 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   };
   if constexpr (data_kind_of<Atom, Msg>().has_value()) {
     if (st.cfg.channel && st.cfg.channel->carries(index)) {
-      to_channel<Reply, Atom>(self, index, priority, id, std::move(ok),
-                              std::move(fail), msg);
+      auto held = std::make_shared<const Msg>(std::move(msg));
+      if (keeps)
+        st.retries[index].emplace(id, [self, index, priority, on_ok, on_err,
+                                       atom, held] {
+          to_shard<Reply>(self, index, priority, on_ok, on_err, atom,
+                          Msg{*held});
+        });
+      to_channel<Reply, Atom, Msg>(self, index, priority, id, std::move(ok),
+                                   std::move(fail), std::move(held));
       return;
     }
   }
-  if (priority > 0 && !st.cfg.relays.empty())
-    self->request(st.cfg.relays[index], st.timeout(), atom, std::move(msg))
-      .then(ok, fail);
-  else if (priority > 0)
-    self
-      ->request<caf::message_priority::high>(st.cfg.shards[index], st.timeout(),
-                                             atom, std::move(msg))
+  // Through CAF: one message, shared by the send and the copy kept.
+  auto m = caf::make_message(atom, std::move(msg));
+  if (keeps)
+    st.retries[index].emplace(id, [self, index, priority, on_ok, on_err, atom,
+                                   m] {
+      to_shard<Reply>(self, index, priority, on_ok, on_err, atom,
+                      Msg{m.template get_as<Msg>(1)});
+    });
+  auto dest = priority > 0 && !st.cfg.relays.empty() ? st.cfg.relays[index]
+                                                     : st.cfg.shards[index];
+  auto to = caf::actor_cast<caf::actor>(dest);
+  if (priority > 0 && st.cfg.relays.empty())
+    self->request<caf::message_priority::high>(to, st.timeout(), std::move(m))
       .then(ok, fail);
   else
-    self->request(st.cfg.shards[index], st.timeout(), atom, std::move(msg))
-      .then(ok, fail);
+    self->request(to, st.timeout(), std::move(m)).then(ok, fail);
 }
 
 // One push, pull or push_pull on one or more keys, in flight: counts the

@@ -16,36 +16,37 @@ namespace actorps {
 
 // -- the data channel's encoding of rows --------------------------------------
 
-caf::error to_request(caf::actor_system&, rows_push& msg, data_request& out) {
+caf::error to_request(caf::actor_system&, std::shared_ptr<const rows_push> msg,
+                      data_request& out) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                 "row frames carry the rows as they lie in memory");
-  out.slice = msg.slice;
-  out.worker = msg.worker;
-  out.seq = msg.seq;
-  out.rows = msg.rows.size();
+  out.slice = msg->slice;
+  out.worker = msg->worker;
+  out.seq = msg->seq;
+  out.rows = msg->rows.size();
   struct held {
-    rows_push msg;
+    std::shared_ptr<const rows_push> msg;
     std::vector<uint8_t> encoded;
   };
   auto keep = std::make_shared<held>();
   keep->msg = std::move(msg);
   // A push with no rows (a sync round's count on a shard) has no body.
-  add_values(out, keep->msg.values, keep->encoded);
-  auto& rows = keep->msg.rows;
+  add_values(out, keep->msg->values, keep->encoded);
+  auto& rows = keep->msg->rows;
   if (!rows.empty())
     out.pieces.push_back({rows.data(), rows.size() * sizeof(uint64_t)});
   out.keep = std::move(keep);
   return caf::none;
 }
 
-caf::error to_request(caf::actor_system&, rows_pull& msg, data_request& out) {
-  out.slice = msg.slice;
-  out.worker = msg.worker;
-  out.seq = msg.seq;
-  out.rows = msg.rows.size();
-  auto keep = std::make_shared<std::vector<uint64_t>>(std::move(msg.rows));
-  out.pieces.push_back({keep->data(), keep->size() * sizeof(uint64_t)});
-  out.keep = std::move(keep);
+caf::error to_request(caf::actor_system&, std::shared_ptr<const rows_pull> msg,
+                      data_request& out) {
+  out.slice = msg->slice;
+  out.worker = msg->worker;
+  out.seq = msg->seq;
+  out.rows = msg->rows.size();
+  out.pieces.push_back({msg->rows.data(), msg->rows.size() * sizeof(uint64_t)});
+  out.keep = std::move(msg);
   return caf::none;
 }
 
