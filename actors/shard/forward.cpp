@@ -20,9 +20,10 @@ namespace actorps {
 
 namespace {
 
-// Most values in one forward over the link (a quarter of a plane's largest
-// message; one operation may carry more: a worker's frame holds at most as
-// many as a plane's largest message).
+// Most values (row ids count as two) in one forward over the link with more
+// than one operation: a quarter of a plane's largest message. One operation
+// alone may carry up to what a worker's frame did (a server's plane takes
+// that and the forward's metadata, see runtime/ucx/ingress.cpp).
 constexpr uint64_t link_frame_floats = (uint64_t{1} << 28) / sizeof(float);
 
 // Reminds the primary, after the replica timeout, that forward `number`
@@ -118,11 +119,16 @@ void flush(shard_ptr self) {
     while (at < b.ops.size()) {
       replica_batch part;
       uint64_t floats = 0;
-      while (at < b.ops.size()
-             && (part.ops.empty() || floats < link_frame_floats)) {
-        auto& op = b.ops[at++];
-        floats += op.shared.empty() ? op.values.data.size() : op.shared.size();
+      while (at < b.ops.size()) {
+        auto& op = b.ops[at];
+        auto n = (op.shared.empty() ? op.values.data.size() : op.shared.size())
+                 + 2 * op.rows.size();
+        // (One operation alone may be larger: at most a worker's frame.)
+        if (!part.ops.empty() && floats + n > link_frame_floats)
+          break;
+        floats += n;
         part.ops.push_back(std::move(op));
+        ++at;
       }
       auto k = ++st.link_sent;
       st.link_waits.emplace(k, [self, gate = st.gate,
@@ -168,6 +174,8 @@ void forward_change(shard_ptr self, caf::message msg,
   };
   if (gate->holds(n))
     gate->hold(n, deliver);
+  else
+    deliver();
   auto answered = [self, p, gate, n](const caf::error& err) {
     // The backup failed, or refused what this shard took (its copy would
     // differ): it is dropped either way, unless it refused what this

@@ -16,6 +16,7 @@
 
 #include "caf/event_based_actor.hpp"
 #include "caf/message_priority.hpp"
+#include "caf/response_type.hpp"
 #include "caf/stateful_actor.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
@@ -219,7 +220,14 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
       return;
     }
   }
-  // Through CAF: one message, shared by the send and the copy kept.
+  // Through CAF: one message, shared by the send and the copy kept (sent
+  // untyped: the shard's interface is checked here instead).
+  using answer
+    = caf::response_type<typename shard_actor::signatures, Atom, Msg>;
+  static_assert(answer::valid, "a shard does not take this message");
+  static_assert(
+    std::is_same_v<typename answer::type, caf::detail::type_list<Reply>>,
+    "a shard answers this message with another type");
   auto m = caf::make_message(atom, std::move(msg));
   if (keeps)
     st.retries[index].emplace(id, [self, index, priority, on_ok, on_err, atom,

@@ -262,8 +262,13 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     self->monitor(x);
   if (st.cfg.coordinator)
     self->monitor(st.cfg.coordinator);
-  self->set_down_handler(
-    [self](caf::down_msg& dm) { on_shard_down(self, dm); });
+  self->set_down_handler([self](caf::down_msg& dm) {
+    // (Sent as the actor that went down, or its proxy: else forged.)
+    auto sender = self->current_sender();
+    if (sender != nullptr
+        && caf::actor_cast<caf::actor_addr>(sender) == dm.source)
+      on_shard_down(self, dm);
+  });
   ignore_strays(self, self->state.trusted);
   return {
     [self](init_atom, const std::string& key,

@@ -110,6 +110,9 @@ start_plane(const std::string& token, const job_info& job,
       return core::worker_secret(key, identity - 1);
     };
     opts.server_secret = core::worker_secret(job.rank_key, server_identity - 1);
+    // A forward from another server holds up to one worker frame's values
+    // and rows plus its own metadata (actors/shard/forward.cpp).
+    opts.max_body += std::size_t{16} << 20;
   }
   return plane::start(std::move(opts), std::move(handlers), error);
 }

@@ -226,6 +226,23 @@ TEST_CASE("sync: a round that a change of the live workers completes is "
   CHECK(*v == std::vector<float>{1, 2});
 }
 
+TEST_CASE("a primary ignores a down message about its backup that the backup "
+          "did not send") {
+  replica_fixture f;
+  // Forged: from the test, not from the backup (or its proxy).
+  f.self->send(caf::actor_cast<caf::actor>(f.primary),
+               caf::down_msg{f.backup.address(), caf::exit_reason::kill});
+  f.run();
+  // The primary told nobody that its backup is gone...
+  CHECK(f.no_reply());
+  // ...and still holds a push's answer until the backup ran it.
+  f.send_push(f.primary, 0, 0, {1, 2});
+  f.sched.run_once();
+  CHECK(f.no_reply());
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+}
+
 TEST_CASE("the backup runs changes in the primary's order") {
   replica_fixture f{false, "assign"};
   optimizer_config opt;
