@@ -347,6 +347,16 @@ struct dist_fixture : test::deterministic_fixture {
   }
 
   // A node agent that ignores what the coordinator tells it.
+  // Two workers and a server join: the workers' agents.
+  std::pair<caf::actor, caf::actor> two_workers_and_a_server() {
+    auto a0 = agent();
+    auto a1 = agent();
+    REQUIRE(join(role::worker, "tok", a0));
+    REQUIRE(join(role::worker, "tok", a1));
+    REQUIRE(join(role::server, "tok", agent()));
+    return {a0, a1};
+  }
+
   caf::actor agent() {
     return guard(sys.spawn([](caf::event_based_actor* a) -> caf::behavior {
       a->set_default_handler(caf::drop);
@@ -523,11 +533,7 @@ TEST_CASE("coordinator: the routing table is complete once servers register",
 TEST_CASE("coordinator: dead nodes are counted and release barriers",
           "[coordinator]") {
   dist_fixture f;
-  auto a0 = f.agent();
-  auto a1 = f.agent();
-  REQUIRE(f.join(role::worker, "tok", a0));
-  REQUIRE(f.join(role::worker, "tok", a1));
-  REQUIRE(f.join(role::server, "tok", f.agent()));
+  auto [a0, a1] = f.two_workers_and_a_server();
   CHECK(f.dead(role::worker) == 0u);
   f.self->send(f.coord, barrier_atom::value, uint32_t{0});
   f.run();
@@ -540,6 +546,22 @@ TEST_CASE("coordinator: dead nodes are counted and release barriers",
   CHECK(f.dead(static_cast<int32_t>(worker_node_id(0))) == 0u);
   CHECK(f.dead(role::server) == 0u);
   CHECK(f.dead(role::server | role::worker) == 1u);
+}
+
+TEST_CASE("coordinator: a down message that the node's agent did not send "
+          "is ignored",
+          "[coordinator]") {
+  dist_fixture f;
+  auto [a0, a1] = f.two_workers_and_a_server();
+  // Forged: from the test, naming worker 1's agent.
+  f.self->send(caf::actor_cast<caf::actor>(f.coord),
+               caf::down_msg{a1.address(), caf::exit_reason::kill});
+  f.run();
+  CHECK(f.dead(role::worker) == 0u);
+  // The real one counts.
+  caf::anon_send_exit(a1, caf::exit_reason::kill);
+  f.run();
+  CHECK(f.dead(role::worker) == 1u);
 }
 
 TEST_CASE("coordinator: a dist_ssp job tells its bound and refuses other "
