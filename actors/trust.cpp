@@ -5,6 +5,8 @@
 #include <mutex>
 #include <set>
 
+#include "caf/actor_addr.hpp"
+#include "caf/actor_cast.hpp"
 #include "caf/actor_control_block.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/local_actor.hpp"
@@ -22,6 +24,12 @@ std::set<caf::node_id> admitted; // guarded by admitted_mtx
 std::set<caf::node_id> routers;  // guarded by admitted_mtx
 
 } // namespace
+
+bool sent_by_source(const caf::strong_actor_ptr& sender,
+                    const caf::actor_addr& source) {
+  return sender != nullptr
+         && caf::actor_cast<caf::actor_addr>(sender) == source;
+}
 
 bool admitted_in_process(const caf::node_id& node) {
   std::lock_guard<std::mutex> guard{admitted_mtx};

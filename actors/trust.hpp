@@ -20,6 +20,12 @@
 /// its CAF handshake claimed: see the README's trust model.
 namespace actorps {
 
+/// True if a down message about `source` came from `sender` = that actor:
+/// CAF sends a real one as the actor that went down (a remote one's proxy),
+/// so one from any other sender is forged.
+bool sent_by_source(const caf::strong_actor_ptr& sender,
+                    const caf::actor_addr& source);
+
 /// True if any actor of this process trusts `node` (see trusted_nodes::add).
 /// The network layer asks this before it reads a large message from a
 /// connection (runtime/guard.cpp). Thread-safe.

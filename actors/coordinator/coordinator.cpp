@@ -146,12 +146,8 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
     self->state.cfg.rank_key = core::random_bytes(32);
   self->state.at_barrier.assign(self->state.cfg.num_workers, false);
   self->state.live.assign(self->state.cfg.num_workers, true);
-  // (CAF sends a down message as the actor that went down, or its proxy:
-  // one from another sender is forged.)
   self->set_down_handler([self](caf::down_msg& dm) {
-    auto sender = self->current_sender();
-    if (sender != nullptr
-        && caf::actor_cast<caf::actor_addr>(sender) == dm.source)
+    if (sent_by_source(self->current_sender(), dm.source))
       on_down(self, dm);
   });
   ignore_strays(self, self->state.trusted);

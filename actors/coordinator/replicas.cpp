@@ -161,23 +161,17 @@ void pair_replicas(coordinator_ptr self) {
         .then(
           [self, primary, backup, g, h, done](caf::ok_atom) {
             auto& st = self->state;
-            // Over UCX, the forwards take the backup's server's plane.
+            // Over UCX, the forwards take the backup's server's plane (no
+            // address: through CAF).
             auto address = st.cfg.transport == transport::ucx
                                && h < st.server_data.size()
                              ? st.server_data[h]
                              : std::string{};
-            auto answered = [done, g](bool ok) { done(ok, g); };
-            auto then = [answered](auto&& handle) {
-              std::move(handle).then(
-                [answered](caf::ok_atom) { answered(true); },
-                [answered](caf::error&) { answered(false); });
-            };
-            if (address.empty())
-              then(self->request(primary, st.timeout(), replica_atom::value,
-                                 backup, true));
-            else
-              then(self->request(primary, st.timeout(), replica_atom::value,
-                                 backup, true, address));
+            self
+              ->request(primary, st.timeout(), replica_atom::value, backup,
+                        true, address)
+              .then([done, g](caf::ok_atom) { done(true, g); },
+                    [done, g](caf::error&) { done(false, g); });
           },
           [done, g](caf::error&) { done(false, g); });
     }

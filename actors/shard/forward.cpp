@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "caf/actor_cast.hpp"
@@ -50,6 +51,35 @@ void drop_link(shard_ptr self, const caf::error& err) {
   st.link_waits.clear();
   for (auto& w : waits)
     w.second(err);
+}
+
+// Sends forward `x` (the operations of a replica_batch, or a change) to the
+// backup, over the link if there is one, else through CAF; `done` runs with
+// the backup's answer (an error if it failed, refused or did not answer).
+template <class T>
+void send_forward(shard_ptr self, T x,
+                  std::function<void(const caf::error&)> done) {
+  auto& st = self->state;
+  if (st.link_peer != 0) {
+    auto k = ++st.link_sent;
+    st.link_waits.emplace(k, std::move(done));
+    st.cfg.link->send(st.link_peer, st.cfg.index, k, std::move(x),
+                      caf::actor_cast<caf::actor>(self));
+    remind(self, k);
+    return;
+  }
+  auto answered = [done](caf::ok_atom) { done(caf::error{}); };
+  auto failed = [done](caf::error& err) { done(err); };
+  if constexpr (std::is_same_v<T, replica_batch>)
+    self
+      ->request(caf::actor_cast<shard_actor>(st.backup),
+                caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
+                std::move(x))
+      .then(answered, failed);
+  else
+    self
+      ->request(st.backup, caf::duration{st.cfg.replica_timeout}, std::move(x))
+      .then(answered, failed);
 }
 
 } // namespace
@@ -110,53 +140,46 @@ void flush(shard_ptr self) {
   st.outbox.clear();
   if (!st.backup)
     return;
-  if (st.link_peer != 0) {
-    // The operations are numbered up to st.forwarded, in order; they leave
-    // in frames of at most link_frame_floats values each (a plane refuses
-    // a message over 1 GiB, and would cut the whole server off).
-    auto first = st.forwarded + 1 - b.ops.size();
-    std::size_t at = 0;
-    while (at < b.ops.size()) {
-      replica_batch part;
-      uint64_t floats = 0;
-      while (at < b.ops.size()) {
-        auto& op = b.ops[at];
-        auto n = (op.shared.empty() ? op.values.data.size() : op.shared.size())
-                 + 2 * op.rows.size();
-        // (One operation alone may be larger: at most a worker's frame.)
-        if (!part.ops.empty() && floats + n > link_frame_floats)
-          break;
-        floats += n;
-        part.ops.push_back(std::move(op));
-        ++at;
+  // Acknowledges the gate up to `upto` once the backup ran a forward.
+  auto acked = [self, gate = st.gate](uint64_t upto) {
+    return [self, gate, upto](const caf::error& err) {
+      if (err)
+        lose_backup(self, err);
+      else
+        gate->ack(upto);
+    };
+  };
+  if (st.link_peer == 0) {
+    // (CAF sends `values`: shared ones are copied there.)
+    for (auto& op : b.ops)
+      if (!op.shared.empty()) {
+        op.values.data = op.shared.vec();
+        op.shared = shared_floats{};
       }
-      auto k = ++st.link_sent;
-      st.link_waits.emplace(k, [self, gate = st.gate,
-                                upto = first + at - 1](const caf::error& err) {
-        if (err)
-          lose_backup(self, err);
-        else
-          gate->ack(upto);
-      });
-      st.cfg.link->send(st.link_peer, st.cfg.index, k, std::move(part),
-                        caf::actor_cast<caf::actor>(self));
-      remind(self, k);
-    }
+    send_forward(self, std::move(b), acked(st.forwarded));
     return;
   }
-  // (CAF sends `values`: shared ones are copied there.)
-  for (auto& op : b.ops)
-    if (!op.shared.empty()) {
-      op.values.data = op.shared.vec();
-      op.shared = shared_floats{};
+  // The operations are numbered up to st.forwarded, in order; over the
+  // link they leave in frames of at most link_frame_floats values each (a
+  // plane refuses a message over 1 GiB, and would cut the whole server off).
+  auto first = st.forwarded + 1 - b.ops.size();
+  std::size_t at = 0;
+  while (at < b.ops.size()) {
+    replica_batch part;
+    uint64_t floats = 0;
+    while (at < b.ops.size()) {
+      auto& op = b.ops[at];
+      auto n = (op.shared.empty() ? op.values.data.size() : op.shared.size())
+               + 2 * op.rows.size();
+      // (One operation alone may be larger: at most a worker's frame.)
+      if (!part.ops.empty() && floats + n > link_frame_floats)
+        break;
+      floats += n;
+      part.ops.push_back(std::move(op));
+      ++at;
     }
-  self
-    ->request(caf::actor_cast<shard_actor>(st.backup),
-              caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
-              std::move(b))
-    .then([gate = st.gate,
-           upto = st.forwarded](caf::ok_atom) { gate->ack(upto); },
-          [self](caf::error& err) { lose_backup(self, err); });
+    send_forward(self, std::move(part), acked(first + at - 1));
+  }
 }
 
 void forward_change(shard_ptr self, caf::message msg,
@@ -176,7 +199,7 @@ void forward_change(shard_ptr self, caf::message msg,
     gate->hold(n, deliver);
   else
     deliver();
-  auto answered = [self, p, gate, n](const caf::error& err) {
+  send_forward(self, std::move(msg), [self, p, gate, n](const caf::error& err) {
     // The backup failed, or refused what this shard took (its copy would
     // differ): it is dropped either way, unless it refused what this
     // shard refused too.
@@ -185,19 +208,7 @@ void forward_change(shard_ptr self, caf::message msg,
       return;
     }
     gate->ack(n);
-  };
-  if (st.link_peer != 0) {
-    auto k = ++st.link_sent;
-    st.link_waits.emplace(k, answered);
-    st.cfg.link->send(st.link_peer, st.cfg.index, k, msg,
-                      caf::actor_cast<caf::actor>(self));
-    remind(self, k);
-    return;
-  }
-  self
-    ->request(st.backup, caf::duration{st.cfg.replica_timeout}, std::move(msg))
-    .then([answered](caf::ok_atom) { answered(caf::error{}); },
-          [answered](caf::error& err) { answered(err); });
+  });
 }
 
 caf::error check_change(shard_ptr self, const char* op, bool admitter_only) {

@@ -145,11 +145,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   // A backup watched over a link that dies is lost at once (see pair).
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;
-    // (CAF sends a down message as the actor that went down, or its proxy:
-    // one that names the backup but comes from elsewhere is forged.)
-    auto sender = self->current_sender();
-    if (st.backup && m.source == st.backup.address() && sender != nullptr
-        && caf::actor_cast<caf::actor_addr>(sender) == st.backup.address())
+    if (st.backup && m.source == st.backup.address()
+        && sent_by_source(self->current_sender(), m.source))
       lose_backup(self, make_error(caf::sec::request_receiver_down));
   });
   shard_actor::behavior_type bhvr{

@@ -176,15 +176,21 @@ void shard_state::advance_rounds(slice_state& s) {
   }
 }
 
+caf::error shard_state::check_live(const char* op, uint32_t worker) const {
+  if (live[worker])
+    return caf::none;
+  return make_error(errc::dead_node, std::string{op} + ": worker "
+                                       + std::to_string(worker)
+                                       + " left the job or was declared dead");
+}
+
 caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
                                 const float* g, std::size_t n,
                                 std::vector<float>* owned) {
   ++stats.pushes;
   // Checked in order, so the refused push still uses its sequence number.
-  if (!live[worker])
-    return make_error(errc::dead_node,
-                      "push: worker " + std::to_string(worker)
-                        + " left the job or was declared dead");
+  if (auto err = check_live("push", worker))
+    return err;
   if (n != s.value.size())
     return make_error(errc::shape_mismatch, "push: " + slice_name(id) + " has "
                                               + std::to_string(s.value.size())

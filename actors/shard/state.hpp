@@ -369,6 +369,9 @@ struct shard_state {
     return cfg.backup && !promoted;
   }
 
+  // `dead_node` naming `op` unless worker `worker` is live.
+  caf::error check_live(const char* op, uint32_t worker) const;
+
   // Runs the operations a primary forwarded, in its order (see shard.hpp).
   void replay(replica_batch& batch);
 

@@ -98,10 +98,8 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
                                      std::size_t n, std::vector<uint64_t>& rows,
                                      std::vector<float>* owned) {
   ++stats.pushes;
-  if (!live[worker])
-    return make_error(errc::dead_node,
-                      "push_rows: worker " + std::to_string(worker)
-                        + " left the job or was declared dead");
+  if (auto err = check_live("push_rows", worker))
+    return err;
   if (auto err = check_rows("push_rows", s, id, rows, true))
     return err;
   if (n != rows.size() * s.dim)

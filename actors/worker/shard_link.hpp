@@ -183,6 +183,14 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   // the copy shares the buffers of the request in flight, read only, and
   // is copied only if it is sent again.
   auto keeps = st.cfg.recovery.count() > 0;
+  // Keeps the request to send again; `copy` makes it from what is shared.
+  auto keep = [&](auto copy) {
+    if (keeps)
+      st.retries[index].emplace(id, [self, index, priority, on_ok, on_err, atom,
+                                     copy] {
+        to_shard<Reply>(self, index, priority, on_ok, on_err, atom, copy());
+      });
+  };
   // (A kept copy calls on_err too, if it is sent again.)
   if (keeps)
     st.in_flight[index].emplace(id, on_err);
@@ -209,12 +217,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
   if constexpr (data_kind_of<Atom, Msg>().has_value()) {
     if (st.cfg.channel && st.cfg.channel->carries(index)) {
       auto held = std::make_shared<const Msg>(std::move(msg));
-      if (keeps)
-        st.retries[index].emplace(id, [self, index, priority, on_ok, on_err,
-                                       atom, held] {
-          to_shard<Reply>(self, index, priority, on_ok, on_err, atom,
-                          Msg{*held});
-        });
+      keep([held] { return Msg{*held}; });
       to_channel<Reply, Atom, Msg>(self, index, priority, id, std::move(ok),
                                    std::move(fail), std::move(held));
       return;
@@ -229,12 +232,7 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     std::is_same_v<typename answer::type, caf::detail::type_list<Reply>>,
     "a shard answers this message with another type");
   auto m = caf::make_message(atom, std::move(msg));
-  if (keeps)
-    st.retries[index].emplace(id, [self, index, priority, on_ok, on_err, atom,
-                                   m] {
-      to_shard<Reply>(self, index, priority, on_ok, on_err, atom,
-                      Msg{m.template get_as<Msg>(1)});
-    });
+  keep([m] { return Msg{m.template get_as<Msg>(1)}; });
   auto dest = priority > 0 && !st.cfg.relays.empty() ? st.cfg.relays[index]
                                                      : st.cfg.shards[index];
   auto to = caf::actor_cast<caf::actor>(dest);

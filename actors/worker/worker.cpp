@@ -263,10 +263,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   if (st.cfg.coordinator)
     self->monitor(st.cfg.coordinator);
   self->set_down_handler([self](caf::down_msg& dm) {
-    // (Sent as the actor that went down, or its proxy: else forged.)
-    auto sender = self->current_sender();
-    if (sender != nullptr
-        && caf::actor_cast<caf::actor_addr>(sender) == dm.source)
+    if (sent_by_source(self->current_sender(), dm.source))
       on_shard_down(self, dm);
   });
   ignore_strays(self, self->state.trusted);

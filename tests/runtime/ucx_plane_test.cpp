@@ -45,6 +45,7 @@
 #include "tests/runtime/blocker.hpp"
 #include "tests/runtime/exit_guard.hpp"
 #include "tests/runtime/job_threads.hpp"
+#include "tests/runtime/ucx_planes.hpp"
 
 using namespace actorps;
 using namespace actorps::ucx;
@@ -582,26 +583,17 @@ std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
   plane_handlers handlers;
   if (downs != nullptr)
     handlers.on_peer_down = downs->handlers().on_peer_down;
-  auto ids = std::make_shared<std::map<peer_id, uint32_t>>();
-  handlers.on_peer_up = [ids](peer_id id, const std::vector<char>&,
-                              uint32_t who) { (*ids)[id] = who; };
-  handlers.on_message = [queue, count, ids](
-                          peer_id from, std::vector<char> header, buffer body) {
-    if (count != nullptr)
-      ++*count;
-    queue->push(frame{from, (*ids)[from], std::move(header), std::move(body)});
-  };
   plane_options opts;
   opts.secret = "s";
   opts.secret_of = test_secret_of;
   opts.identity = identity;
   if (identity != 0)
     opts.identity_secret = test_secret_of(identity);
-  std::string error;
-  std::shared_ptr<plane> result = plane::start(opts, handlers, error);
-  INFO(error);
-  REQUIRE(result);
-  return result;
+  return test::plane_into_queue(queue, opts, handlers,
+                                [count](const std::vector<char>&) {
+                                  if (count != nullptr)
+                                    ++*count;
+                                });
 }
 
 // Asks `shard` over CAF, as the reference.

@@ -29,6 +29,7 @@
 #include "runtime/ucx/plane.hpp"
 #include "runtime/ucx/replicas.hpp"
 #include "tests/runtime/exit_guard.hpp"
+#include "tests/runtime/ucx_planes.hpp"
 
 using namespace actorps;
 using namespace actorps::ucx;
@@ -49,19 +50,6 @@ std::string secret_of(uint32_t identity) {
 std::shared_ptr<plane>
 plane_into(std::shared_ptr<frame_queue> queue, std::atomic<int>* forwards,
            bool server, uint32_t identity = 0, std::string server_secret = {}) {
-  plane_handlers handlers;
-  auto ids = std::make_shared<std::map<peer_id, uint32_t>>();
-  handlers.on_peer_up = [ids](peer_id id, const std::vector<char>&,
-                              uint32_t who) { (*ids)[id] = who; };
-  handlers.on_message = [queue, forwards, ids](
-                          peer_id from, std::vector<char> header, buffer body) {
-    auto h = decode(header);
-    if (forwards != nullptr && h
-        && (h->kind == frame_kind::replicate
-            || h->kind == frame_kind::replicate_change))
-      ++*forwards;
-    queue->push(frame{from, (*ids)[from], std::move(header), std::move(body)});
-  };
   plane_options opts;
   opts.secret = "s";
   opts.secret_of = secret_of;
@@ -71,11 +59,14 @@ plane_into(std::shared_ptr<frame_queue> queue, std::atomic<int>* forwards,
   if (server)
     opts.server_secret = server_secret.empty() ? secret_of(server_identity)
                                                : server_secret;
-  std::string error;
-  std::shared_ptr<plane> result = plane::start(opts, handlers, error);
-  INFO(error);
-  REQUIRE(result);
-  return result;
+  return test::plane_into_queue(
+    queue, opts, {}, [forwards](const std::vector<char>& header) {
+      auto h = decode(header);
+      if (forwards != nullptr && h
+          && (h->kind == frame_kind::replicate
+              || h->kind == frame_kind::replicate_change))
+        ++*forwards;
+    });
 }
 
 template <class Reply, class Handle, class... Ts>
