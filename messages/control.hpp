@@ -34,7 +34,8 @@ namespace actorps {
 /// 11: replicas (job_info::replicas; backups register with replica_atom).
 /// 12: a primary's forwards over the UCX plane (replica_atom with the
 /// backup's data address; replicate frames; servers prove an identity).
-constexpr uint32_t wire_version = 12;
+/// 13: rebuilt replicas (replica_state; job_info::rebuild).
+constexpr uint32_t wire_version = 13;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a
@@ -128,6 +129,11 @@ struct job_info {
   /// Workers then keep the sequence numbers of what they send again to a
   /// promoted backup.
   uint32_t replicas = 1;
+  /// A server that joined a replicas job after a server died, whose shards
+  /// were promoted elsewhere: all its shards start as backups, of the
+  /// shards the dead server's rank had and of those it backed up, and
+  /// receive their primaries' whole state (a rebuilt replica).
+  bool rebuild = false;
 };
 
 template <class Inspector>
@@ -135,7 +141,7 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
            x.transport, x.data_salt, x.coordinator, x.message_cap, x.rank_key,
-           x.rank_secret, x.loopback, x.recovery_ms, x.replicas);
+           x.rank_secret, x.loopback, x.recovery_ms, x.replicas, x.rebuild);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

@@ -330,6 +330,81 @@ typename Inspector::result_type inspect(Inspector& f, state_snapshot& x) {
   return f(caf::meta::type_name("state_snapshot"), x.optimizer, x.slices);
 }
 
+/// One open synchronous round of a slice in a primary's state (see
+/// replica_state): the workers that pushed into it and their sum (a table's
+/// round: the rows pushed, and their sums row after row).
+struct replica_round {
+  uint64_t number = 0;
+  std::vector<uint32_t> contributors;
+  std::vector<uint64_t> rows;
+  floats sum;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_round& x) {
+  return f(caf::meta::type_name("replica_round"), x.number, x.contributors,
+           x.rows, x.sum);
+}
+
+/// One slice of a primary's state without its values, its optimizer state
+/// and its row steps, which follow as pieces: its row size (0: dense), their
+/// sizes, its update count, each worker's next sequence number and clock,
+/// and its open sync rounds.
+struct replica_slice {
+  slice_id slice = 0;
+  uint64_t dim = 0;
+  uint64_t value_floats = 0;
+  uint64_t state_floats = 0;
+  uint64_t step = 0;
+  std::vector<uint64_t> next_seq;
+  std::vector<uint64_t> pushes_of;
+  uint64_t rounds_done = 0;
+  std::vector<replica_round> rounds;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_slice& x) {
+  return f(caf::meta::type_name("replica_slice"), x.slice, x.dim,
+           x.value_floats, x.state_floats, x.step, x.next_seq, x.pushes_of,
+           x.rounds_done, x.rounds);
+}
+
+/// A piece of one slice's values (`part` 0), optimizer state (1) or row
+/// steps (2, in `steps`), from float (or row) `offset` on.
+struct replica_piece {
+  slice_id slice = 0;
+  uint8_t part = 0;
+  uint64_t offset = 0;
+  floats data;
+  std::vector<uint64_t> steps;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_piece& x) {
+  return f(caf::meta::type_name("replica_piece"), x.slice, x.part, x.offset,
+           x.data, x.steps);
+}
+
+/// A primary's whole state, sent to a backup paired with it after it began
+/// to serve (a rebuilt replica), in parts that travel like its other
+/// forwards, before them: the first (`first`) names the update rule and
+/// the live workers and replaces whatever the backup held; each part adds
+/// slices and pieces of them; the last (`last`) completes it.
+struct replica_state {
+  bool first = false;
+  bool last = false;
+  optimizer_config optimizer;
+  std::vector<uint32_t> live;
+  std::vector<replica_slice> slices;
+  std::vector<replica_piece> pieces;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, replica_state& x) {
+  return f(caf::meta::type_name("replica_state"), x.first, x.last, x.optimizer,
+           x.live, x.slices, x.pieces);
+}
+
 /// Counters of one shard.
 struct shard_stats {
   uint64_t slices = 0;

@@ -40,25 +40,6 @@
 
 namespace actorps {
 
-caf::expected<endpoint> parse_endpoint(const std::string& text) {
-  auto colon = text.rfind(':');
-  auto bad = [&] {
-    return make_error(errc::bad_config,
-                      "coordinator address: expected host:port, got '" + text
-                        + "'");
-  };
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
-    return bad();
-  auto digits = text.substr(colon + 1);
-  if (digits.find_first_not_of("0123456789") != std::string::npos
-      || digits.size() > 5)
-    return bad();
-  auto port = std::strtoul(digits.c_str(), nullptr, 10);
-  if (port == 0 || port > 65535)
-    return bad();
-  return endpoint{text.substr(0, colon), static_cast<uint16_t>(port)};
-}
-
 caf::expected<caf::actor>
 connect_coordinator(caf::actor_system& sys, const endpoint& where,
                     std::chrono::milliseconds retry_for) {
@@ -81,14 +62,6 @@ connect_coordinator(caf::actor_system& sys, const endpoint& where,
     // Startup order is free: wait a little for the coordinator to listen.
     std::this_thread::sleep_for(std::chrono::milliseconds{100});
   }
-}
-
-std::string describe_node(uint32_t node_id, uint8_t role_id) {
-  if (role_id == role::coordinator)
-    return "the coordinator";
-  auto rank = (node_id - 8) / 2;
-  return std::string{role_name(role_id)} + " " + std::to_string(rank)
-         + " (node " + std::to_string(node_id) + ")";
 }
 
 void leave_ucx_to_exit() {
@@ -356,6 +329,11 @@ caf::error run_coordinator(const coordinator_options& opts,
                              + " took over its shards; nothing they "
                                "acknowledged was lost",
                            true);
+      } else if (kind == recovery_event::rebuilt) {
+        if (opts.on_recovery)
+          opts.on_recovery(server + " rejoined: it holds copies of " + what
+                             + " that went without one",
+                           true);
       } else if (kind == recovery_event::unpaired) {
         if (opts.on_recovery)
           opts.on_recovery(server + "'s shards have no backups: " + what,
@@ -469,7 +447,8 @@ caf::error run_server(const server_options& opts,
     sc.trusted = trusted;
     sc.backup = backup;
     sc.replica_timeout = opts.timeout;
-    sc.link = backup ? nullptr : link;
+    // (A backup forwards too once promoted and paired with a new one.)
+    sc.link = link;
     auto shard = spawn_shard(sys, sc);
     auto relay = spawn_priority_relay(sys, shard, {}, false, trusted);
     into.push_back(caf::actor_cast<caf::actor>(shard));
@@ -479,8 +458,10 @@ caf::error run_server(const server_options& opts,
   };
   std::vector<caf::actor> shards;
   std::vector<caf::actor> relays;
+  // (Rebuilding replicas: its own shards start as backups of the shards
+  // that took them over.)
   for (uint32_t i = 0; i < opts.shards; ++i)
-    spawn_one(job.rank * opts.shards + i, false, shards, relays);
+    spawn_one(job.rank * opts.shards + i, job.rebuild, shards, relays);
   // Replicas: this server backs up the previous server's shards (as many
   // as its own), which take over when that server dies.
   std::vector<caf::actor> backups;

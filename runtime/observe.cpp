@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/observe.hpp"
 
+#include <cstdlib>
+
 #include "caf/actor_cast.hpp"
 #include "caf/actor_system.hpp"
 #include "caf/scoped_actor.hpp"
@@ -16,6 +18,33 @@
 #include "runtime/system.hpp"
 
 namespace actorps {
+
+caf::expected<endpoint> parse_endpoint(const std::string& text) {
+  auto colon = text.rfind(':');
+  auto bad = [&] {
+    return make_error(errc::bad_config,
+                      "coordinator address: expected host:port, got '" + text
+                        + "'");
+  };
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size())
+    return bad();
+  auto digits = text.substr(colon + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos
+      || digits.size() > 5)
+    return bad();
+  auto port = std::strtoul(digits.c_str(), nullptr, 10);
+  if (port == 0 || port > 65535)
+    return bad();
+  return endpoint{text.substr(0, colon), static_cast<uint16_t>(port)};
+}
+
+std::string describe_node(uint32_t node_id, uint8_t role_id) {
+  if (role_id == role::coordinator)
+    return "the coordinator";
+  auto rank = (node_id - 8) / 2;
+  return std::string{role_name(role_id)} + " " + std::to_string(rank)
+         + " (node " + std::to_string(node_id) + ")";
+}
 
 namespace {
 

@@ -335,6 +335,9 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
         st.server_endpoints.resize(st.cfg.num_servers);
         st.server_admitted.resize(st.cfg.num_servers);
       }
+      if (i->second.rebuilding)
+        return register_rebuild(self, i->second, shards, relays, endpoint,
+                                data_address);
       if (i->second.replacing)
         return register_replacement(self, i->second, shards, relays, endpoint,
                                     data_address);

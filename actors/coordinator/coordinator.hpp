@@ -172,10 +172,20 @@
 /// out) says so with `(replica_atom, shard_index)` -> `ok_atom` (only the
 /// shard at that index may): the coordinator ends that backup and will not
 /// promote it; the primary holds its answers until then.
-/// A promoted shard has no backup: a second death of its new server loses
-/// it. Promotion comes first: a job with replicas and a recovery timeout
-/// replaces a dead server from its checkpoint only when its backups are
-/// gone.
+/// A promoted shard has no backup until a server joins the full job: the
+/// coordinator tracks, per shard, the server holding its primary and its
+/// backup (if any, and whether it took the primary's whole state: only
+/// then is it promoted). A server that joins the full job while a dead
+/// server's shards all live on as promoted backups without a copy takes
+/// that rank with `job_info::rebuild`: its shards are backups of that
+/// rank's shards and its backups those of the previous rank's, each paired
+/// with the primary wherever it is now (which first sends its whole
+/// state); its registration is answered, and `on_done` hears
+/// `(recover_atom, rank, recovery_event::rebuilt, what)`, once every such
+/// pair completed. A server's death promotes the backups of every primary
+/// it held, its own rank's or another's. Promotion comes first: a job with
+/// replicas and a recovery timeout replaces a dead server from its
+/// checkpoint only when its backups are gone.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
 namespace actorps {
 
@@ -194,6 +204,9 @@ constexpr uint8_t given_up = 2;
 constexpr uint8_t promoted = 3;
 /// At the start: a server's shards could not be paired with backups.
 constexpr uint8_t unpaired = 4;
+/// A server rebuilt the missing copies of shards that went alone (`what`:
+/// how many).
+constexpr uint8_t rebuilt = 5;
 } // namespace recovery_event
 
 /// Static configuration of the coordinator.

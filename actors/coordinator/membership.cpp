@@ -191,12 +191,26 @@ caf::result<job_info> join_job(coordinator_ptr self, uint8_t role_id,
     info.rank_secret = core::worker_secret(st.cfg.rank_key, info.rank);
   } else if (role_id == role::server) {
     if (st.servers_joined == st.cfg.num_servers) {
-      // A full job: a server takes the place of a dead one.
-      auto r = replaceable_server(self);
-      if (!r)
-        return std::move(r.error());
-      info.rank = *r;
-      replacing = true;
+      // A full job: a server takes the place of a dead one, whose shards
+      // live on as promoted backups (it rebuilds their copies), or which
+      // it restores from a checkpoint.
+      if (auto r = rebuildable_server(self)) {
+        info.rank = *r;
+        info.rebuild = true;
+      } else if (auto q = replaceable_server(self)) {
+        info.rank = *q;
+        replacing = true;
+      } else if (st.cfg.replicas > 1 && !st.done) {
+        // (The server tries again while this says "may be replaced".)
+        return make_error(errc::bad_config,
+                          "join: the job already has its "
+                            + std::to_string(st.cfg.num_servers)
+                            + " servers and none of them may be replaced "
+                              "(none died, or its backups did not take over "
+                              "its shards yet)");
+      } else {
+        return std::move(q.error());
+      }
     } else {
       info.rank = st.servers_joined++;
     }
@@ -234,6 +248,10 @@ caf::result<job_info> join_job(coordinator_ptr self, uint8_t role_id,
     st.live[info.rank] = true;
     st.at_barrier[info.rank] = false;
     announce_workers(self);
+  }
+  if (info.rebuild) {
+    node = coordinator_state::node_entry{};
+    node.rebuilding = true;
   }
   node.role = role_id;
   node.rank = info.rank;
@@ -344,14 +362,9 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   // A backup went down (its server, or its primary ended it): that primary
   // has no copy any more.
-  auto servers = static_cast<uint32_t>(st.server_backups.size());
-  for (uint32_t h = 0; h < servers; ++h)
-    for (size_t i = 0; i < st.server_backups[h].size(); ++i)
-      if (st.server_backups[h][i].address() == dm.source) {
-        auto g = st.first_shard((h + servers - 1) % servers) + i;
-        if (g < st.has_backup.size())
-          st.has_backup[g] = false;
-      }
+  for (auto& slot : st.backup_slots)
+    if (slot.backup && slot.backup.address() == dm.source)
+      slot = coordinator_state::backup_slot{};
   for (auto& [id, node] : st.nodes) {
     bool hit = node.agent && node.agent.address() == dm.source;
     for (size_t i = 0; !hit && i < node.shards.size(); ++i)
@@ -359,6 +372,7 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
     if (!hit || node.dead)
       continue;
     node.dead = true;
+    bool held_primaries = true;
     auto node_id = id;
     auto role_of = node.role;
     if (node.role == role::server) {
@@ -373,6 +387,9 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
         if (std::find(held.begin(), held.end(), st.table.shards[g].address())
             != held.end())
           st.shard_dead[g] = true;
+      // (Whether it held a primary, before its backups take over.)
+      held_primaries = st.cfg.replicas < 2 || !st.routing_ready
+                       || holds_primaries(st, node.rank);
       server_lost(self, node.rank, node.replacing);
     }
     for (auto& [other_id, other] : st.nodes)
@@ -402,8 +419,10 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
       // Lost: a worker that went down without leaving, a server before the
       // job was done.
       // (A replacement that dies before it served was never the job's.)
-      bool lost = role_of == role::worker ? !node.left
-                                          : !st.done && !node.replacing;
+      // (A server rebuilding replicas that held no primary lost nothing.)
+      bool lost = role_of == role::worker
+                    ? !node.left
+                    : !st.done && !node.replacing && held_primaries;
       caf::anon_send(st.cfg.on_done, node_down_atom::value, node_id, role_of,
                      lost);
     }

@@ -61,6 +61,10 @@ struct coordinator_state {
     // A server that took a dead server's rank (cfg.recovery_timeout): its
     // shards replace the dead one's once restored.
     bool replacing = false;
+    // A server that took a dead server's rank in a replicas job whose
+    // shards its backups took over: all its shards are backups, paired with
+    // the primaries that lack one (rebuilt replicas).
+    bool rebuilding = false;
   };
 
   std::map<uint32_t, node_entry> nodes;
@@ -85,7 +89,18 @@ struct coordinator_state {
   // holds a copy; pairings not acknowledged yet (the routing waits).
   std::vector<std::vector<caf::actor>> server_backups;
   std::vector<std::vector<caf::actor>> server_backup_relays;
-  std::vector<bool> has_backup;
+  // Per shard in the job's order: the backup holding a copy (none: it
+  // goes alone), its relay, its server, and whether it took the primary's
+  // whole state (only then may it be promoted); and the server that holds
+  // the primary (its own server's rank, until a backup took over).
+  struct backup_slot {
+    caf::actor backup;
+    caf::actor relay;
+    uint32_t holder = 0;
+    bool ready = false;
+  };
+  std::vector<backup_slot> backup_slots;
+  std::vector<uint32_t> primary_on;
   size_t pairing = 0;
   routing_table table;
   bool routing_ready = false;
@@ -343,10 +358,29 @@ caf::result<caf::ok_atom> backup_lost(coordinator_ptr self, uint32_t shard);
 /// registered); the routing waits until each pair acknowledged.
 void pair_replicas(coordinator_ptr self);
 
-/// Server `rank` died: its backups are promoted and published, and the
-/// primaries backed up on it go on alone. False if the job keeps no
-/// replicas (or none of that server's): the caller may try a replacement.
+/// Server `rank` died: the backups of the primaries it held are promoted
+/// and published, and the primaries backed up on it go on alone. False if
+/// the job keeps no replicas, or the primaries it held have no backup left:
+/// the caller may try a replacement.
 bool promote_backups(coordinator_ptr self, uint32_t rank);
+
+/// True if server `rank` holds the primary of some shard (replicas).
+bool holds_primaries(const coordinator_state& st, uint32_t rank);
+
+/// A server joins the full job: the rank of a dead server whose shards all
+/// live on as promoted backups, none of them with a backup, which the
+/// joining server rebuilds (replicas 2); an error if there is none.
+caf::expected<uint32_t> rebuildable_server(coordinator_ptr self);
+
+/// `(shards_atom, ...)` of a server that rebuilds replicas: its shards
+/// (backups of those of its rank) and its backups (of the previous rank's)
+/// are paired with the primaries that lack a backup; answered once each
+/// took its primary's whole state.
+caf::result<caf::ok_atom>
+register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
+                 const std::vector<caf::actor>& shards,
+                 const std::vector<caf::actor>& relays,
+                 const std::string& endpoint, const std::string& data_address);
 
 /// The job's status (`status_atom`): membership from the state, counters
 /// from every shard that answers within a few seconds.

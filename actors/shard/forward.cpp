@@ -274,7 +274,40 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
   }
   // Told when the backup is lost (see lose_backup).
   st.pairer = caf::actor_cast<caf::actor>(self->current_sender());
-  return caf::ok_atom::value;
+  // The backup first takes this shard's whole state (nothing, at the start
+  // of a job; everything, for a replica rebuilt after a server died), as
+  // forwards before every later one: the pairing is answered once it has
+  // all of it, and only then may the backup be promoted.
+  auto parts = st.state_parts();
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  struct progress {
+    size_t remaining = 0;
+    bool answered = false;
+  };
+  auto p = std::make_shared<progress>();
+  p->remaining = parts.size();
+  auto gate = st.gate;
+  for (auto& part : parts) {
+    auto n = ++st.forwarded;
+    send_forward(self,
+                 caf::make_message(replicate_atom::value, std::move(part)),
+                 [self, rp, p, gate, n](const caf::error& err) mutable {
+                   if (p->answered)
+                     return;
+                   if (err) {
+                     p->answered = true;
+                     rp.deliver(err);
+                     lose_backup(self, err);
+                     return;
+                   }
+                   gate->ack(n);
+                   if (--p->remaining == 0) {
+                     p->answered = true;
+                     rp.deliver(caf::ok_atom::value);
+                   }
+                 });
+  }
+  return rp;
 }
 
 void on_ack(shard_ptr self, const replica_ack& a) {
@@ -340,7 +373,8 @@ void from_link(shard_ptr self, uint64_t number, plane_reply& r,
 caf::error run_change(shard_ptr self, caf::message& m) {
   auto& st = self->state;
   // Only what change() forwards: nothing else may pass for the primary.
-  auto is_change = m.match_element<init_atom>(0)
+  auto is_change = m.match_elements<replicate_atom, replica_state>()
+                   || m.match_element<init_atom>(0)
                    || m.match_element<set_opt_atom>(0)
                    || m.match_element<load_atom>(0)
                    || m.match_element<workers_atom>(0)

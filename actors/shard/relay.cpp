@@ -228,6 +228,9 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
     [=](replicate_atom a, replica_batch& batch) -> ok_result {
       return self->delegate(shard, a, std::move(batch));
     },
+    [=](replicate_atom a, replica_state& x) -> ok_result {
+      return self->delegate(shard, a, std::move(x));
+    },
     // (The ingress sends a plane's forwards to the shard itself.)
     [=](replicate_atom a, uint64_t n, replica_batch& batch, plane_reply& r) {
       relay_plane(self, shard, a, n, batch, r);

@@ -423,6 +423,18 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       st.replay(batch);
       return caf::ok_atom::value;
     },
+    [self](replicate_atom, replica_state& x) -> caf::result<caf::ok_atom> {
+      auto& st = self->state;
+      if (!st.standby())
+        return make_error(errc::bad_config,
+                          "replica_state: shard " + std::to_string(st.cfg.index)
+                            + " is no backup waiting for its primary");
+      if (auto err = check_change(self, "replica_state", true))
+        return err;
+      if (auto err = st.take_state(x))
+        return err;
+      return caf::ok_atom::value;
+    },
     // Forwards over this process's data plane (plane_reply has no type id:
     // no other node can send one; the plane checked that a server sent
     // them).
@@ -452,6 +464,10 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return make_error(errc::bad_config, "promote: shard "
                                               + std::to_string(st.cfg.index)
                                               + " is no backup");
+      if (st.rebuilding)
+        return make_error(errc::bad_config,
+                          "promote: shard " + std::to_string(st.cfg.index)
+                            + " has not taken its primary's whole state yet");
       if (!st.promoted)
         std::fprintf(stderr,
                      "actorps: shard %u: the backup takes over from its "

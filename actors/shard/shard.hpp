@@ -163,6 +163,13 @@
 ///   the order of their numbers, whatever order they arrive in; a change is
 ///   one of the messages above that `change` forwards (init, set_opt, load,
 ///   workers, command), run as if its primary had sent it.
+/// - Before anything else, a primary sends a backup paired with it its
+///   whole state, as forwards `(replicate_atom, replica_state)` -> `ok_atom`
+///   (the first part replaces whatever the backup held; nothing but the
+///   update rule and the live workers at the start of a job); the pairing
+///   is answered once the backup took the last part. A backup that has not
+///   refuses promotion. This rebuilds a replica for a primary that served
+///   alone (a promoted backup, or a primary whose backup died).
 /// - A backup runs what its primary forwards, and refuses everything else
 ///   that reads or changes its slices, from anyone, until `(promote_atom)`
 ///   -> `ok_atom` (an admitter's) makes it the slices' primary. A promoted
@@ -320,6 +327,7 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<replica_atom, caf::actor, bool,
                   std::string>::with<caf::ok_atom>,
   caf::replies_to<replicate_atom, replica_batch>::with<caf::ok_atom>,
+  caf::replies_to<replicate_atom, replica_state>::with<caf::ok_atom>,
   caf::reacts_to<replicate_atom, uint64_t, replica_batch, plane_reply>,
   caf::reacts_to<replicate_atom, uint64_t, caf::message, plane_reply>,
   caf::reacts_to<replicate_atom, replica_ack>,

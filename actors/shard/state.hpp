@@ -358,6 +358,10 @@ struct shard_state {
   // This shard's own handlers, to run a forwarded change with.
   caf::behavior own;
 
+  // A backup taking its primary's whole state (replica_state parts): not
+  // promoted before the last part.
+  bool rebuilding = false;
+
   // True while answers wait for the backup (or for the coordinator to
   // know it is lost).
   bool holding() const {
@@ -530,6 +534,17 @@ struct shard_state {
 
   // The workers still taking part; rounds stop waiting for the others.
   caf::error set_live(const std::vector<uint32_t>& workers);
+
+  // -- rebuilt replicas (rebuild.cpp) -----------------------------------------
+
+  // The whole state (update rule, live workers, every slice with its
+  // sequence numbers, clocks and open rounds), in parts for a new backup.
+  std::vector<replica_state> state_parts() const;
+
+  // A backup takes one part of its primary's state (the first replaces
+  // everything it held). An error may leave a part half taken: the primary
+  // then drops this backup, which is never promoted.
+  caf::error take_state(replica_state& x);
 };
 
 } // namespace actorps

@@ -315,3 +315,184 @@ TEST_CASE("a primary whose backup is gone tells who paired them, then goes "
   REQUIRE(v);
   CHECK(*v == std::vector<float>{1, 2});
 }
+
+// -- rebuilt replicas ---------------------------------------------------------
+
+namespace {
+
+constexpr slice_id table_t = make_slice_id(4, 0);
+
+// A sync job (update rule "adam": optimizer state matters) whose primary
+// lost its backup after serving, beside a reference shard that never fails
+// and runs the same operations.
+struct rebuild_fixture : replica_fixture {
+  shard_actor reference;
+  shard_actor rebuilt;
+
+  rebuild_fixture() : replica_fixture(true, "adam") {
+    reference = guard(spawn_shard(sys, test::shard_cfg(0, 2, true)));
+    expect_ok(reference, init_atom::value,
+              slice_init{slice_a, floats{std::vector<float>{0, 0}}});
+    optimizer_config opt;
+    opt.name = "adam";
+    expect_ok(reference, set_opt_atom::value, opt);
+    on_both(init_atom::value, table_init{table_t, 4, 2});
+  }
+
+  template <class... Ts>
+  void expect_ok(const shard_actor& to, Ts... xs) {
+    self->send(to, std::move(xs)...);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+  }
+
+  // Sends the same message to the primary and to the reference.
+  template <class... Ts>
+  void on_both(Ts... xs) {
+    expect_ok(primary, xs...);
+    expect_ok(reference, std::move(xs)...);
+  }
+
+  // The backup's server dies; a new backup is paired with the primary
+  // (the test plays the coordinator) and takes its state.
+  void replace_backup() {
+    expect_ok(primary, replica_atom::value, caf::actor{}, true);
+    caf::anon_send_exit(backup, caf::exit_reason::kill);
+    run();
+    auto bc = test::shard_cfg(0, 2, true);
+    bc.backup = true;
+    rebuilt = guard(spawn_shard(sys, bc));
+    expect_ok(rebuilt, replica_atom::value,
+              caf::actor_cast<caf::actor>(primary), false);
+    expect_ok(primary, replica_atom::value,
+              caf::actor_cast<caf::actor>(rebuilt), true);
+  }
+
+  // What `to` answers to worker `worker`'s pull (sequence number `seq`) of
+  // the whole dense slice and of every row of the table.
+  std::pair<std::vector<float>, std::vector<float>>
+  read(const shard_actor& to, uint32_t worker, uint64_t seq) {
+    send_pull(to, worker, seq);
+    run();
+    auto dense = pulled();
+    REQUIRE(dense);
+    self->send(to, pull_atom::value,
+               rows_pull{table_t, worker, seq, {0, 1, 2, 3}});
+    run();
+    auto rows = pulled();
+    REQUIRE(rows);
+    return {*dense, *rows};
+  }
+};
+
+} // namespace
+
+TEST_CASE("a backup paired with a primary that served takes its whole state "
+          "and can take over") {
+  rebuild_fixture f;
+  // Round 0 of both slices is applied; round 1 holds worker 0's pushes.
+  f.on_both(push_atom::value,
+            slice_push{slice_a, 0, 0, floats{std::vector<float>{1, 2}}});
+  f.on_both(push_atom::value,
+            slice_push{slice_a, 1, 0, floats{std::vector<float>{3, 4}}});
+  f.on_both(push_atom::value,
+            slice_push{slice_a, 0, 1, floats{std::vector<float>{5, 6}}});
+  f.on_both(
+    push_atom::value,
+    rows_push{table_t, 0, 0, {1, 3}, floats{std::vector<float>{1, 1, 2, 2}}});
+  f.on_both(push_atom::value,
+            rows_push{table_t, 1, 0, {3}, floats{std::vector<float>{1, 1}}});
+  f.on_both(push_atom::value,
+            rows_push{table_t, 0, 1, {0}, floats{std::vector<float>{4, 4}}});
+  f.replace_backup();
+  // The primary dies too: the rebuilt backup takes over.
+  f.kill_primary();
+  f.run();
+  f.expect_ok(f.rebuilt, promote_atom::value);
+  // Worker 1 completes round 1 there and on the reference.
+  for (auto* to : {&f.rebuilt, &f.reference}) {
+    f.expect_ok(*to, push_atom::value,
+                slice_push{slice_a, 1, 1, floats{std::vector<float>{7, 8}}});
+    f.expect_ok(
+      *to, push_atom::value,
+      rows_push{table_t, 1, 1, {2}, floats{std::vector<float>{1, 1}}});
+  }
+  auto got = f.read(f.rebuilt, 0, 2);
+  auto want = f.read(f.reference, 0, 2);
+  CHECK(got.first == want.first);
+  CHECK(got.second == want.second);
+  // (Two rounds of adam moved every value.)
+  CHECK(want.first != std::vector<float>{0, 0});
+}
+
+TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
+          "and parts out of order") {
+  replica_fixture f;
+  auto bc = test::shard_cfg(0, 2, false);
+  bc.backup = true;
+  auto b = f.guard(spawn_shard(f.sys, bc));
+  // The test plays the primary.
+  f.self->send(b, replica_atom::value, caf::actor_cast<caf::actor>(f.self),
+               false);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  replica_state tail;
+  tail.last = true;
+  f.self->send(b, replicate_atom::value, tail);
+  f.run();
+  auto why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+  CHECK(why.find("before the first") != std::string::npos);
+  replica_state head;
+  head.first = true;
+  replica_slice s;
+  s.slice = slice_a;
+  s.value_floats = 2;
+  s.next_seq.assign(2, 0);
+  s.pushes_of.assign(2, 0);
+  head.slices.push_back(s);
+  f.self->send(b, replicate_atom::value, head);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.self->send(b, promote_atom::value);
+  f.run();
+  why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+  CHECK(why.find("whole state") != std::string::npos);
+  // A piece beyond the slice's end is refused.
+  replica_state bad;
+  replica_piece p;
+  p.slice = slice_a;
+  p.offset = 1;
+  p.data.data = {1, 2};
+  bad.pieces.push_back(p);
+  f.self->send(b, replicate_atom::value, bad);
+  f.run();
+  require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+  p.offset = 0;
+  tail.pieces.push_back(p);
+  f.self->send(b, replicate_atom::value, tail);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.self->send(b, promote_atom::value);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.send_pull(b, 0, 0);
+  f.run();
+  auto v = f.pulled();
+  REQUIRE(v);
+  CHECK(*v == std::vector<float>{1, 2});
+}
+
+TEST_CASE("a shard takes a state only from its primary") {
+  replica_fixture f;
+  replica_state head;
+  head.first = true;
+  head.last = true;
+  // The test is not the backup's primary.
+  f.self->send(f.backup, replicate_atom::value, head);
+  f.run();
+  require_error(f.reply<caf::ok_atom>(), errc::unauthorized);
+  // A primary takes none.
+  f.self->send(f.primary, replicate_atom::value, head);
+  f.run();
+  require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+}

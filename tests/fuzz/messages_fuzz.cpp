@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto rest = data + 1;
   auto n = size - 1;
   using namespace actorps;
-  switch (data[0] % 28) {
+  switch (data[0] % 30) {
     case 0:
       decode<compression>(rest, n);
       break;
@@ -138,8 +138,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 26:
       decode<save_piece>(rest, n);
       break;
-    default:
+    case 27:
       decode<load_piece>(rest, n);
+      break;
+    case 28:
+      decode<replica_batch>(rest, n);
+      break;
+    default:
+      decode<replica_state>(rest, n);
       break;
   }
   return 0;

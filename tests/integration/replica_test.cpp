@@ -108,3 +108,62 @@ TEST_CASE("dist: with --replicas 2 a hung server is cut off and its backups "
   CHECK_THAT(job.coordinator->output(), Catch::Contains("took over"));
   CHECK_EXIT(a, 0, job_time);
 }
+
+namespace {
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("dist: with --replicas 2 a server that joins after a death rebuilds "
+          "the missing copies, and the job survives the other server's death "
+          "too",
+          "[integration]") {
+  auto transport = TRANSPORT();
+  auto mode = GENERATE(as<std::string>{}, "dist_async", "dist_sync");
+  INFO(transport << " " << mode);
+  dist_job job{mode,
+               2,
+               2,
+               {"--transport", transport, "--replicas", "2", "--bigarray-bound",
+                "100", "--slice-floats", "100"}};
+  auto& first_server = job.add_server(1);
+  auto& second_server = job.add_server(1);
+  // (Worker 0's progress lines fill its pipe while the test waits for the
+  // coordinator: it cannot finish before the second kill, checked below.)
+  auto rounds = mode == "dist_sync" ? "3000" : "5000";
+  std::vector<std::string> args{"--keys",   "4",    "--size",       "1000",
+                                "--rounds", rounds, "--timeout-ms", "20000"};
+  auto with_progress = args;
+  with_progress.push_back("--progress");
+  auto& w = job.add_worker(with_progress);
+  job.add_worker(args);
+  REQUIRE(w.wait_for("round 200\n", job_time));
+  first_server.kill9();
+  REQUIRE(job.coordinator->wait_for("took over its shards", job_time));
+  // A new server joins: every shard lives on the survivor, none has a copy.
+  auto& rebuilder = job.add_server(1);
+  REQUIRE(job.coordinator->wait_for("rejoined", job_time));
+  CHECK_THAT(job.coordinator->output(),
+             Catch::Contains("holds copies of 2 of 2 shards"));
+  auto moved = count_of(w.output(), "moved to its promoted backup");
+  // The workers still run: the survivor dies too, the rebuilt copies take
+  // over, and no acknowledged push is lost.
+  REQUIRE_FALSE(w.wait_exit(std::chrono::milliseconds{0}));
+  second_server.kill9();
+  for (auto& p : job.workers) {
+    CHECK_EXIT(*p, 0, job_time);
+    INFO(p->output());
+    CHECK_THAT(p->output(), Catch::Contains("values exact"));
+  }
+  CHECK(count_of(w.output(), "moved to its promoted backup") > moved);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  CHECK(count_of(job.coordinator->output(), "took over its shards") >= 2);
+  CHECK_EXIT(rebuilder, 0, job_time);
+}
