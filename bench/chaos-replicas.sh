@@ -27,10 +27,7 @@ cleanup() {
   rm -rf "$out"
 }
 trap cleanup EXIT
-# Seconds since midnight (UTC) of a log line's timestamp, and of now.
-stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
-now() { date -u +%H:%M:%S.%N | awk -F: '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
-median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.3f (%.3f-%.3f)", v[int((NR + 1) / 2)], v[1], v[NR] }'; }
+source "$(dirname "$0")/lib.sh"
 for t in $transports; do
   passed=0
   : >"$out/takeover" && : >"$out/next"

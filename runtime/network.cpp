@@ -534,8 +534,12 @@ caf::error run_server(const server_options& opts,
       opts.on_metrics(metrics->port());
   }
   // A replacement server's registration is answered once its shards were
-  // restored from the newest checkpoint: give that time.
-  auto registration = job.recovery_ms > 0 ? 10 * opts.timeout : opts.timeout;
+  // restored from the newest checkpoint: give that time. A rebuilding one's
+  // once its shards took their primaries' states, bounded part by part by
+  // the primaries (and by the coordinator's death).
+  auto registration = job.rebuild ? std::chrono::milliseconds{86400000}
+                      : job.recovery_ms > 0 ? 10 * opts.timeout
+                                            : opts.timeout;
   if (!backups.empty())
     err = detail::ask(
       self.ptr(), coord, opts.timeout, [](caf::ok_atom) {}, replica_atom::value,

@@ -166,7 +166,9 @@
 /// routing table. When a server dies, its backups are promoted
 /// (`promote_atom`), and a routing table of a higher version moves its
 /// shards to them; `on_done` hears `(recover_atom, rank,
-/// recovery_event::promoted, what)`, or `given_up` if its backups died too.
+/// recovery_event::promoted, what)` once for the dead server when every
+/// shard it held moved (`what`: to which servers), else `given_up` for
+/// each rank whose shards did not (their backups died too).
 /// The primaries whose backups lived on the dead server go on without one.
 /// A primary that loses its backup otherwise (the backup failed or timed
 /// out) says so with `(replica_atom, shard_index)` -> `ok_atom` (only the

@@ -290,7 +290,10 @@ void record_shards(coordinator_ptr self, coordinator_state::node_entry& node,
   if (st.cfg.transport == transport::ucx)
     st.server_data[rank] = data_address;
   for (auto& x : shards) {
-    node.shards.push_back(x.address());
+    // (A rebuilding server's shards are backups: one that ends, say when
+    // its primary drops it, is a lost copy, not a dead server.)
+    if (!node.rebuilding)
+      node.shards.push_back(x.address());
     self->monitor(x);
   }
 }
@@ -382,6 +385,9 @@ void on_down(coordinator_ptr self, const caf::down_msg& dm) {
       if (node.rank < st.server_backups.size())
         for (auto& b : st.server_backups[node.rank])
           held.push_back(b.address());
+      if (node.rank < st.server_shards.size())
+        for (auto& x : st.server_shards[node.rank])
+          held.push_back(x.address());
       for (size_t g = 0; g < st.shard_dead.size() && g < st.table.shards.size();
            ++g)
         if (std::find(held.begin(), held.end(), st.table.shards[g].address())

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,9 +36,10 @@ bool server_dead(const coordinator_state& st, uint32_t rank) {
 }
 
 // How long a primary may take to answer its pairing: it first sends its
-// whole state to the backup.
-caf::duration pairing_timeout(const coordinator_state& st) {
-  return caf::duration{10 * st.cfg.timeout};
+// whole state to the backup, part after part, each within the replica
+// timeout (it answers with an error if one is late), so no bound here.
+caf::duration pairing_timeout(const coordinator_state&) {
+  return caf::duration{std::chrono::seconds{86400}};
 }
 
 // The primaries backed up on server `rank` lost their backups: they go on
@@ -229,6 +231,14 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
   if (held.empty())
     return true;
   bool own_lost = false;
+  // One event for the dead server once every rank it held moved (a loss
+  // then counts as made up for), none if one did not.
+  struct overall {
+    size_t ranks = 0;
+    bool lost = false;
+    std::set<uint32_t> holders;
+  };
+  auto all = std::make_shared<overall>();
   for (auto& [r, shards] : held) {
     std::vector<uint32_t> moving;
     for (auto g : shards) {
@@ -250,6 +260,7 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
       // A replacement restores this rank from its checkpoint (its own
       // server's shards only: those of another rank stay lost).
       own_lost = own_lost || r == rank;
+      all->lost = true;
       continue;
     }
     // Counts the answers; the table goes out once all came.
@@ -262,9 +273,23 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
     auto p = std::make_shared<progress>();
     p->pending = moving.size();
     p->holder = st.backup_slots[moving.front()].holder;
-    auto finish = [self, r, p] {
+    ++all->ranks;
+    auto finish = [self, r, p, all, rank] {
       auto& st = self->state;
+      auto settle = [&] {
+        if (--all->ranks > 0 || all->lost || !st.cfg.on_done)
+          return;
+        std::string what;
+        for (auto h : all->holders)
+          what += (what.empty() ? "server " : " and server ")
+                  + std::to_string(h);
+        caf::anon_send(st.cfg.on_done, recover_atom::value, rank,
+                       recovery_event::promoted, what);
+      };
+      if (p->failure)
+        all->lost = true;
       if (p->promoted == 0) {
+        settle();
         auto err = make_error(errc::dead_node,
                               "server " + std::to_string(r)
                                 + " went down and its backups could not take "
@@ -280,12 +305,12 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
       st.table.servers[r] = st.server_endpoints[p->holder];
       ++st.table.version;
       announce_workers(self);
-      if (st.cfg.on_done)
-        caf::anon_send(
-          st.cfg.on_done, recover_atom::value, r, recovery_event::promoted,
-          "server " + std::to_string(p->holder)
-            + (p->failure ? " (not every shard: " + render(p->failure) + ")"
-                          : std::string{}));
+      all->holders.insert(p->holder);
+      if (p->failure && st.cfg.on_done)
+        caf::anon_send(st.cfg.on_done, recover_atom::value, r,
+                       recovery_event::given_up,
+                       "not every shard: " + render(p->failure));
+      settle();
       auto waiters = std::move(st.reroute_waiters);
       st.reroute_waiters.clear();
       for (auto& w : waiters)
@@ -376,25 +401,36 @@ register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
   };
   auto p = std::make_shared<progress>();
   auto rp = self->make_response_promise<caf::ok_atom>();
-  auto done = [self, rank, p, rp](bool ok) mutable {
+  auto done = [self, rank, p, rp, who = node.node](bool ok) mutable {
     if (ok)
       ++p->paired;
     if (--p->pending > 0)
       return;
     auto& st = self->state;
+    // (A server that died meanwhile may have been followed by another for
+    // the same rank: that one is left alone.)
     auto i = st.nodes.find(server_node_id(rank));
-    if (i != st.nodes.end())
-      i->second.rebuilding = false;
-    auto what = std::to_string(p->paired) + " of " + std::to_string(p->tried)
-                + " shards";
+    if (i == st.nodes.end() || i->second.node != who || i->second.dead) {
+      rp.deliver(make_error(errc::dead_node, "shards: the server went down"));
+      return;
+    }
+    i->second.rebuilding = false;
+    if (p->paired < p->tried) {
+      // A rank is promoted whole or not at all: a partial copy would not
+      // survive the next death, and this rank could not be rebuilt again
+      // while this server lives. The server ends; another may try.
+      rp.deliver(
+        make_error(errc::dead_node, "shards: only " + std::to_string(p->paired)
+                                      + " of " + std::to_string(p->tried)
+                                      + " copies could be rebuilt"));
+      return;
+    }
     if (st.cfg.on_done)
       caf::anon_send(st.cfg.on_done, recover_atom::value, rank,
-                     recovery_event::rebuilt, what);
-    if (p->paired == 0 && p->tried > 0)
-      rp.deliver(
-        make_error(errc::bad_config, "shards: no replica could be rebuilt"));
-    else
-      rp.deliver(caf::ok_atom::value);
+                     recovery_event::rebuilt,
+                     std::to_string(p->paired) + " of "
+                       + std::to_string(p->tried) + " shards");
+    rp.deliver(caf::ok_atom::value);
   };
   auto pair_rank = [&](uint32_t r, const std::vector<caf::actor>& backups,
                        const std::vector<caf::actor>& backup_relays) {

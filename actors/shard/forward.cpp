@@ -5,6 +5,7 @@
 #include "actors/shard/forward.hpp"
 
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -58,8 +59,16 @@ void drop_link(shard_ptr self, const caf::error& err) {
 // the backup's answer (an error if it failed, refused or did not answer).
 template <class T>
 void send_forward(shard_ptr self, T x,
-                  std::function<void(const caf::error&)> done) {
+                  std::function<void(const caf::error&)> done,
+                  bool state_part = false) {
   auto& st = self->state;
+  if (st.sending_state && !state_part) {
+    // Behind the state's parts: sent once the backup took them all.
+    auto later = std::make_shared<T>(std::move(x));
+    st.deferred.emplace_back(
+      [self, later, done] { send_forward(self, std::move(*later), done); });
+    return;
+  }
   if (st.link_peer != 0) {
     auto k = ++st.link_sent;
     st.link_waits.emplace(k, std::move(done));
@@ -82,6 +91,56 @@ void send_forward(shard_ptr self, T x,
       .then(answered, failed);
 }
 
+// A primary's state on its way to a new backup (see pair).
+struct state_transfer {
+  std::deque<replica_state> parts;
+  uint64_t next = 0;
+  caf::typed_response_promise<caf::ok_atom> rp;
+  gate_ptr gate;
+  caf::actor_addr backup;
+  bool answered = false;
+};
+
+// Sends the next part of `job`, or, after the last, the forwards that
+// waited, and answers the pairing.
+void send_part(shard_ptr self, std::shared_ptr<state_transfer> job) {
+  auto& st = self->state;
+  if (job->parts.empty()) {
+    st.sending_state = false;
+    auto waiting = std::move(st.deferred);
+    st.deferred.clear();
+    for (auto& f : waiting)
+      f();
+    job->answered = true;
+    job->rp.deliver(caf::ok_atom::value);
+    return;
+  }
+  auto part = std::move(job->parts.front());
+  job->parts.pop_front();
+  auto n = job->next++;
+  send_forward(
+    self, caf::make_message(replicate_atom::value, std::move(part)),
+    [self, job, n](const caf::error& err) {
+      auto& st = self->state;
+      bool current = st.backup && st.backup.address() == job->backup;
+      if (err || !current) {
+        if (!job->answered) {
+          job->answered = true;
+          job->rp.deliver(err ? err
+                              : make_error(errc::dead_node,
+                                           "replica: the backup was lost while "
+                                           "it took the primary's state"));
+        }
+        if (current)
+          lose_backup(self, err, job->backup);
+        return;
+      }
+      job->gate->ack(n);
+      send_part(self, job);
+    },
+    true);
+}
+
 } // namespace
 
 // Unless the coordinator said so, the primary first tells the coordinator
@@ -89,13 +148,17 @@ void send_forward(shard_ptr self, T x,
 // and holds every answer, also of the operations it runs meanwhile, until
 // the coordinator confirmed: nothing is answered that a promoted stale
 // backup would lack.
-void lose_backup(shard_ptr self, const caf::error& why) {
+void lose_backup(shard_ptr self, const caf::error& why,
+                 const caf::actor_addr& of) {
   auto& st = self->state;
-  if (!st.backup)
+  if (!st.backup || (of && st.backup.address() != of))
     return;
   auto b = std::move(st.backup);
   st.backup = nullptr;
   st.outbox.clear();
+  // (What waited for the state's transfer is released with the gate.)
+  st.sending_state = false;
+  st.deferred.clear();
   std::fprintf(stderr,
                "actorps: shard %u: lost its backup (%s); goes on without one\n",
                st.cfg.index, why ? render(why).c_str() : "told so");
@@ -141,10 +204,10 @@ void flush(shard_ptr self) {
   if (!st.backup)
     return;
   // Acknowledges the gate up to `upto` once the backup ran a forward.
-  auto acked = [self, gate = st.gate](uint64_t upto) {
-    return [self, gate, upto](const caf::error& err) {
+  auto acked = [self, gate = st.gate, b = st.backup.address()](uint64_t upto) {
+    return [self, gate, b, upto](const caf::error& err) {
       if (err)
-        lose_backup(self, err);
+        lose_backup(self, err, b);
       else
         gate->ack(upto);
     };
@@ -199,16 +262,18 @@ void forward_change(shard_ptr self, caf::message msg,
     gate->hold(n, deliver);
   else
     deliver();
-  send_forward(self, std::move(msg), [self, p, gate, n](const caf::error& err) {
-    // The backup failed, or refused what this shard took (its copy would
-    // differ): it is dropped either way, unless it refused what this
-    // shard refused too.
-    if (err && (code_of(err) == errc::none || !p->failed_here)) {
-      lose_backup(self, err);
-      return;
-    }
-    gate->ack(n);
-  });
+  send_forward(self, std::move(msg),
+               [self, p, gate, n,
+                b = st.backup.address()](const caf::error& err) {
+                 // The backup failed, or refused what this shard took (its
+                 // copy would differ): it is dropped either way, unless it
+                 // refused what this shard refused too.
+                 if (err && (code_of(err) == errc::none || !p->failed_here)) {
+                   lose_backup(self, err, b);
+                   return;
+                 }
+                 gate->ack(n);
+               });
 }
 
 caf::error check_change(shard_ptr self, const char* op, bool admitter_only) {
@@ -275,39 +340,23 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
   // Told when the backup is lost (see lose_backup).
   st.pairer = caf::actor_cast<caf::actor>(self->current_sender());
   // The backup first takes this shard's whole state (nothing, at the start
-  // of a job; everything, for a replica rebuilt after a server died), as
-  // forwards before every later one: the pairing is answered once it has
-  // all of it, and only then may the backup be promoted.
+  // of a job; everything, for a replica rebuilt after a server died), one
+  // part at a time, numbered before every later forward, which waits until
+  // then: the pairing is answered once it has all of it, and only then may
+  // the backup be promoted.
+  auto job = std::make_shared<state_transfer>();
   auto parts = st.state_parts();
-  auto rp = self->make_response_promise<caf::ok_atom>();
-  struct progress {
-    size_t remaining = 0;
-    bool answered = false;
-  };
-  auto p = std::make_shared<progress>();
-  p->remaining = parts.size();
-  auto gate = st.gate;
-  for (auto& part : parts) {
-    auto n = ++st.forwarded;
-    send_forward(self,
-                 caf::make_message(replicate_atom::value, std::move(part)),
-                 [self, rp, p, gate, n](const caf::error& err) mutable {
-                   if (p->answered)
-                     return;
-                   if (err) {
-                     p->answered = true;
-                     rp.deliver(err);
-                     lose_backup(self, err);
-                     return;
-                   }
-                   gate->ack(n);
-                   if (--p->remaining == 0) {
-                     p->answered = true;
-                     rp.deliver(caf::ok_atom::value);
-                   }
-                 });
-  }
-  return rp;
+  job->parts.assign(std::make_move_iterator(parts.begin()),
+                    std::make_move_iterator(parts.end()));
+  job->next = st.forwarded + 1;
+  st.forwarded += job->parts.size();
+  job->rp = self->make_response_promise<caf::ok_atom>();
+  job->gate = st.gate;
+  job->backup = st.backup.address();
+  st.sending_state = true;
+  st.deferred.clear();
+  send_part(self, job);
+  return job->rp;
 }
 
 void on_ack(shard_ptr self, const replica_ack& a) {

@@ -28,8 +28,11 @@ struct change_reply {
 };
 
 // The backup is gone, or did not answer in time (`why`), or the coordinator
-// said so (no `why`): the primary goes on alone (see forward.cpp).
-void lose_backup(shard_ptr self, const caf::error& why);
+// said so (no `why`): the primary goes on alone (see forward.cpp). With
+// `of`, only if that is still the backup (a late failure of an earlier
+// one is ignored).
+void lose_backup(shard_ptr self, const caf::error& why,
+                 const caf::actor_addr& of = {});
 
 // Sends the operations run since the last forward to the backup; their
 // completions go out once it acknowledged them.

@@ -361,6 +361,11 @@ struct shard_state {
   // A backup taking its primary's whole state (replica_state parts): not
   // promoted before the last part.
   bool rebuilding = false;
+  // A primary sending its whole state to a new backup, one part at a time
+  // (each within the replica timeout): the forwards made meanwhile wait
+  // here, in order, and leave once the backup took the last part.
+  bool sending_state = false;
+  std::vector<std::function<void()>> deferred;
 
   // True while answers wait for the backup (or for the coordinator to
   // know it is lost).

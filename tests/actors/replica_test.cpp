@@ -496,3 +496,45 @@ TEST_CASE("a shard takes a state only from its primary") {
   f.run();
   require_error(f.reply<caf::ok_atom>(), errc::bad_config);
 }
+
+TEST_CASE("an operation that arrives while the state is on its way reaches "
+          "the new backup after it") {
+  rebuild_fixture f;
+  f.on_both(push_atom::value,
+            slice_push{slice_a, 0, 0, floats{std::vector<float>{1, 2}}});
+  f.expect_ok(f.primary, replica_atom::value, caf::actor{}, true);
+  caf::anon_send_exit(f.backup, caf::exit_reason::kill);
+  f.run();
+  auto bc = test::shard_cfg(0, 2, true);
+  bc.backup = true;
+  f.rebuilt = f.guard(spawn_shard(f.sys, bc));
+  f.expect_ok(f.rebuilt, replica_atom::value,
+              caf::actor_cast<caf::actor>(f.primary), false);
+  // The pairing and a push reach the primary before the backup ran
+  // anything: the push's forward waits behind the state.
+  f.self->send(f.primary, replica_atom::value,
+               caf::actor_cast<caf::actor>(f.rebuilt), true);
+  f.send_push(f.primary, 1, 0, {3, 4});
+  f.sched.run_once();
+  f.sched.run_once();
+  CHECK(f.no_reply());
+  f.run();
+  // Both answered: the pairing, then the push once the backup ran it.
+  REQUIRE(f.reply<caf::ok_atom>());
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.expect_ok(f.reference, push_atom::value,
+              slice_push{slice_a, 1, 0, floats{std::vector<float>{3, 4}}});
+  f.kill_primary();
+  f.run();
+  f.expect_ok(f.rebuilt, promote_atom::value);
+
+  f.send_pull(f.rebuilt, 0, 1);
+  f.run();
+  auto got = f.pulled();
+  REQUIRE(got);
+  f.send_pull(f.reference, 0, 1);
+  f.run();
+  auto want = f.pulled();
+  REQUIRE(want);
+  CHECK(*got == *want);
+}
