@@ -21,13 +21,6 @@ cycles=${3:-3}
 mode=${4:-dist_async}
 bin=${ACTORPS_BIN:-build/apps}
 failed=0
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
 source "$(dirname "$0")/lib.sh"
 for t in $transports; do
   passed=0

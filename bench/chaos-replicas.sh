@@ -20,13 +20,6 @@ bin=${ACTORPS_BIN:-build/apps}
 # (ctest's short run: fewer keys, ACTORPS_CHAOS_KEYS.)
 keys=${ACTORPS_CHAOS_KEYS:-1000}
 failed=0
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
 source "$(dirname "$0")/lib.sh"
 for t in $transports; do
   passed=0

@@ -1,4 +1,12 @@
-# Helpers shared by the bench scripts (sourced).
+# Helpers shared by the bench scripts (sourced): a scratch folder `out`,
+# removed at exit with every process whose pid the script put in `pids`.
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$out"
+}
+trap cleanup EXIT
 # Seconds since midnight (UTC) of a log line's timestamp, and of now.
 stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
 now() { date -u +%H:%M:%S.%N | awk -F: '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }

@@ -21,13 +21,6 @@ size=${4:-1000000}
 rounds_total=${5:-60}
 bin=${ACTORPS_BIN:-build/apps}
 failed=0
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
 source "$(dirname "$0")/lib.sh"
 # Worker 0's round times (seconds) from its log $1.
 rounds() { grep -E "round [0-9]+$" "$1" | stamp; }

@@ -13,15 +13,7 @@ set -euo pipefail
 runs=${1:-5}
 transports=${2:-caf ucx}
 bin=build/apps
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
-# Seconds since midnight of a log line's UTC timestamp.
-stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
+source "$(dirname "$0")/lib.sh"
 # One job: transport, keys, size, rounds, recovery seconds (0: none).
 # Prints rounds per second between the worker's first barrier and its end.
 job() {

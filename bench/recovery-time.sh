@@ -15,15 +15,8 @@ keys=${2:-4}
 size=${3:-4000000}
 transport=${4:-ucx}
 bin=build/apps
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
 now() { date +%s.%N; }
-stamp() { sed -E 's/^[0-9-]+T([0-9]+):([0-9]+):([0-9.]+)Z.*/\1 \2 \3/' | awk '{ printf "%.3f\n", $1 * 3600 + $2 * 60 + $3 }'; }
 : >"$out/times"
 for ((r = 1; r <= runs; ++r)); do
   dir="$out/run-$r"

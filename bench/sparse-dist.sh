@@ -13,13 +13,7 @@ shift 2 || shift $# || true
 [[ "${1:-}" == "--" ]] && shift
 extra=("$@")
 bin=build/apps
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
 run() { # transport
   rm -f "$out/port" "$out"/w*.log
   "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token sparse \

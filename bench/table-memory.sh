@@ -13,13 +13,7 @@ rows=${1:-10000000}
 dim=${2:-16}
 optimizers=${3:-sgd,adagrad,adam}
 bin=build/apps
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/lib.sh"
 printf '%-8s %10s %10s %10s %10s %8s\n' optimizer "weights MB" "state MB" \
   "RSS MB" "peak MB" "peak/(w+s)"
 for opt in ${optimizers//,/ }; do
