@@ -169,7 +169,12 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     auto at = parse_endpoint(server);
     if (!at)
       return std::move(at.error());
+    // (Seen once in ~20 chaos runs: one worker's first connection to a
+    // server that had just taken over timed out while the others' went
+    // through; a second try is cheap next to failing the worker's calls.)
     auto direct = connect_actor<gate_actor>(*sys, at->host, at->port);
+    for (int tries = 1; !direct && tries < 3; ++tries)
+      direct = connect_actor<gate_actor>(*sys, at->host, at->port);
     if (!direct)
       return make_error(errc::dead_node, "cannot reach the server at " + server
                                            + " (" + render(direct.error())

@@ -322,6 +322,12 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
     return make_error(errc::bad_config, "replica: shard "
                                           + std::to_string(st.cfg.index)
                                           + " has a backup already");
+  // A checkpoint being loaded in pieces is no part of the state: the
+  // backup would refuse its later pieces.
+  if (!st.loads.empty())
+    return make_error(errc::bad_config,
+                      "replica: shard " + std::to_string(st.cfg.index)
+                        + " is loading a checkpoint; pair it once that ended");
   st.backup = std::move(peer);
   st.gate = std::make_shared<replica_gate>();
   st.link_sent = 0;

@@ -153,7 +153,8 @@ void apply_routing(worker_ptr self, routing_table table) {
         },
       };
     });
-  self->request(helper, st.timeout(), routing_atom::value)
+  // (Up to three tries per server, each bounded by the connection timeout.)
+  self->request(helper, caf::duration{3 * st.cfg.timeout}, routing_atom::value)
     .then([self, table = std::move(table),
            changed](caf::ok_atom) { adopt(self, table, changed); },
           [self](caf::error& err) {
