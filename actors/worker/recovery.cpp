@@ -154,13 +154,23 @@ void apply_routing(worker_ptr self, routing_table table) {
       };
     });
   // (Up to three tries per server, each bounded by the connection timeout.)
+  auto version = table.version;
   self->request(helper, caf::duration{3 * st.cfg.timeout}, routing_atom::value)
-    .then([self, table = std::move(table),
-           changed](caf::ok_atom) { adopt(self, table, changed); },
-          [self](caf::error& err) {
-            give_up_recovery(self, "cannot reach the replacement server: "
-                                     + render(err));
-          });
+    .then(
+      [self, table = std::move(table), changed](caf::ok_atom) {
+        self->state.reach_failure.clear();
+        adopt(self, table, changed);
+      },
+      [self, version](caf::error& err) {
+        // The server it names may have died since (a second death before
+        // this worker moved): a newer table routes around it, if one comes
+        // within the recovery wait.
+        auto& st = self->state;
+        st.cfg.routing_version = std::max(st.cfg.routing_version, version);
+        st.reach_failure = "cannot reach the replacement server: "
+                           + render(err);
+        ask_reroute(self);
+      });
 }
 
 void ask_reroute(worker_ptr self) {
@@ -175,8 +185,14 @@ void ask_reroute(worker_ptr self) {
       apply_routing(self, std::move(table));
     },
     [self](caf::error& err) {
-      self->state.rerouting = false;
-      give_up_recovery(self, render(err));
+      auto& st = self->state;
+      st.rerouting = false;
+      auto why = st.reach_failure.empty()
+                   ? render(err)
+                   : st.reach_failure + "; no newer routing came ("
+                       + render(err) + ")";
+      st.reach_failure.clear();
+      give_up_recovery(self, why);
     },
     routing_atom::value, st.cfg.routing_version);
 }

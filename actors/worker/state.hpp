@@ -92,6 +92,9 @@ struct worker_state {
   std::vector<std::unordered_map<slice_id, uint64_t>> renumber;
   /// A request for a newer routing table is out.
   bool rerouting = false;
+  // Why the last routing table could not be applied (a server it names
+  // could not be reached), while a newer one is awaited.
+  std::string reach_failure;
   /// The worker left the job: its servers going down at the job's end are
   /// not waited for.
   bool leaving = false;
