@@ -171,8 +171,8 @@ TEST_CASE("dist: a worker killed in the middle of large pushes over UCX takes "
   // runs); by default the plane does without it.
   dist_job job{"dist_async", 2, 1, {"--transport", "ucx"}};
   auto& server = job.add_server(2);
-  std::vector<std::string> args{
-    "--keys", "2", "--size", "4000000", "--rounds", "300", "--tolerate-deaths"};
+  std::vector<std::string> args{"--keys",   "2",  "--size",           "4000000",
+                                "--rounds", "60", "--tolerate-deaths"};
   // The victim dies at whatever point of its rounds it is when the
   // survivor finished its tenth.
   auto survivor_args = args;

@@ -12,11 +12,26 @@
 
 using namespace actorps::test;
 
-TEST_CASE("dist: with --replicas 2 a killed server's backups take over and "
-          "nothing acknowledged is lost",
-          "[integration]") {
-  auto transport = TRANSPORT();
-  auto mode = GENERATE(as<std::string>{}, "dist_async", "dist_sync");
+namespace {
+
+// Each transport and mode is a test case of its own: under the sanitizers
+// one job takes up to a minute, and ctest's timeout counts per test case.
+#define JOB_CASE(name, body, transport, mode)                                  \
+  TEST_CASE(name " (" transport ", " mode ")", "[integration]") {              \
+    body(transport, mode);                                                     \
+  }
+#ifdef ACTORPS_HAVE_UCX
+#  define UCX_JOB_CASE(name, body, mode) JOB_CASE(name, body, "ucx", mode)
+#else
+#  define UCX_JOB_CASE(name, body, mode)
+#endif
+#define EACH_TRANSPORT_AND_MODE(name, body)                                    \
+  JOB_CASE(name, body, "caf", "dist_async")                                    \
+  JOB_CASE(name, body, "caf", "dist_sync")                                     \
+  UCX_JOB_CASE(name, body, "dist_async")                                       \
+  UCX_JOB_CASE(name, body, "dist_sync")
+
+void takeover(const std::string& transport, const std::string& mode) {
   INFO(transport << " " << mode);
   // Keys cut into slices of 100 floats over both servers, each server's
   // backed up on the other.
@@ -60,6 +75,12 @@ TEST_CASE("dist: with --replicas 2 a killed server's backups take over and "
   else
     CHECK_THAT(survivor.output(), !Catch::Contains(over_plane));
 }
+
+} // namespace
+
+EACH_TRANSPORT_AND_MODE("dist: with --replicas 2 a killed server's backups "
+                        "take over and nothing acknowledged is lost",
+                        takeover)
 
 TEST_CASE("dist: --replicas needs two servers", "[integration]") {
   process c{{ACTORPS_COORDINATOR_BIN, "--workers", "1", "--servers", "1",
@@ -119,14 +140,7 @@ std::size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-} // namespace
-
-TEST_CASE("dist: with --replicas 2 a server that joins after a death rebuilds "
-          "the missing copies, and the job survives the other server's death "
-          "too",
-          "[integration]") {
-  auto transport = TRANSPORT();
-  auto mode = GENERATE(as<std::string>{}, "dist_async", "dist_sync");
+void rebuild(const std::string& transport, const std::string& mode) {
   INFO(transport << " " << mode);
   dist_job job{mode,
                2,
@@ -167,3 +181,10 @@ TEST_CASE("dist: with --replicas 2 a server that joins after a death rebuilds "
   CHECK(count_of(job.coordinator->output(), "took over its shards") >= 2);
   CHECK_EXIT(rebuilder, 0, job_time);
 }
+
+} // namespace
+
+EACH_TRANSPORT_AND_MODE("dist: with --replicas 2 a server that joins after a "
+                        "death rebuilds the missing copies, and the job "
+                        "survives the other server's death too",
+                        rebuild)
