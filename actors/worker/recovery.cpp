@@ -102,6 +102,8 @@ void adopt(worker_ptr self, const routing_table& table,
     if (restarted) {
       st.renumbered[i] = true;
       st.renumber[i].clear();
+    } else {
+      ++st.promotions[i];
     }
     send_parked(self, i,
                 restarted ? "moved to its replacement server; its "

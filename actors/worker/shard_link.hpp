@@ -342,14 +342,28 @@ void init_slices(worker_ptr self, key_info info,
         report(
           false, [](caf::ok_atom&) {}, [](caf::error&) {});
       };
-  for (auto& s : info.slices)
-    send(
-      s,
-      [fan, done](caf::ok_atom) mutable {
-        if (fan.arrive())
-          done();
-      },
-      on_error);
+  for (auto& s : info.slices) {
+    auto arrived = [fan, done](caf::ok_atom) mutable {
+      if (fan.arrive())
+        done();
+    };
+    // An init the dead primary forwarded to its backup before it could
+    // answer goes again to the promoted backup, which holds the slice
+    // already: that counts as done (the coordinator lets one worker write
+    // a key, see init_done_atom).
+    auto moved = self->state.promotions[s.shard];
+    std::function<void(caf::error&)> slice_error
+      = [self, shard = s.shard, moved, arrived,
+         on_error](caf::error& err) mutable {
+          if (code_of(err) == errc::already_initialized
+              && self->state.promotions[shard] != moved) {
+            arrived(caf::ok_atom::value);
+            return;
+          }
+          on_error(err);
+        };
+    send(s, arrived, slice_error);
+  }
 }
 
 } // namespace actorps

@@ -89,6 +89,8 @@ struct worker_state {
   /// Why a shard was not replaced (empty: it was, or was never awaited).
   std::vector<std::string> unreplaced;
   std::vector<bool> renumbered;
+  // Per shard: how often a promoted backup took it over (see init_slices).
+  std::vector<uint64_t> promotions;
   std::vector<std::unordered_map<slice_id, uint64_t>> renumber;
   /// A request for a newer routing table is out.
   bool rerouting = false;
