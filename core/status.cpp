@@ -26,6 +26,13 @@ uint32_t job_status::dead_nodes() const noexcept {
     nodes.begin(), nodes.end(), [](const node_status& n) { return n.dead; }));
 }
 
+uint32_t job_status::shards_without_copy() const noexcept {
+  return static_cast<uint32_t>(
+    std::count_if(copies.begin(), copies.end(), [](const shard_copies& c) {
+      return c.backup == shard_copies::no_backup || !c.ready;
+    }));
+}
+
 namespace {
 
 const char* state_of(const node_status& n) {
@@ -135,6 +142,23 @@ std::string format_status(const job_status& s) {
          static_cast<unsigned long long>(x.pulls),
          static_cast<unsigned long long>(x.updates),
          x.answered ? "" : "(not every shard answered)");
+  if (s.replicas > 1) {
+    out += '\n';
+    line(out,
+         "replicas: %u copies of each shard; %u of %zu shards without "
+         "a complete backup",
+         s.replicas, s.shards_without_copy(), s.copies.size());
+    line(out, "%-6s %-8s %s", "SHARD", "PRIMARY", "BACKUP");
+    for (auto& c : s.copies) {
+      char primary[32];
+      std::snprintf(primary, sizeof primary, "server %u", c.primary);
+      if (c.backup == shard_copies::no_backup)
+        line(out, "%-6u %-8s none", c.shard, primary);
+      else
+        line(out, "%-6u %-8s server %u%s", c.shard, primary, c.backup,
+             c.ready ? "" : " (copying)");
+    }
+  }
   out += '\n';
   line(out, "%-6s %10s %10s %12s %12s", "WORKER", "PUSHES", "PULLS", "PUSHED",
        "PULLED");
@@ -188,6 +212,20 @@ std::string status_json(const job_status& s) {
                        {"pulls", x.pulls},
                        {"updates", x.updates},
                        {"waiting_pulls", x.waiting_pulls}});
+  j["replicas"] = s.replicas;
+  if (s.replicas > 1) {
+    j["shards_without_copy"] = s.shards_without_copy();
+    auto& shards = j["shards"] = json::array();
+    for (auto& c : s.copies) {
+      json backup = nullptr;
+      if (c.backup != shard_copies::no_backup)
+        backup = c.backup;
+      shards.push_back({{"shard", c.shard},
+                        {"primary", c.primary},
+                        {"backup", backup},
+                        {"backup_ready", c.ready}});
+    }
+  }
   auto& workers = j["workers"] = json::array();
   for (size_t r = 0; r < s.workers.size(); ++r)
     workers.push_back({{"rank", r},

@@ -103,6 +103,22 @@ struct server_status {
 };
 
 /// The coordinator's view of a job (`status_atom`).
+/// Replicas (a job run with `--replicas 2`): where one shard's copies live.
+struct shard_copies {
+  /// `backup` when the shard has none.
+  static constexpr uint32_t no_backup = 0xFFFFFFFF;
+
+  uint32_t shard = 0;
+  /// The server rank holding the shard's primary (its own server's, until
+  /// a backup took over).
+  uint32_t primary = 0;
+  /// The server rank holding its backup, or no_backup.
+  uint32_t backup = no_backup;
+  /// The backup holds the primary's whole state (a rebuilt copy is still
+  /// being sent until then, and could not take over yet).
+  bool ready = false;
+};
+
 struct job_status {
   bool sync = false;
   /// Bounded staleness (dist_ssp) when >= 0.
@@ -123,9 +139,17 @@ struct job_status {
   std::vector<server_status> servers;
   /// Per worker rank, summed over every shard that answered.
   std::vector<worker_traffic> workers;
+  /// Copies of every shard (1, or 2 with a backup each); with 2, where
+  /// each shard's copies are, in shard order.
+  uint32_t replicas = 1;
+  std::vector<shard_copies> copies;
 
   /// Nodes that died (not those that left).
   uint32_t dead_nodes() const noexcept;
+
+  /// Replicas: shards whose backup is missing or still being sent (a
+  /// second death of their primary's server would lose them).
+  uint32_t shards_without_copy() const noexcept;
 };
 
 /// `s` as a table for people (one section each: job, nodes, barrier,

@@ -35,7 +35,8 @@ namespace actorps {
 /// 12: a primary's forwards over the UCX plane (replica_atom with the
 /// backup's data address; replicate frames; servers prove an identity).
 /// 13: rebuilt replicas (replica_state; job_info::rebuild).
-constexpr uint32_t wire_version = 13;
+/// 14: the job's status names where each shard's copies are (replicas).
+constexpr uint32_t wire_version = 14;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a
@@ -187,11 +188,17 @@ typename Inspector::result_type inspect(Inspector& f, server_status& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_copies& x) {
+  return f(caf::meta::type_name("shard_copies"), x.shard, x.primary, x.backup,
+           x.ready);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_status& x) {
   return f(caf::meta::type_name("job_status"), x.sync, x.staleness, x.transport,
            x.num_workers, x.num_servers, x.workers_joined, x.servers_joined,
            x.keys, x.nodes, x.barrier_open, x.barrier_waits_for,
-           x.barriers_done, x.servers, x.workers);
+           x.barriers_done, x.servers, x.workers, x.replicas, x.copies);
 }
 
 } // namespace actorps

@@ -514,6 +514,30 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
   s->barriers_done = st.barriers_done;
   s->workers.resize(st.cfg.num_workers);
   auto groups = shards_by_server(st);
+  s->replicas = st.cfg.replicas;
+  auto n_shards = st.cfg.shards.size();
+  if (st.cfg.replicas > 1 && st.primary_on.size() == n_shards
+      && st.backup_slots.size() == n_shards
+      && st.table.shards.size() == n_shards) {
+    // Each shard counts on the server that holds its primary now (a
+    // promoted backup's on the server it lives on).
+    for (auto& g : groups)
+      g.clear();
+    for (uint32_t g = 0; g < n_shards; ++g) {
+      shard_copies c;
+      c.shard = g;
+      c.primary = st.primary_on[g];
+      auto& slot = st.backup_slots[g];
+      if (slot.backup) {
+        c.backup = slot.holder;
+        c.ready = slot.ready;
+      }
+      s->copies.push_back(c);
+      if (c.primary < groups.size()
+          && !(g < st.shard_dead.size() && st.shard_dead[g]))
+        groups[c.primary].push_back(st.table.shards[g]);
+    }
+  }
   s->servers.resize(s->num_servers);
   size_t total = 0;
   for (uint32_t r = 0; r < s->servers.size(); ++r) {

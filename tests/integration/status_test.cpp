@@ -118,3 +118,57 @@ TEST_CASE("status: bad flags, a wrong token and no coordinator fail clearly",
   CHECK_EXIT(pw, 0, 30s);
   CHECK(pw.output().size() == 65); // 64 hex digits and a newline
 }
+
+TEST_CASE("status: a replicas job shows where each shard's copies are, "
+          "through a server's death and a rebuild",
+          "[integration]") {
+  dist_job job{"dist_async", 1, 2, {"--replicas", "2"}};
+  job.add_server(1);
+  auto& doomed = job.add_server(1);
+  job.add_worker({"--keys", "4", "--size", "1000", "--rounds", "100000000",
+                  "--timeout-ms", "20000"});
+  // Once paired, each server's shard is backed up on the other.
+  auto j = status_when(job, [](const json& j) {
+    return j["replicas"] == 2 && j["shards"].size() == 2
+           && j["shards_without_copy"] == 0;
+  });
+  INFO(j.dump(2));
+  for (auto& c : j["shards"]) {
+    CHECK(c["backup_ready"] == true);
+    CHECK(c["backup"] != c["primary"]);
+  }
+  CHECK(j["shards"][0]["primary"] != j["shards"][1]["primary"]);
+  // (Either server may have rank 0: the survivor's is read back below.)
+  // The worker in its rounds (its start and inits are other tests' part).
+  status_when(job, [](const json& j) {
+    return j["workers"].size() == 1 && j["workers"][0]["pushes"] > 0;
+  });
+  doomed.kill9();
+  // Its shard's backup took over: both shards on the survivor, neither with
+  // a copy; the survivor's counters cover both.
+  j = status_when(job, [](const json& j) {
+    return j["shards_without_copy"] == 2
+           && j["shards"][0]["primary"] == j["shards"][1]["primary"];
+  });
+  INFO(j.dump(2));
+  auto survivor = j["shards"][0]["primary"].get<uint32_t>();
+  for (auto& c : j["shards"])
+    CHECK(c["backup"].is_null());
+  REQUIRE(j["servers"].size() == 2);
+  CHECK(j["servers"][survivor]["shards"] == 2);
+  CHECK(j["servers"][survivor]["answered"] == true);
+  CHECK(j["servers"][1 - survivor]["shards"] == 0);
+  auto [rc, table] = status(job);
+  INFO(table);
+  CHECK(rc == 0);
+  CHECK_THAT(table, Catch::Contains("2 of 2 shards without a complete backup"));
+  // A new server takes the dead rank and holds a copy of both again.
+  job.add_server(1);
+  j = status_when(job,
+                  [](const json& j) { return j["shards_without_copy"] == 0; });
+  INFO(j.dump(2));
+  for (auto& c : j["shards"]) {
+    CHECK(c["primary"] == survivor);
+    CHECK(c["backup"] == 1 - survivor);
+  }
+}
