@@ -176,6 +176,13 @@ void add_job(families& fs, const job_status& j) {
            double(j.num_servers), {{"role", "server"}});
   fs.gauge("actorps_job_dead_nodes", "nodes that died", double(j.dead_nodes()));
   fs.gauge("actorps_job_keys", "keys registered", double(j.keys));
+  fs.gauge("actorps_job_replicas", "copies the job keeps of each shard",
+           double(j.replicas));
+  if (j.replicas > 1)
+    fs.gauge("actorps_job_shards_without_copy",
+             "shards whose backup is missing or still being sent (a second "
+             "death would lose them)",
+             double(j.shards_without_copy()));
   fs.gauge("actorps_job_barrier_open", "1 while a barrier waits",
            j.barrier_open ? 1.0 : 0.0);
   fs.counter("actorps_job_barriers_total", "barriers released",

@@ -208,6 +208,27 @@ TEST_CASE("metrics: a live server's and worker's counters move by the "
   CHECK_FALSE(coordinator.join());
 }
 
+TEST_CASE("metrics: a replicas job counts the shards a second death would "
+          "lose",
+          "[metrics]") {
+  process_counters c;
+  c.job.emplace();
+  c.job->replicas = 2;
+  c.job->copies.push_back(shard_copies{0, 0, 1, true});
+  c.job->copies.push_back(shard_copies{1, 0, shard_copies::no_backup, false});
+  c.job->copies.push_back(shard_copies{2, 1, 0, false});
+  auto text = render_metrics(c);
+  INFO(text);
+  CHECK(sample(text, "actorps_job_replicas") == 2);
+  CHECK(sample(text, "actorps_job_shards_without_copy") == 2);
+  // A job without replicas has no such gauge.
+  c.job->replicas = 1;
+  c.job->copies.clear();
+  text = render_metrics(c);
+  CHECK(sample(text, "actorps_job_replicas") == 1);
+  CHECK(sample(text, "actorps_job_shards_without_copy") == -1);
+}
+
 TEST_CASE("metrics: a port in use or out of range is a clear error",
           "[integration]") {
   std::string why;
