@@ -349,8 +349,8 @@ void init_slices(worker_ptr self, key_info info,
     };
     // An init the dead primary forwarded to its backup before it could
     // answer goes again to the promoted backup, which holds the slice
-    // already: that counts as done (the coordinator lets one worker write
-    // a key, see init_done_atom).
+    // already: that counts as done (only rank 0 writes a key's slices, once:
+    // nobody else can have made it).
     auto moved = self->state.promotions[s.shard];
     std::function<void(caf::error&)> slice_error
       = [self, shard = s.shard, moved, arrived,
