@@ -142,7 +142,13 @@ std::string format_status(const job_status& s) {
          static_cast<unsigned long long>(x.pulls),
          static_cast<unsigned long long>(x.updates),
          x.answered ? "" : "(not every shard answered)");
-  if (s.replicas > 1) {
+  if (s.replicas > 1 && s.copies.empty()) {
+    out += '\n';
+    line(out,
+         "replicas: %u copies of each shard; not paired yet (the servers "
+         "are still joining)",
+         s.replicas);
+  } else if (s.replicas > 1) {
     out += '\n';
     line(out,
          "replicas: %u copies of each shard; %u of %zu shards without "
@@ -214,7 +220,9 @@ std::string status_json(const job_status& s) {
                        {"waiting_pulls", x.waiting_pulls}});
   j["replicas"] = s.replicas;
   if (s.replicas > 1) {
-    j["shards_without_copy"] = s.shards_without_copy();
+    // (Only once paired: before, no shard has a copy yet.)
+    if (!s.copies.empty())
+      j["shards_without_copy"] = s.shards_without_copy();
     auto& shards = j["shards"] = json::array();
     for (auto& c : s.copies) {
       json backup = nullptr;

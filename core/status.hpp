@@ -140,7 +140,8 @@ struct job_status {
   /// Per worker rank, summed over every shard that answered.
   std::vector<worker_traffic> workers;
   /// Copies of every shard (1, or 2 with a backup each); with 2, where
-  /// each shard's copies are, in shard order.
+  /// each shard's copies are, in shard order (empty until the servers
+  /// joined and the coordinator paired them).
   uint32_t replicas = 1;
   std::vector<shard_copies> copies;
 

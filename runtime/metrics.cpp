@@ -178,7 +178,7 @@ void add_job(families& fs, const job_status& j) {
   fs.gauge("actorps_job_keys", "keys registered", double(j.keys));
   fs.gauge("actorps_job_replicas", "copies the job keeps of each shard",
            double(j.replicas));
-  if (j.replicas > 1)
+  if (j.replicas > 1 && !j.copies.empty())
     fs.gauge("actorps_job_shards_without_copy",
              "shards whose backup is missing or still being sent (a second "
              "death would lose them)",

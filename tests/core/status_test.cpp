@@ -54,6 +54,20 @@ TEST_CASE("status: a replicas job names each shard's primary and backup",
   CHECK(j["shards"][2]["primary"] == 0);
 }
 
+TEST_CASE("status: a replicas job whose servers are still joining says so",
+          "[status]") {
+  job_status s;
+  s.replicas = 2;
+  CHECK_THAT(format_status(s),
+             Catch::Contains("replicas: 2 copies of each shard; not paired "
+                             "yet"));
+  auto j = json::parse(status_json(s));
+  CHECK(j["replicas"] == 2);
+  CHECK(j["shards"].empty());
+  // No count that a script could read as "every shard has a copy".
+  CHECK_FALSE(j.contains("shards_without_copy"));
+}
+
 TEST_CASE("status: a job without replicas shows no copies", "[status]") {
   job_status s;
   s.num_servers = 1;

@@ -221,7 +221,9 @@ TEST_CASE("metrics: a replicas job counts the shards a second death would "
   INFO(text);
   CHECK(sample(text, "actorps_job_replicas") == 2);
   CHECK(sample(text, "actorps_job_shards_without_copy") == 2);
-  // A job without replicas has no such gauge.
+  // Nor does one not paired yet, or one without replicas.
+  c.job->copies.clear();
+  CHECK(sample(render_metrics(c), "actorps_job_shards_without_copy") == -1);
   c.job->replicas = 1;
   c.job->copies.clear();
   text = render_metrics(c);
