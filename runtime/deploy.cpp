@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/deploy.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "caf/exit_reason.hpp"
@@ -146,16 +147,42 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
         self.ptr(), coord, o.timeout,
         [&](routing_table& x) { table = std::move(x); }, routing_atom::value))
     return err;
-  // Direct connections to every server (see routing_table::servers).
-  for (auto& server : table.servers) {
-    auto at = parse_endpoint(server);
-    if (!at)
-      return std::move(at.error());
-    auto direct = connect_actor<gate_actor>(rt->sys, at->host, at->port);
-    if (!direct)
-      return make_error(errc::dead_node, "create: cannot reach the server at "
-                                           + server + " ("
-                                           + render(direct.error()) + ")");
+  // Direct connections to every server (see routing_table::servers). A job
+  // that outlives a server (replicas, replacement servers) may have handed
+  // out a table naming one that just died: a newer table names where its
+  // shards went, within the wait its calls would have.
+  auto outlives = job.replicas > 1 || job.recovery_ms > 0;
+  auto recovery = std::max(o.timeout,
+                           std::chrono::milliseconds{job.recovery_ms});
+  for (;;) {
+    std::string unreachable;
+    caf::error why;
+    for (auto& server : table.servers) {
+      auto at = parse_endpoint(server);
+      if (!at)
+        return std::move(at.error());
+      auto direct = connect_actor<gate_actor>(rt->sys, at->host, at->port);
+      if (!direct) {
+        unreachable = server;
+        why = std::move(direct.error());
+        break;
+      }
+    }
+    if (unreachable.empty())
+      break;
+    auto what = "create: cannot reach the server at " + unreachable + " ("
+                + render(why) + ")";
+    if (!outlives)
+      return make_error(errc::dead_node, what);
+    routing_table newer;
+    if (auto err = detail::ask(
+          self.ptr(), coord, recovery,
+          [&](routing_table& x) { newer = std::move(x); }, routing_atom::value,
+          table.version))
+      return make_error(errc::dead_node,
+                        what + ", and no newer routing table came ("
+                          + render(err) + ")");
+    table = std::move(newer);
   }
   auto wc = worker_config_of(o, job.rank, job.sync || job.staleness >= 0);
   wc.batching = rt->batching;

@@ -82,6 +82,41 @@ struct dist_job {
   }
 };
 
+// Heartbeats every 100 ms and a 3 s connection timeout: a hung process
+// (SIGSTOP keeps its connections open) is cut off within seconds.
+inline const std::vector<std::string> quick_timeouts{
+  "--heartbeat-ms", "100", "--connection-timeout-ms", "3000"};
+
+inline std::vector<std::string>
+with_quick_timeouts(std::vector<std::string> xs) {
+  xs.insert(xs.end(), quick_timeouts.begin(), quick_timeouts.end());
+  return xs;
+}
+
+// Runs `actorps-status --json` on `job` until `ready` holds of its output;
+// REQUIREs that it does within `timeout`.
+template <class Pred>
+void wait_for_status_if(const dist_job& job, Pred ready,
+                        std::chrono::milliseconds timeout = job_time) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    process status{{ACTORPS_STATUS_BIN, "--coordinator", job.address, "--token",
+                    token(), "--json"}};
+    REQUIRE(status.wait_exit(30s));
+    if (ready(status.output()))
+      return;
+    INFO(status.output());
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+  }
+}
+
+// The same until the output contains `text`.
+inline void wait_for_status(const dist_job& job, const std::string& text) {
+  wait_for_status_if(job, [&text](const std::string& out) {
+    return out.find(text) != std::string::npos;
+  });
+}
+
 // Each transport the build has, for the tests that run on every one.
 #ifdef ACTORPS_HAVE_UCX
 #  define TRANSPORT() GENERATE(as<std::string>{}, "caf", "ucx")
