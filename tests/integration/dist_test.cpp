@@ -207,7 +207,14 @@ process& rejoin(dist_job& job, const std::vector<std::string>& args,
     auto& w = job.add_worker(args);
     if (w.wait_for("rank " + rank + " of " + of, startup))
       return w;
+    // (Once a worker stayed silent for the whole wait in a clean-clone CI
+    // run: its end and the coordinator's log say where it hung.)
+    if (w.output().find(refusal) == std::string::npos) {
+      static_cast<void>(w.wait_exit(job_time));
+      static_cast<void>(job.coordinator->wait_for("\n(never printed)", 1s));
+    }
     INFO(w.output());
+    INFO(job.coordinator->output());
     REQUIRE(w.output().find(refusal) != std::string::npos);
     REQUIRE(std::chrono::steady_clock::now() < deadline);
   }
