@@ -102,7 +102,6 @@ struct server_status {
   uint64_t waiting_pulls = 0;
 };
 
-/// The coordinator's view of a job (`status_atom`).
 /// Replicas (a job run with `--replicas 2`): where one shard's copies live.
 struct shard_copies {
   /// `backup` when the shard has none.
@@ -119,6 +118,7 @@ struct shard_copies {
   bool ready = false;
 };
 
+/// The coordinator's view of a job (`status_atom`).
 struct job_status {
   bool sync = false;
   /// Bounded staleness (dist_ssp) when >= 0.

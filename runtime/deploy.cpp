@@ -38,6 +38,22 @@ system_options system_options_of(const store_options& o) {
   return so;
 }
 
+// A direct connection to the server at endpoint `server`, tried up to
+// `tries` times; dead_node saying so if none went through.
+caf::error reach_server_at(caf::actor_system& sys, const std::string& server,
+                           int tries) {
+  auto at = parse_endpoint(server);
+  if (!at)
+    return std::move(at.error());
+  auto direct = connect_actor<gate_actor>(sys, at->host, at->port);
+  for (int i = 1; !direct && i < tries; ++i)
+    direct = connect_actor<gate_actor>(sys, at->host, at->port);
+  if (!direct)
+    return make_error(errc::dead_node, "cannot reach the server at " + server
+                                         + " (" + render(direct.error()) + ")");
+  return caf::none;
+}
+
 } // namespace
 
 store_runtime::~store_runtime() {
@@ -155,23 +171,15 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   auto recovery = std::max(o.timeout,
                            std::chrono::milliseconds{job.recovery_ms});
   for (;;) {
-    std::string unreachable;
     caf::error why;
-    for (auto& server : table.servers) {
-      auto at = parse_endpoint(server);
-      if (!at)
-        return std::move(at.error());
-      auto direct = connect_actor<gate_actor>(rt->sys, at->host, at->port);
-      if (!direct) {
-        unreachable = server;
-        why = std::move(direct.error());
+    for (auto& server : table.servers)
+      if ((why = reach_server_at(rt->sys, server, 1)))
         break;
-      }
-    }
-    if (unreachable.empty())
+    if (!why)
       break;
-    auto what = "create: cannot reach the server at " + unreachable + " ("
-                + render(why) + ")";
+    auto what = "create: " + context_of(why);
+    if (code_of(why) != errc::dead_node)
+      return why;
     if (!outlives)
       return make_error(errc::dead_node, what);
     routing_table newer;
@@ -192,21 +200,11 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   wc.routing_version = table.version;
   wc.replicas = job.replicas > 1;
   // A replacement server: this process connects to it directly too.
-  wc.reach_server = [sys = &rt->sys](const std::string& server) -> caf::error {
-    auto at = parse_endpoint(server);
-    if (!at)
-      return std::move(at.error());
-    // (Seen once in ~20 chaos runs: one worker's first connection to a
-    // server that had just taken over timed out while the others' went
-    // through; a second try is cheap next to failing the worker's calls.)
-    auto direct = connect_actor<gate_actor>(*sys, at->host, at->port);
-    for (int tries = 1; !direct && tries < 3; ++tries)
-      direct = connect_actor<gate_actor>(*sys, at->host, at->port);
-    if (!direct)
-      return make_error(errc::dead_node, "cannot reach the server at " + server
-                                           + " (" + render(direct.error())
-                                           + ")");
-    return caf::none;
+  // (Seen once in ~20 chaos runs: one worker's first connection to a
+  // server that had just taken over timed out while the others' went
+  // through; more tries are cheap next to failing the worker's calls.)
+  wc.reach_server = [sys = &rt->sys](const std::string& server) {
+    return reach_server_at(*sys, server, 3);
   };
   for (auto& x : table.shards)
     wc.shards.push_back(caf::actor_cast<shard_actor>(x));
