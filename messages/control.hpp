@@ -36,7 +36,9 @@ namespace actorps {
 /// backup's data address; replicate frames; servers prove an identity).
 /// 13: rebuilt replicas (replica_state; job_info::rebuild).
 /// 14: the job's status names where each shard's copies are (replicas).
-constexpr uint32_t wire_version = 14;
+/// 15: a restored shard of a dist_sync or dist_ssp job takes the workers'
+///     clocks (clocks_atom).
+constexpr uint32_t wire_version = 15;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a

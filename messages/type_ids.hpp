@@ -80,5 +80,6 @@ CAF_ADD_ATOM(actorps, actorps, recover_atom, "recover")
 CAF_ADD_ATOM(actorps, actorps, replica_atom, "replica")
 CAF_ADD_ATOM(actorps, actorps, replicate_atom, "replicate")
 CAF_ADD_ATOM(actorps, actorps, promote_atom, "promote")
+CAF_ADD_ATOM(actorps, actorps, clocks_atom, "clocks")
 
 CAF_END_TYPE_ID_BLOCK(actorps)

@@ -98,12 +98,6 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + std::to_string(opts.slice_floats) + ")");
   if (auto err = check_tls(opts.system.tls))
     return make_error(errc::bad_config, "coordinator: " + context_of(err));
-  if (opts.recovery_timeout.count() > 0 && (opts.sync || opts.staleness >= 0))
-    return make_error(errc::bad_config,
-                      "coordinator: a recovery timeout needs dist_async (the "
-                      "rounds of dist_sync and the clocks of dist_ssp on a "
-                      "restored server would not line up with the other "
-                      "servers': not built yet)");
   if (opts.replicas < 1 || opts.replicas > 2)
     return make_error(errc::bad_config,
                       "coordinator: replicas must be 1 or 2 (got "

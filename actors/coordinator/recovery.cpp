@@ -307,8 +307,8 @@ void make_slices(coordinator_ptr self, restore_ptr job,
   }
 }
 
-// Makes the new shards: the live workers, and every initialized key's
-// slices there; then the checkpoint.
+// Makes the new shards: the live workers, that they wait for the workers'
+// clocks, and every initialized key's slices there; then the checkpoint.
 void start_restore(coordinator_ptr self, restore_ptr job) {
   auto& st = self->state;
   auto live = st.live_ranks();
@@ -343,7 +343,12 @@ void start_restore(coordinator_ptr self, restore_ptr job) {
   }
   to_new_shards(
     self, job,
-    [&](size_t i, auto& send) { send(i, workers_atom::value, live); },
+    [&](size_t i, auto& send) {
+      send(i, workers_atom::value, live);
+      // Rounds (dist_sync) and clocks (dist_ssp) start where the workers
+      // are, once each told its own.
+      send(i, clocks_atom::value);
+    },
     [self, job, m] { make_slices(self, job, m); });
 }
 

@@ -241,6 +241,18 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
     // (Answers to forwards go to the shard that sent them, never here.)
     [=](replicate_atom, const replica_ack&) {},
     [=](promote_atom a) -> ok_result { return self->delegate(shard, a); },
+    [=](clocks_atom a) -> ok_result {
+      if (auto err = self->state.trusted.check_admitter(self, "clocks"))
+        return err;
+      return self->delegate(shard, a);
+    },
+    [=](clocks_atom a, uint32_t worker, std::vector<uint64_t>& slices,
+        std::vector<uint64_t>& pushes) -> ok_result {
+      if (auto err = self->state.trusted.check(self, "clocks", worker))
+        return err;
+      return self->delegate(shard, a, worker, std::move(slices),
+                            std::move(pushes));
+    },
   };
 }
 

@@ -347,6 +347,25 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         self, [&] { return self->state.set_live(live); }, workers_atom::value,
         live);
     },
+    // A replacement restored from a checkpoint (its coordinator says so)
+    // holds the workers' operations until each live worker told its clocks
+    // (dist_sync and dist_ssp, see shard_state::await_clocks).
+    [self](clocks_atom) -> caf::result<caf::ok_atom> {
+      if (auto err = check_change(self, "clocks", true))
+        return err;
+      self->state.await_clocks();
+      return caf::ok_atom::value;
+    },
+    [self](clocks_atom, uint32_t worker, const std::vector<uint64_t>& slices,
+           const std::vector<uint64_t>& pushes) -> caf::result<caf::ok_atom> {
+      if (auto err = check_data(self, "clocks", worker))
+        return err;
+      auto err = self->state.take_clocks(worker, slices, pushes);
+      flush(self);
+      if (err)
+        return err;
+      return caf::ok_atom::value;
+    },
     [self](stats_atom) -> caf::result<shard_stats> {
       if (auto err = self->state.trusted.check(self, "stats"))
         return err;

@@ -331,7 +331,10 @@ using shard_actor = caf::typed_actor<
   caf::reacts_to<replicate_atom, uint64_t, replica_batch, plane_reply>,
   caf::reacts_to<replicate_atom, uint64_t, caf::message, plane_reply>,
   caf::reacts_to<replicate_atom, replica_ack>,
-  caf::replies_to<promote_atom>::with<caf::ok_atom>>;
+  caf::replies_to<promote_atom>::with<caf::ok_atom>,
+  caf::replies_to<clocks_atom>::with<caf::ok_atom>,
+  caf::replies_to<clocks_atom, uint32_t, std::vector<uint64_t>,
+                  std::vector<uint64_t>>::with<caf::ok_atom>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);

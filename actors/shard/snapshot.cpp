@@ -290,10 +290,105 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
       sl.waiting.erase(first, sl.waiting.end());
     }
   }
+  if (awaiting_clocks)
+    for (uint32_t w = 0; w < cfg.num_workers; ++w)
+      if (next[w] && !live[w] && !clocks_in[w]) {
+        clocks_in[w] = true;
+        clocks_rejoined[w] = true;
+      }
   live = std::move(next);
+  if (awaiting_clocks) {
+    // (Perhaps the last one it waited for left.)
+    start_from_clocks();
+    return caf::none;
+  }
   for (auto& kvp : slices)
     advance_rounds(kvp.second);
   return caf::none;
+}
+
+void shard_state::await_clocks() {
+  if (!cfg.sync && !cfg.ssp())
+    return;
+  awaiting_clocks = true;
+  clocks_in.assign(cfg.num_workers, false);
+  clocks_rejoined.assign(cfg.num_workers, false);
+  told_clocks.assign(cfg.num_workers, {});
+}
+
+caf::error shard_state::take_clocks(uint32_t worker,
+                                    const std::vector<uint64_t>& ids,
+                                    const std::vector<uint64_t>& pushes) {
+  if (worker >= cfg.num_workers)
+    return make_error(errc::bad_config,
+                      "clocks: worker " + std::to_string(worker)
+                        + " out of range (shard expects "
+                        + std::to_string(cfg.num_workers) + " workers)");
+  if (ids.size() != pushes.size() || ids.size() > slices.size())
+    return make_error(errc::bad_config,
+                      "clocks: " + std::to_string(ids.size()) + " slices and "
+                        + std::to_string(pushes.size())
+                        + " counts for a shard of "
+                        + std::to_string(slices.size()) + " slices");
+  // (dist_async, or started already: nothing to line up.)
+  if (!awaiting_clocks || clocks_in[worker])
+    return caf::none;
+  auto& mine = told_clocks[worker];
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (find(ids[i]) != nullptr)
+      mine[ids[i]] = pushes[i];
+  clocks_in[worker] = true;
+  start_from_clocks();
+  return caf::none;
+}
+
+void shard_state::start_from_clocks() {
+  if (!awaiting_clocks)
+    return;
+  for (uint32_t w = 0; w < cfg.num_workers; ++w)
+    if (live[w] && !clocks_in[w])
+      return;
+  awaiting_clocks = false;
+  auto told = [this](uint32_t w) { return live[w] && !clocks_rejoined[w]; };
+  for (auto& [id, s] : slices) {
+    auto clock = [&, id = id](uint32_t w) {
+      auto i = told_clocks[w].find(id);
+      return i == told_clocks[w].end() ? uint64_t{0} : i->second;
+    };
+    // Every round below the lowest clock was complete where it ran before:
+    // the checkpoint stands in for those.
+    auto lowest = std::numeric_limits<uint64_t>::max();
+    for (uint32_t w = 0; w < cfg.num_workers; ++w)
+      if (told(w))
+        lowest = std::min(lowest, clock(w));
+    if (lowest == std::numeric_limits<uint64_t>::max())
+      lowest = 0;
+    for (uint32_t w = 0; w < cfg.num_workers; ++w) {
+      if (!told(w)) {
+        s.pushes_of[w] = std::max(s.pushes_of[w], lowest);
+        continue;
+      }
+      // (A count this far ahead of the others' is no real one.)
+      auto mine = std::min(clock(w), lowest + max_seq_gap);
+      s.pushes_of[w] = mine;
+      // Its pushes to the rounds still open were acknowledged and lost:
+      // they count as contributions of nothing.
+      if (cfg.sync)
+        for (auto r = lowest; r < mine; ++r)
+          s.rounds[r].add(w);
+    }
+    if (cfg.sync)
+      s.rounds_done = lowest;
+  }
+  told_clocks.clear();
+  clocks_in.clear();
+  clocks_rejoined.clear();
+  // What was held runs now, each worker's in its order.
+  for (auto& [id, s] : slices) {
+    for (uint32_t w = 0; w < cfg.num_workers; ++w)
+      drain(s, id, w);
+    advance_rounds(s);
+  }
 }
 
 } // namespace actorps

@@ -112,7 +112,9 @@ bool shard_state::round_complete(const round_sum& r) const {
 
 void shard_state::apply_round(slice_state& s, round_sum& r) {
   if (s.dim == 0) {
-    apply(s, std::move(r.sum));
+    // (Only contributions lost with a replaced server: nothing to add.)
+    if (!r.sum.empty())
+      apply(s, std::move(r.sum));
     return;
   }
   // Only the rows some worker pushed this round change (lazy update).
@@ -210,7 +212,8 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   }
   auto round = s.pushes_of[worker]++;
   auto& r = s.rounds[round];
-  if (r.contributors == 0) {
+  // (A round may count contributions of nothing, see start_from_clocks.)
+  if (r.sum.empty()) {
     if (owned != nullptr)
       r.sum = std::move(*owned);
     else
@@ -417,6 +420,9 @@ caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
       std::string{op} + ": sequence number " + std::to_string(seq)
         + " of worker " + std::to_string(worker) + " on " + slice_name(id)
         + " was used before (next is " + std::to_string(expected_seq) + ")");
+  // Held until every live worker told its clocks (start_from_clocks).
+  if (awaiting_clocks)
+    return false;
   if (seq == expected_seq && !(cfg.ssp() && s.pull_waiting[worker])) {
     ++s.next_seq[worker];
     return true;

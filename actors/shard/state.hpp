@@ -367,6 +367,21 @@ struct shard_state {
   bool sending_state = false;
   std::vector<std::function<void()>> deferred;
 
+  // -- a restored shard of a dist_sync or dist_ssp job (snapshot.cpp) --------
+
+  // A replacement restored from a checkpoint holds every worker's
+  // operations until each live worker told it how many of its pushes per
+  // slice the shard it replaces acknowledged (`clocks`): rounds and clocks
+  // then start where the workers are, and a push acknowledged there but
+  // lost with the dead server counts as a contribution of nothing.
+  bool awaiting_clocks = false;
+  // Who told (or came back meanwhile: a new process, which joins where the
+  // others are).
+  std::vector<bool> clocks_in;
+  std::vector<bool> clocks_rejoined;
+  // Per worker, the pushes it said were acknowledged, by slice.
+  std::vector<std::unordered_map<slice_id, uint64_t>> told_clocks;
+
   // True while answers wait for the backup (or for the coordinator to
   // know it is lost).
   bool holding() const {
@@ -539,6 +554,18 @@ struct shard_state {
 
   // The workers still taking part; rounds stop waiting for the others.
   caf::error set_live(const std::vector<uint32_t>& workers);
+
+  // Starts holding the workers' operations for their clocks (dist_sync and
+  // dist_ssp; nothing to do in dist_async).
+  void await_clocks();
+
+  // Worker `worker` acknowledged pushes[i] pushes to slices[i] (others: 0).
+  caf::error take_clocks(uint32_t worker, const std::vector<uint64_t>& slices,
+                         const std::vector<uint64_t>& pushes);
+
+  // Once every live worker told its clocks: rounds and clocks start there,
+  // and the held operations run.
+  void start_from_clocks();
 
   // -- rebuilt replicas (rebuild.cpp) -----------------------------------------
 

@@ -153,6 +153,21 @@ void renumber(std::unordered_map<slice_id, uint64_t>& next, Msg& x) {
   }
 }
 
+/// The slices whose pushes `x` carries.
+template <class Msg>
+std::vector<slice_id> pushed_slices(const Msg& x) {
+  if constexpr (std::is_same_v<Msg, slice_batch>) {
+    if (x.kind == static_cast<uint8_t>(op_kind::pull))
+      return {};
+    return x.slices;
+  } else if constexpr (std::is_same_v<
+                         Msg, slice_push> || std::is_same_v<Msg, rows_push>) {
+    return {x.slice};
+  } else {
+    return {};
+  }
+}
+
 template <class Reply, class OnOk, class Atom, class Msg>
 void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
               std::function<void(caf::error&)> on_err, Atom atom, Msg msg) {
@@ -196,9 +211,14 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     st.in_flight[index].emplace(id, on_err);
   else
     st.in_flight[index].emplace(id, std::move(on_err));
-  auto ok = [self, index, id, on_ok](Reply& x) mutable {
-    if (self->state.in_flight[index].erase(id) > 0) {
-      self->state.retries[index].erase(id);
+  // (Counted for a replacement's clocks: only in jobs that replace.)
+  auto pushed = keeps ? pushed_slices(msg) : std::vector<slice_id>{};
+  auto ok = [self, index, id, on_ok, pushed](Reply& x) mutable {
+    auto& st = self->state;
+    if (st.in_flight[index].erase(id) > 0) {
+      st.retries[index].erase(id);
+      for (auto s : pushed)
+        ++st.acked[index][s];
       on_ok(x);
     }
   };

@@ -92,6 +92,11 @@ struct worker_state {
   // Per shard: how often a promoted backup took it over (see init_slices).
   std::vector<uint64_t> promotions;
   std::vector<std::unordered_map<slice_id, uint64_t>> renumber;
+  /// Per shard, in a job that replaces servers: the pushes each slice there
+  /// acknowledged (by any process that held it), told to a replacement so
+  /// that its rounds (dist_sync) and clocks (dist_ssp) start where this
+  /// worker is (see shard_state::await_clocks).
+  std::vector<std::unordered_map<slice_id, uint64_t>> acked;
   /// A request for a newer routing table is out.
   bool rerouting = false;
   // Why the last routing table could not be applied (a server it names

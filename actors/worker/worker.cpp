@@ -255,6 +255,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   st.renumbered.assign(st.cfg.shards.size(), false);
   st.promotions.assign(st.cfg.shards.size(), 0);
   st.renumber.resize(st.cfg.shards.size());
+  st.acked.resize(st.cfg.shards.size());
   st.queues.assign(st.cfg.shards.size(),
                    core::send_queue{st.cfg.max_bytes_in_flight});
   for (auto& x : st.cfg.shards)

@@ -57,7 +57,8 @@ int run(int argc, char** argv) {
     "take its place, restored from the newest checkpoint of "
     "--checkpoint-dir (which it needs); the workers' calls to the dead "
     "server wait for it that long and are then sent to the replacement. "
-    "Updates applied after that checkpoint are lost. dist_async only. 0: a "
+    "Updates applied after that checkpoint are lost (dist_sync and dist_ssp: "
+    "the replacement's rounds and clocks go on from the workers'). 0: a "
     "dead server fails those calls at once")(
     "replicas", po::value(&opts.replicas)->default_value(opts.replicas),
     "copies of every slice: 1, or 2 (each server's shards are backed up on "
@@ -173,13 +174,6 @@ int run(int argc, char** argv) {
                      2);
   if (!(recovery_s >= 0 && recovery_s <= 1e6))
     return cli::fail(app, "--recovery-timeout must be 0..1e6 seconds", 2);
-  if (recovery_s > 0 && mode != "dist_async")
-    return cli::fail(app,
-                     "--recovery-timeout needs --mode dist_async (the rounds "
-                     "of dist_sync and the clocks of dist_ssp on a restored "
-                     "server would not line up with the other servers': not "
-                     "built yet)",
-                     2);
   if (recovery_s > 0 && opts.checkpoint_dir.empty())
     return cli::fail(app,
                      "--recovery-timeout needs --checkpoint-dir (a "

@@ -808,3 +808,145 @@ TEST_CASE("shard: with bounded staleness a waiting pull never sees its "
   REQUIRE(f.push(slice_a, 2, f.next(2), {100}));
   CHECK(f.pull(slice_a, 0, f.next(0)) == std::vector<float>{226});
 }
+
+namespace {
+
+// A shard restored from a checkpoint: its coordinator says so, and each
+// worker tells it how many of its pushes per slice were acknowledged.
+template <class Fixture>
+void await_clocks(Fixture& f) {
+  f.self->send(f.shard, clocks_atom::value);
+  f.run();
+  REQUIRE(f.template reply<caf::ok_atom>());
+}
+
+template <class Fixture>
+caf::expected<caf::ok_atom>
+tell_clocks(Fixture& f, uint32_t worker, std::vector<uint64_t> pushes) {
+  std::vector<uint64_t> ids(pushes.size(), slice_a);
+  f.self->send(f.shard, clocks_atom::value, worker, ids, pushes);
+  f.run();
+  return f.template reply<caf::ok_atom>();
+}
+
+} // namespace
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a restored shard of a sync job starts its rounds "
+                 "where the workers' clocks are",
+                 "[shard]") {
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(set_optimizer(acc));
+  REQUIRE(init(slice_a, {0}));
+  await_clocks(*this);
+  // Worker 0's push waits for every live worker's clocks.
+  send_push(slice_a, 0, 0, {1});
+  run();
+  CHECK(no_reply());
+  // Worker 0 had 3 pushes acknowledged there, worker 1 only 2: rounds 0
+  // and 1 were complete (the checkpoint stands for them), worker 0's push
+  // to round 2 is lost with the dead server.
+  REQUIRE(tell_clocks(*this, 0, {3}));
+  CHECK(no_reply());
+  SECTION("once each live worker told its clocks, the held push runs") {
+    REQUIRE(tell_clocks(*this, 1, {2}));
+    // Worker 0's held push, into round 3.
+    REQUIRE(reply<caf::ok_atom>());
+    // Round 2 waits for worker 1 only: its push completes it alone.
+    REQUIRE(push(slice_a, 1, 0, {10}));
+    CHECK(pull(slice_a, 1, 1) == std::vector<float>{10});
+    // Round 3 has worker 0's push: worker 0's pull waits for worker 1.
+    self->send(shard, pull_atom::value, slice_pull{slice_a, 0, 1});
+    run();
+    CHECK(no_reply());
+    REQUIRE(push(slice_a, 1, 2, {100}));
+    auto value = reply<shared_floats>();
+    REQUIRE(value);
+    CHECK(value->vec() == std::vector<float>{111});
+    // A second word is not taken.
+    REQUIRE(tell_clocks(*this, 1, {0}));
+    REQUIRE(push(slice_a, 0, 2, {1}));
+    REQUIRE(push(slice_a, 1, 3, {1}));
+    CHECK(pull(slice_a, 0, 3) == std::vector<float>{113});
+  }
+  SECTION("a worker that leaves meanwhile is not waited for") {
+    self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    // Rounds start at worker 0's clock; its held push completes round 3.
+    REQUIRE(reply<caf::ok_atom>());
+    CHECK(pull(slice_a, 0, 1) == std::vector<float>{1});
+    SECTION("and when it comes back it joins the current round") {
+      self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 1});
+      run();
+      REQUIRE(reply<caf::ok_atom>());
+      REQUIRE(push(slice_a, 0, 2, {1}));
+      REQUIRE(push(slice_a, 1, 0, {2}));
+      CHECK(pull(slice_a, 1, 1) == std::vector<float>{4});
+    }
+  }
+  SECTION("bad clocks are refused") {
+    self->send(shard, clocks_atom::value, uint32_t{9},
+               std::vector<uint64_t>{slice_a}, std::vector<uint64_t>{1});
+    run();
+    require_error(reply<caf::ok_atom>(), errc::bad_config);
+    self->send(shard, clocks_atom::value, uint32_t{1},
+               std::vector<uint64_t>{slice_a}, std::vector<uint64_t>{});
+    run();
+    require_error(reply<caf::ok_atom>(), errc::bad_config);
+    // Neither counted: the push still waits for worker 1.
+    CHECK(no_reply());
+  }
+}
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a restored shard that waits for clocks while a "
+                 "worker comes back lets the new process join the round",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {0, 0}));
+  self->send(shard, workers_atom::value, std::vector<uint32_t>{0});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  await_clocks(*this);
+  // Rank 1 gets a new process while the shard waits: it has no clocks to
+  // tell, and starts where worker 0 is.
+  self->send(shard, workers_atom::value, std::vector<uint32_t>{0, 1});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  REQUIRE(tell_clocks(*this, 0, {5}));
+  REQUIRE(push(slice_a, 1, 0, {1, 2}));
+  REQUIRE(push(slice_a, 0, 0, {10, 20}));
+  CHECK(pull(slice_a, 1, 1) == std::vector<float>{11, 22});
+}
+
+TEST_CASE_METHOD(ssp_fixture,
+                 "shard: a restored shard with bounded staleness starts each "
+                 "worker at the clock it told",
+                 "[shard]") {
+  await_clocks(*this);
+  REQUIRE(tell_clocks(*this, 0, {5}));
+  REQUIRE(tell_clocks(*this, 1, {5}));
+  REQUIRE(tell_clocks(*this, 2, {4}));
+  // Worker 0 at clock 5 needs the slowest at 4 (s = 1): it may pull.
+  CHECK(pull(slice_a, 0, next(0)) == std::vector<float>{0});
+  // At clock 6 it needs 5: worker 2 is behind.
+  REQUIRE(push(slice_a, 0, next(0), {1}));
+  self->send(shard, pull_atom::value, slice_pull{slice_a, 0, next(0)});
+  run();
+  CHECK(no_reply());
+  REQUIRE(push(slice_a, 2, next(2), {100}));
+  auto value = reply<shared_floats>();
+  REQUIRE(value);
+  CHECK(value->vec() == std::vector<float>{101});
+}
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: a restored shard of an async job holds nothing",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {0, 0}));
+  await_clocks(*this);
+  REQUIRE(push(slice_a, 0, 0, {1, 2}));
+  REQUIRE(tell_clocks(*this, 0, {7}));
+  CHECK(pull(slice_a, 1, 0) == std::vector<float>{1, 2});
+}

@@ -127,6 +127,19 @@ inline void wait_for_status(const dist_job& job, const std::string& text) {
     }
 #endif
 
+// A test case per transport and mode, each `body(transport, mode)`: under
+// the sanitizers one job takes up to a minute, and ctest's timeout counts
+// per test case.
+#define JOB_CASE(name, body, transport, mode)                                  \
+  TEST_CASE(name " (" transport ", " mode ")", "[integration]") {              \
+    body(transport, mode);                                                     \
+  }
+#ifdef ACTORPS_HAVE_UCX
+#  define UCX_JOB_CASE(name, body, mode) JOB_CASE(name, body, "ucx", mode)
+#else
+#  define UCX_JOB_CASE(name, body, mode)
+#endif
+
 // Waits for `p` to exit and checks its code, showing its output on failure.
 #define CHECK_EXIT(p, code, timeout)                                           \
   do {                                                                         \

@@ -15,17 +15,6 @@ using namespace actorps::test;
 
 namespace {
 
-// Each transport and mode is a test case of its own: under the sanitizers
-// one job takes up to a minute, and ctest's timeout counts per test case.
-#define JOB_CASE(name, body, transport, mode)                                  \
-  TEST_CASE(name " (" transport ", " mode ")", "[integration]") {              \
-    body(transport, mode);                                                     \
-  }
-#ifdef ACTORPS_HAVE_UCX
-#  define UCX_JOB_CASE(name, body, mode) JOB_CASE(name, body, "ucx", mode)
-#else
-#  define UCX_JOB_CASE(name, body, mode)
-#endif
 #define EACH_TRANSPORT_AND_MODE(name, body)                                    \
   JOB_CASE(name, body, "caf", "dist_async")                                    \
   JOB_CASE(name, body, "caf", "dist_sync")                                     \
