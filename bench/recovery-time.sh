@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
-# How long a dist_async job stands still when a server is killed and a new
-# one is started at once: R runs of a job of 2 servers (2 shards each) and 1
-# worker pushing and pulling K keys of S floats (sliced over both servers),
+# How long a job stands still when a server is killed and a new one is
+# started at once: R runs of a job (mode M, default dist_async) of 2 servers
+# (2 shards each) and W workers (default 1) pushing and pulling K keys of S
+# floats (sliced over both servers),
 # checkpointing at every barrier; once the worker passed round 20, server 1
 # is killed and a replacement started. Prints per run the seconds from the
 # kill to the coordinator's "was replaced" line (the new process's start,
 # its join, the restore of its half of the newest checkpoint, the new
-# routing), then the median.
+# routing) and from that line to the first worker's next round (in
+# dist_sync and dist_ssp the replacement first waits for every worker's
+# clocks), then the medians; a run whose worker fails stops the script.
 # Usage (after a release build in build/):
-#   bash bench/recovery-time.sh [R] [K] [S] [transport]
+#   bash bench/recovery-time.sh [R] [K] [S] [transport] [M] [W]
 set -euo pipefail
 runs=${1:-5}
 keys=${2:-4}
 size=${3:-4000000}
 transport=${4:-ucx}
+mode=${5:-dist_async}
+workers=${6:-1}
 bin=build/apps
 source "$(dirname "$0")/lib.sh"
 now() { date +%s.%N; }
 : >"$out/times"
+: >"$out/resumed"
 for ((r = 1; r <= runs; ++r)); do
   dir="$out/run-$r"
   mkdir -p "$dir"
-  "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token bench --mode dist_async \
-    --workers 1 --servers 2 --transport "$transport" --port-file "$dir/port" \
+  "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token bench --mode "$mode" \
+    --workers "$workers" --servers 2 --transport "$transport" --port-file "$dir/port" \
     --checkpoint-dir "$dir/ckpt" --checkpoint-every 0 --recovery-timeout 120 \
     >"$dir/coord.log" 2>&1 &
   pids+=($!)
@@ -36,7 +42,16 @@ for ((r = 1; r <= runs; ++r)); do
     >"$dir/s1.log" 2>&1 &
   pids+=($!)
   victim=$!
-  "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token bench --mode dist_async \
+  # Progress lines from the first worker only (nobody reads the others').
+  others=()
+  for ((w = 1; w < workers; ++w)); do
+    "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token bench \
+      --keys "$keys" --size "$size" --rounds 60 --tolerate-deaths \
+      >"$dir/worker-$w.log" 2>&1 &
+    pids+=($!)
+    others+=($!)
+  done
+  "$bin/actorps-worker" --coordinator "127.0.0.1:$port" --token bench \
     --keys "$keys" --size "$size" --rounds 60 --progress --tolerate-deaths \
     >"$dir/worker.log" 2>&1 &
   pids+=($!)
@@ -49,10 +64,15 @@ for ((r = 1; r <= runs; ++r)); do
     >"$dir/s2.log" 2>&1 &
   pids+=($!)
   wait "$worker"
+  for p in "${others[@]}"; do wait "$p"; done
   wait "$coord"
   replaced=$(grep "was replaced" "$dir/coord.log" | stamp)
   awk -v a="$killed" -v b="$replaced" 'BEGIN { printf "%.3f\n", b - a }' >>"$out/times"
-  echo "run $r: $(tail -n 1 "$out/times") s from the kill to the replacement ($transport)" >&2
+  grep -E "round [0-9]+$" "$dir/worker.log" | stamp |
+    awk -v r="$replaced" '$1 > r { printf "%.3f\n", $1 - r; exit }' >>"$out/resumed"
+  echo "run $r: $(tail -n 1 "$out/times") s from the kill to the replacement," \
+    "$(tail -n 1 "$out/resumed") s from there to the next round ($transport, $mode)" >&2
 done
-sort -n "$out/times" | awk -v k="$keys" -v s="$size" -v t="$transport" \
-  '{ v[NR] = $1 } END { printf "%s, %d keys x %d floats: kill to replaced, median %.3f s (%.3f-%.3f)\n", t, k, s, v[int((NR + 1) / 2)], v[1], v[NR] }'
+echo "$transport, $mode, $workers workers, $keys keys x $size floats:" \
+  "kill to replaced $(median <"$out/times") s," \
+  "replaced to next round $(median <"$out/resumed") s (medians of $runs)"

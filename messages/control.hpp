@@ -137,6 +137,9 @@ struct job_info {
   /// shards the dead server's rank had and of those it backed up, and
   /// receive their primaries' whole state (a rebuilt replica).
   bool rebuild = false;
+  /// A worker that took a dead worker's rank (a new process): in a job
+  /// that replaces servers, it asks the shards where its pushes stand.
+  bool rejoined = false;
 };
 
 template <class Inspector>
@@ -144,7 +147,8 @@ typename Inspector::result_type inspect(Inspector& f, job_info& x) {
   return f(caf::meta::type_name("job_info"), x.node_id, x.rank, x.num_workers,
            x.num_servers, x.sync, x.staleness, x.bigarray_bound, x.heartbeat_ms,
            x.transport, x.data_salt, x.coordinator, x.message_cap, x.rank_key,
-           x.rank_secret, x.loopback, x.recovery_ms, x.replicas, x.rebuild);
+           x.rank_secret, x.loopback, x.recovery_ms, x.replicas, x.rebuild,
+           x.rejoined);
 }
 
 /// Every shard of the job in global order, plus one priority relay per shard

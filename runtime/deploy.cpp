@@ -210,6 +210,28 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     wc.shards.push_back(caf::actor_cast<shard_actor>(x));
   for (auto& x : table.relays)
     wc.relays.push_back(caf::actor_cast<shard_actor>(x));
+  wc.restarted = table.restarted;
+  // A new process in a dead worker's rank of a dist_sync or dist_ssp job
+  // that replaces servers from checkpoints: where each shard has this
+  // rank's pushes, for a later replacement of that shard to line up with.
+  if (job.rejoined && job.recovery_ms > 0 && job.replicas <= 1
+      && (job.sync || job.staleness >= 0)) {
+    wc.clock_origins.resize(wc.shards.size());
+    wc.clocks_unknown.assign(wc.shards.size(), false);
+    for (size_t i = 0; i < wc.shards.size(); ++i) {
+      auto& origin = wc.clock_origins[i];
+      auto on_value = [&](std::vector<uint64_t>& ids,
+                          std::vector<uint64_t>& pushes) {
+        for (size_t k = 0; k < ids.size() && k < pushes.size(); ++k)
+          origin[ids[k]] = pushes[k];
+      };
+      // (Dead, or restored and waiting: its replacement takes this process
+      // where the others are.)
+      if (detail::ask(self.ptr(), wc.shards[i], o.timeout, on_value,
+                      clocks_atom::value, job.rank))
+        wc.clocks_unknown[i] = true;
+    }
+  }
   rt->num_workers = job.num_workers;
   rt->sync = job.sync;
   rt->staleness = job.sync ? -1 : job.staleness;

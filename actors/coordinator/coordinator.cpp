@@ -21,6 +21,7 @@
 #include "actors/fan_in.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
+#include "core/node_ids.hpp"
 #include "core/optimizer.hpp"
 #include "core/restore.hpp"
 #include "core/rows.hpp"
@@ -280,6 +281,17 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       if (head == 0)
         if (auto err = to_error(core::parse_optimizer(body, opt)))
           return err;
+      // A replacement restored from a checkpoint lines its rounds up with
+      // the pushes each worker counted as acknowledged, which a dropped
+      // round would no longer match.
+      auto& cfg = self->state.cfg;
+      if (head == command_head::clear_pending && cfg.sync
+          && cfg.recovery_timeout.count() > 0 && cfg.replicas < 2)
+        return make_error(errc::bad_config,
+                          "clear_pending: not in a dist_sync job that "
+                          "replaces dead servers from checkpoints "
+                          "(--recovery-timeout): a replacement could not "
+                          "line its rounds up with the workers' afterwards");
       auto rp = self->make_response_promise<caf::ok_atom>();
       broadcast<caf::ok_atom>(
         self, rp,

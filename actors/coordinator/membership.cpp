@@ -187,6 +187,7 @@ caf::result<job_info> join_job(coordinator_ptr self, uint8_t role_id,
     if (!r)
       return std::move(r.error());
     info.rank = *r;
+    info.rejoined = replacing;
     info.node_id = worker_node_id(info.rank);
     info.rank_secret = core::worker_secret(st.cfg.rank_key, info.rank);
   } else if (role_id == role::server) {

@@ -328,6 +328,13 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
     return make_error(errc::bad_config,
                       "replica: shard " + std::to_string(st.cfg.index)
                         + " is loading a checkpoint; pair it once that ended");
+  // (Its rounds and clocks start once the workers told theirs: nothing a
+  // backup could take yet.)
+  if (st.awaiting_clocks)
+    return make_error(errc::bad_config,
+                      "replica: shard " + std::to_string(st.cfg.index)
+                        + " waits for the workers' clocks; pair it once they "
+                          "told them");
   st.backup = std::move(peer);
   st.gate = std::make_shared<replica_gate>();
   st.link_sent = 0;

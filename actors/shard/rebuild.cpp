@@ -166,8 +166,12 @@ caf::error shard_state::take_state(replica_state& x) {
         if (w >= cfg.num_workers)
           return bad_state(cfg, name + ": a round names worker "
                                   + std::to_string(w));
-      if (h.dim == 0 ? !r.rows.empty() || r.sum.data.size() != h.value_floats
-                     : r.sum.data.size() != r.rows.size() * h.dim)
+      // (A dense round may hold only contributions of nothing, see
+      // start_from_clocks: no sum yet.)
+      if (h.dim == 0
+            ? !r.rows.empty()
+                || (r.sum.data.size() != h.value_floats && !r.sum.data.empty())
+            : r.sum.data.size() != r.rows.size() * h.dim)
         return bad_state(cfg, name + ": a round of the wrong size");
       auto rows = h.dim > 0 ? h.value_floats / h.dim : 0;
       for (auto row : r.rows)

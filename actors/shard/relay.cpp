@@ -247,11 +247,17 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       return self->delegate(shard, a);
     },
     [=](clocks_atom a, uint32_t worker, std::vector<uint64_t>& slices,
-        std::vector<uint64_t>& pushes) -> ok_result {
+        std::vector<uint64_t>& pushes, bool fresh) -> ok_result {
       if (auto err = self->state.trusted.check(self, "clocks", worker))
         return err;
       return self->delegate(shard, a, worker, std::move(slices),
-                            std::move(pushes));
+                            std::move(pushes), fresh);
+    },
+    [=](clocks_atom a, uint32_t worker)
+      -> caf::result<std::vector<uint64_t>, std::vector<uint64_t>> {
+      if (auto err = self->state.trusted.check(self, "clocks", worker))
+        return err;
+      return self->delegate(shard, a, worker);
     },
   };
 }

@@ -357,14 +357,25 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return caf::ok_atom::value;
     },
     [self](clocks_atom, uint32_t worker, const std::vector<uint64_t>& slices,
-           const std::vector<uint64_t>& pushes) -> caf::result<caf::ok_atom> {
+           const std::vector<uint64_t>& pushes,
+           bool fresh) -> caf::result<caf::ok_atom> {
       if (auto err = check_data(self, "clocks", worker))
         return err;
-      auto err = self->state.take_clocks(worker, slices, pushes);
+      auto err = self->state.take_clocks(worker, slices, pushes, fresh);
       flush(self);
       if (err)
         return err;
       return caf::ok_atom::value;
+    },
+    // A new process in a dead worker's rank asks where its counts start.
+    [self](clocks_atom, uint32_t worker)
+      -> caf::result<std::vector<uint64_t>, std::vector<uint64_t>> {
+      if (auto err = check_data(self, "clocks", worker))
+        return err;
+      auto x = self->state.clocks_of(worker);
+      if (!x)
+        return std::move(x.error());
+      return {std::move(x->first), std::move(x->second)};
     },
     [self](stats_atom) -> caf::result<shard_stats> {
       if (auto err = self->state.trusted.check(self, "stats"))

@@ -334,7 +334,9 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<promote_atom>::with<caf::ok_atom>,
   caf::replies_to<clocks_atom>::with<caf::ok_atom>,
   caf::replies_to<clocks_atom, uint32_t, std::vector<uint64_t>,
-                  std::vector<uint64_t>>::with<caf::ok_atom>>;
+                  std::vector<uint64_t>, bool>::with<caf::ok_atom>,
+  caf::replies_to<clocks_atom, uint32_t>::with<std::vector<uint64_t>,
+                                               std::vector<uint64_t>>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);

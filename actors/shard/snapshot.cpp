@@ -316,30 +316,59 @@ void shard_state::await_clocks() {
   told_clocks.assign(cfg.num_workers, {});
 }
 
-caf::error shard_state::take_clocks(uint32_t worker,
-                                    const std::vector<uint64_t>& ids,
-                                    const std::vector<uint64_t>& pushes) {
+caf::error
+shard_state::take_clocks(uint32_t worker, const std::vector<uint64_t>& ids,
+                         const std::vector<uint64_t>& pushes, bool fresh) {
   if (worker >= cfg.num_workers)
     return make_error(errc::bad_config,
                       "clocks: worker " + std::to_string(worker)
                         + " out of range (shard expects "
                         + std::to_string(cfg.num_workers) + " workers)");
-  if (ids.size() != pushes.size() || ids.size() > slices.size())
-    return make_error(errc::bad_config,
-                      "clocks: " + std::to_string(ids.size()) + " slices and "
-                        + std::to_string(pushes.size())
-                        + " counts for a shard of "
-                        + std::to_string(slices.size()) + " slices");
   // (dist_async, or started already: nothing to line up.)
   if (!awaiting_clocks || clocks_in[worker])
     return caf::none;
-  auto& mine = told_clocks[worker];
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (find(ids[i]) != nullptr)
-      mine[ids[i]] = pushes[i];
   clocks_in[worker] = true;
+  caf::error err;
+  if (ids.size() != pushes.size() || ids.size() > slices.size()) {
+    err
+      = make_error(errc::bad_config,
+                   "clocks: " + std::to_string(ids.size()) + " slices and "
+                     + std::to_string(pushes.size()) + " counts for a shard of "
+                     + std::to_string(slices.size()) + " slices; worker "
+                     + std::to_string(worker) + " joins where the others are");
+    fresh = true;
+  }
+  if (fresh) {
+    clocks_rejoined[worker] = true;
+  } else {
+    auto& mine = told_clocks[worker];
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (find(ids[i]) != nullptr)
+        mine[ids[i]] = pushes[i];
+  }
   start_from_clocks();
-  return caf::none;
+  return err;
+}
+
+caf::expected<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>>
+shard_state::clocks_of(uint32_t worker) const {
+  if (worker >= cfg.num_workers)
+    return make_error(errc::bad_config,
+                      "clocks: worker " + std::to_string(worker)
+                        + " out of range (shard expects "
+                        + std::to_string(cfg.num_workers) + " workers)");
+  if (awaiting_clocks)
+    return make_error(errc::bad_config,
+                      "clocks: shard " + std::to_string(cfg.index)
+                        + " was restored and waits for the workers' clocks");
+  std::pair<std::vector<uint64_t>, std::vector<uint64_t>> out;
+  for (auto& [id, s] : slices) {
+    if (s.pushes_of[worker] == 0)
+      continue;
+    out.first.push_back(id);
+    out.second.push_back(s.pushes_of[worker]);
+  }
+  return out;
 }
 
 void shard_state::start_from_clocks() {

@@ -559,9 +559,18 @@ struct shard_state {
   // dist_ssp; nothing to do in dist_async).
   void await_clocks();
 
-  // Worker `worker` acknowledged pushes[i] pushes to slices[i] (others: 0).
+  // Worker `worker` acknowledged pushes[i] pushes to slices[i] (others: 0);
+  // `fresh`: a process that took a dead worker's rank without knowing
+  // where the old shard had it, which joins where the others are. Counts
+  // that do not check out are refused, and the worker then counts as
+  // fresh (the shard does not wait for it forever).
   caf::error take_clocks(uint32_t worker, const std::vector<uint64_t>& slices,
-                         const std::vector<uint64_t>& pushes);
+                         const std::vector<uint64_t>& pushes, bool fresh);
+
+  // Worker `worker`'s pushes per slice here (what a new process in its
+  // rank starts counting from); refused while this shard waits for clocks.
+  caf::expected<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>>
+  clocks_of(uint32_t worker) const;
 
   // Once every live worker told its clocks: rounds and clocks start there,
   // and the held operations run.

@@ -76,29 +76,6 @@ void give_up_recovery(worker_ptr self, const std::string& why) {
 
 void ask_reroute(worker_ptr self);
 
-// Tells the replacement of shard `index` how many pushes to each slice
-// there were acknowledged (it holds every worker's operations until each
-// live worker did, in dist_sync and dist_ssp).
-void tell_clocks(worker_ptr self, uint32_t index) {
-  auto& st = self->state;
-  std::vector<uint64_t> slices;
-  std::vector<uint64_t> pushes;
-  for (auto& [id, n] : st.acked[index]) {
-    slices.push_back(id);
-    pushes.push_back(n);
-  }
-  self
-    ->request(st.cfg.shards[index], st.timeout(), clocks_atom::value,
-              st.cfg.rank, std::move(slices), std::move(pushes))
-    .then([](caf::ok_atom) {},
-          [self, index](caf::error& err) {
-            std::fprintf(stderr,
-                         "actorps: worker %u: shard %u's replacement did not "
-                         "take this worker's clocks: %s\n",
-                         self->state.cfg.rank, index, to_string(err).c_str());
-          });
-}
-
 // Routes the shards that `table` gives new handles to their replacements
 // and sends them what waited.
 void adopt(worker_ptr self, const routing_table& table,
@@ -224,6 +201,36 @@ void ask_reroute(worker_ptr self) {
 }
 
 } // namespace
+
+void tell_clocks(worker_ptr self, uint32_t index, int tries) {
+  auto& st = self->state;
+  std::vector<uint64_t> slices;
+  std::vector<uint64_t> pushes;
+  for (auto& [id, n] : st.acked[index]) {
+    slices.push_back(id);
+    pushes.push_back(n);
+  }
+  auto shard = st.cfg.shards[index];
+  self
+    ->request(shard, st.timeout(), clocks_atom::value, st.cfg.rank,
+              std::move(slices), std::move(pushes),
+              static_cast<bool>(st.clocks_unknown[index]))
+    .then([](caf::ok_atom) {},
+          [self, index, shard, tries](caf::error& err) {
+            auto& st = self->state;
+            // (Replaced again meanwhile: the next one is told.)
+            if (st.cfg.shards[index] != shard)
+              return;
+            if (tries > 0 && err == caf::sec::request_timeout) {
+              tell_clocks(self, index, tries - 1);
+              return;
+            }
+            std::fprintf(stderr,
+                         "actorps: worker %u: shard %u's replacement did not "
+                         "take this worker's clocks: %s\n",
+                         st.cfg.rank, index, to_string(err).c_str());
+          });
+}
 
 caf::error shard_down_error(worker_ptr self, uint32_t index) {
   auto& why = self->state.unreplaced[index];

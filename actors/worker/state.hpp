@@ -97,6 +97,9 @@ struct worker_state {
   /// that its rounds (dist_sync) and clocks (dist_ssp) start where this
   /// worker is (see shard_state::await_clocks).
   std::vector<std::unordered_map<slice_id, uint64_t>> acked;
+  /// Per shard: this process cannot tell where its counts stand there
+  /// (worker_config::clocks_unknown).
+  std::vector<bool> clocks_unknown;
   /// A request for a newer routing table is out.
   bool rerouting = false;
   // Why the last routing table could not be applied (a server it names
@@ -167,6 +170,11 @@ bool shard_gone(const caf::error& err);
 /// Shard `index` went down in a job that replaces servers: its requests
 /// in flight wait for the replacement (see worker_config::recovery).
 void await_replacement(worker_ptr self, uint32_t index);
+
+/// Tells the restored shard `index` how many pushes to each slice there
+/// were acknowledged (it holds every worker's operations until each live
+/// worker did, in dist_sync and dist_ssp); `tries` more after a timeout.
+void tell_clocks(worker_ptr self, uint32_t index, int tries = 2);
 
 /// Records the route of `key`; a known route keeps its sequence numbers.
 void add_route(worker_ptr self, key_info info);

@@ -255,9 +255,17 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   st.renumbered.assign(st.cfg.shards.size(), false);
   st.promotions.assign(st.cfg.shards.size(), 0);
   st.renumber.resize(st.cfg.shards.size());
+  st.acked = std::move(st.cfg.clock_origins);
   st.acked.resize(st.cfg.shards.size());
+  st.clocks_unknown = std::move(st.cfg.clocks_unknown);
+  st.clocks_unknown.resize(st.cfg.shards.size(), false);
   st.queues.assign(st.cfg.shards.size(),
                    core::send_queue{st.cfg.max_bytes_in_flight});
+  // Restored shards that wait for this worker's clocks.
+  for (uint32_t i = 0; i < st.cfg.restarted.size() && i < st.cfg.shards.size();
+       ++i)
+    if (st.cfg.restarted[i] != 0)
+      tell_clocks(self, i);
   for (auto& x : st.cfg.shards)
     self->monitor(x);
   for (auto& x : st.cfg.relays)

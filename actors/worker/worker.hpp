@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "caf/fwd.hpp"
@@ -163,6 +164,16 @@ struct worker_config {
   /// wait for its promoted backup (said on stderr). Whether requests keep
   /// their sequence numbers there follows routing_table::restarted.
   bool replicas = false;
+  /// Per shard, as routing_table::restarted when this worker started: a
+  /// restored shard that waits for its clocks (see shard_state::
+  /// await_clocks), told at once.
+  std::vector<uint32_t> restarted;
+  /// A process in a dead worker's rank of a job that replaces servers: per
+  /// shard, the pushes per slice its counts start from (the shard's own
+  /// counts for the rank, asked at start), and the shards it could not ask,
+  /// whose replacement it joins where the others are. Empty: from 0.
+  std::vector<std::unordered_map<uint64_t, uint64_t>> clock_origins;
+  std::vector<bool> clocks_unknown;
   /// Opens this process's direct connection to a replacement server at
   /// "host:port" (see routing_table::servers), blocking; run on a thread
   /// of its own. None: nothing to open (shards in this process).

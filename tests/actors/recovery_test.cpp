@@ -12,6 +12,7 @@
 #include "actors/coordinator/coordinator.hpp"
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
+#include "core/node_ids.hpp"
 
 #include "tests/actors/fixture.hpp"
 
@@ -27,16 +28,21 @@ struct recovery_fixture : test::deterministic_fixture {
   shard_actor shard;
   uint32_t server_node = 0;
 
+  bool sync;
+
   explicit recovery_fixture(std::chrono::milliseconds recovery
-                            = std::chrono::milliseconds{60000}) {
+                            = std::chrono::milliseconds{60000},
+                            bool sync_job = false)
+    : sync(sync_job) {
     coordinator_config cc;
     cc.num_workers = 1;
     cc.num_servers = 1;
+    cc.sync = sync;
     cc.token = "tok";
     cc.on_done = caf::actor_cast<caf::actor>(runner);
     cc.recovery_timeout = recovery;
     coord = guard(spawn_coordinator(sys, cc));
-    shard = join_server(test::shard_cfg(0, 1, false));
+    shard = join_server(test::shard_cfg(0, 1, sync));
     REQUIRE(reply<caf::ok_atom>());
     auto w = join(role::worker);
     REQUIRE(w);
@@ -52,6 +58,7 @@ struct recovery_fixture : test::deterministic_fixture {
       wc.shards.push_back(caf::actor_cast<shard_actor>(s));
     wc.recovery = std::chrono::milliseconds{w->recovery_ms};
     wc.routing_version = table->version;
+    wc.sync = sync;
     worker = guard(spawn_worker(sys, wc));
   }
 
@@ -330,4 +337,54 @@ TEST_CASE("recovery: a server that dies before every server registered "
   auto third = join().first;
   CHECK_THAT(require_error(third, errc::bad_config),
              Catch::Contains("the job already has its 2 servers"));
+}
+
+TEST_CASE("recovery: in a dist_sync job the worker tells the replacement its "
+          "acknowledged pushes, where the restored rounds start",
+          "[recovery]") {
+  recovery_fixture f{std::chrono::milliseconds{60000}, true};
+  f.init_key();
+  optimizer_config acc;
+  acc.name = "accumulate";
+  f.self->send(f.worker, set_opt_atom::value, acc);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  // Rounds 0 and 1 acknowledged by the server that dies (the checkpoint
+  // holds 10); the push of round 2 is in flight when it dies.
+  for (float x : {1.0f, 1.0f}) {
+    f.push(x);
+    f.run();
+    REQUIRE(f.reply<caf::ok_atom>());
+  }
+  caf::anon_send_exit(f.shard, caf::exit_reason::kill);
+  f.push(2);
+  f.run();
+  CHECK(f.no_reply());
+  auto replacement = f.join_server(test::shard_cfg(0, 1, true));
+  REQUIRE(f.serve_checkpoint({checkpointed(10)}, acc));
+  // The registration and the push re-sent, into round 2 there: without the
+  // worker's word (2 pushes) the replacement would hold it.
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(f.reply<caf::ok_atom>());
+  // The worker's pull needs round 2, which the push completed.
+  auto now = f.pull();
+  REQUIRE(now);
+  CHECK(*now == std::vector<float>(4, 12.0f));
+  f.self->send(replacement, stats_atom::value);
+  f.run();
+  auto st = f.reply<shard_stats>();
+  REQUIRE(st);
+  CHECK(st->pushes == 1);
+  CHECK(st->waiting_pulls == 0);
+}
+
+TEST_CASE("recovery: a dist_sync job that replaces servers refuses "
+          "clear_pending",
+          "[recovery]") {
+  recovery_fixture f{std::chrono::milliseconds{60000}, true};
+  f.self->send(f.coord, command_atom::value, command_head::clear_pending,
+               std::string{});
+  f.run();
+  auto why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+  CHECK_THAT(why, Catch::Contains("--recovery-timeout"));
 }

@@ -821,10 +821,11 @@ void await_clocks(Fixture& f) {
 }
 
 template <class Fixture>
-caf::expected<caf::ok_atom>
-tell_clocks(Fixture& f, uint32_t worker, std::vector<uint64_t> pushes) {
+caf::expected<caf::ok_atom> tell_clocks(Fixture& f, uint32_t worker,
+                                        std::vector<uint64_t> pushes,
+                                        bool fresh = false) {
   std::vector<uint64_t> ids(pushes.size(), slice_a);
-  f.self->send(f.shard, clocks_atom::value, worker, ids, pushes);
+  f.self->send(f.shard, clocks_atom::value, worker, ids, pushes, fresh);
   f.run();
   return f.template reply<caf::ok_atom>();
 }
@@ -886,17 +887,29 @@ TEST_CASE_METHOD(sync_fixture,
       CHECK(pull(slice_a, 1, 1) == std::vector<float>{4});
     }
   }
-  SECTION("bad clocks are refused") {
+  SECTION("clocks that do not check out are refused") {
     self->send(shard, clocks_atom::value, uint32_t{9},
-               std::vector<uint64_t>{slice_a}, std::vector<uint64_t>{1});
+               std::vector<uint64_t>{slice_a}, std::vector<uint64_t>{1}, false);
     run();
     require_error(reply<caf::ok_atom>(), errc::bad_config);
-    self->send(shard, clocks_atom::value, uint32_t{1},
-               std::vector<uint64_t>{slice_a}, std::vector<uint64_t>{});
-    run();
-    require_error(reply<caf::ok_atom>(), errc::bad_config);
-    // Neither counted: the push still waits for worker 1.
     CHECK(no_reply());
+    // Worker 1's counts do not match its slices: it is not waited for
+    // again, and joins where worker 0 is.
+    self->send(shard, clocks_atom::value, uint32_t{1},
+               std::vector<uint64_t>{slice_a}, std::vector<uint64_t>{}, false);
+    run();
+    REQUIRE(reply<caf::ok_atom>()); // worker 0's held push, into round 3
+    require_error(reply<caf::ok_atom>(), errc::bad_config);
+    REQUIRE(push(slice_a, 1, 0, {10}));
+    CHECK(pull(slice_a, 1, 1) == std::vector<float>{11});
+  }
+  SECTION("a new process in a dead worker's rank joins where the others "
+          "are") {
+    REQUIRE(tell_clocks(*this, 1, {7}, true));
+    REQUIRE(reply<caf::ok_atom>());
+    // Both at worker 0's 3: its held push and worker 1's first make round 3.
+    REQUIRE(push(slice_a, 1, 0, {10}));
+    CHECK(pull(slice_a, 1, 1) == std::vector<float>{11});
   }
 }
 
@@ -939,6 +952,37 @@ TEST_CASE_METHOD(ssp_fixture,
   auto value = reply<shared_floats>();
   REQUIRE(value);
   CHECK(value->vec() == std::vector<float>{101});
+}
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a worker asks where its pushes stand, except while "
+                 "the shard waits for clocks",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {0}));
+  REQUIRE(push(slice_a, 1, 0, {1}));
+  REQUIRE(push(slice_a, 1, 1, {1}));
+  auto clocks = [&](uint32_t worker) {
+    self->send(shard, clocks_atom::value, worker);
+    run();
+    caf::expected<std::vector<uint64_t>> result = make_error(errc::timeout,
+                                                             "no reply");
+    self->receive(
+      [&](std::vector<uint64_t>& ids, std::vector<uint64_t>& pushes) {
+        REQUIRE(ids.size() == pushes.size());
+        // (Only slices it pushed to.)
+        for (auto id : ids)
+          CHECK(id == slice_a);
+        result = std::move(pushes);
+      },
+      [&](caf::error& err) { result = std::move(err); },
+      caf::after(std::chrono::seconds(0)) >> [] {});
+    return result;
+  };
+  CHECK(clocks(1) == std::vector<uint64_t>{2});
+  CHECK(clocks(0) == std::vector<uint64_t>{});
+  require_error(clocks(5), errc::bad_config);
+  await_clocks(*this);
+  require_error(clocks(1), errc::bad_config);
 }
 
 TEST_CASE_METHOD(shard_fixture,
