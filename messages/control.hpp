@@ -37,7 +37,8 @@ namespace actorps {
 /// 13: rebuilt replicas (replica_state; job_info::rebuild).
 /// 14: the job's status names where each shard's copies are (replicas).
 /// 15: a restored shard of a dist_sync or dist_ssp job takes the workers'
-///     clocks (clocks_atom).
+///     clocks (clocks_atom, with a fresh flag), a new worker process asks
+///     a shard for its rank's (clocks_atom, rank; job_info::rejoined).
 constexpr uint32_t wire_version = 15;
 
 /// Most bytes of records one save or load message carries (one record

@@ -214,8 +214,8 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
   // A new process in a dead worker's rank of a dist_sync or dist_ssp job
   // that replaces servers from checkpoints: where each shard has this
   // rank's pushes, for a later replacement of that shard to line up with.
-  if (job.rejoined && job.recovery_ms > 0 && job.replicas <= 1
-      && (job.sync || job.staleness >= 0)) {
+  // (Replicas jobs too: where both copies of a shard died, it is restored.)
+  if (job.rejoined && job.recovery_ms > 0 && (job.sync || job.staleness >= 0)) {
     wc.clock_origins.resize(wc.shards.size());
     wc.clocks_unknown.assign(wc.shards.size(), false);
     for (size_t i = 0; i < wc.shards.size(); ++i) {

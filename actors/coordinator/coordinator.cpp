@@ -286,7 +286,7 @@ coordinator_actor::behavior_type coordinator_impl(self_ptr self,
       // round would no longer match.
       auto& cfg = self->state.cfg;
       if (head == command_head::clear_pending && cfg.sync
-          && cfg.recovery_timeout.count() > 0 && cfg.replicas < 2)
+          && cfg.recovery_timeout.count() > 0)
         return make_error(errc::bad_config,
                           "clear_pending: not in a dist_sync job that "
                           "replaces dead servers from checkpoints "

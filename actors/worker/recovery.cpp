@@ -7,6 +7,7 @@
 #include "actors/worker/state.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -200,9 +201,8 @@ void ask_reroute(worker_ptr self) {
     routing_atom::value, st.cfg.routing_version);
 }
 
-} // namespace
-
-void tell_clocks(worker_ptr self, uint32_t index, int tries) {
+void tell_clocks_until(worker_ptr self, uint32_t index,
+                       std::chrono::steady_clock::time_point deadline) {
   auto& st = self->state;
   std::vector<uint64_t> slices;
   std::vector<uint64_t> pushes;
@@ -216,20 +216,31 @@ void tell_clocks(worker_ptr self, uint32_t index, int tries) {
               std::move(slices), std::move(pushes),
               static_cast<bool>(st.clocks_unknown[index]))
     .then([](caf::ok_atom) {},
-          [self, index, shard, tries](caf::error& err) {
+          [self, index, shard, deadline](caf::error& err) {
             auto& st = self->state;
             // (Replaced again meanwhile: the next one is told.)
             if (st.cfg.shards[index] != shard)
               return;
-            if (tries > 0 && err == caf::sec::request_timeout) {
-              tell_clocks(self, index, tries - 1);
+            if (err == caf::sec::request_timeout
+                && std::chrono::steady_clock::now() < deadline) {
+              tell_clocks_until(self, index, deadline);
               return;
             }
+            // Refused: the shard took this worker where the others are, so
+            // these counts no longer match its own.
+            st.clocks_unknown[index] = true;
             std::fprintf(stderr,
                          "actorps: worker %u: shard %u's replacement did not "
                          "take this worker's clocks: %s\n",
                          st.cfg.rank, index, to_string(err).c_str());
           });
+}
+
+} // namespace
+
+void tell_clocks(worker_ptr self, uint32_t index) {
+  tell_clocks_until(
+    self, index, std::chrono::steady_clock::now() + self->state.cfg.recovery);
 }
 
 caf::error shard_down_error(worker_ptr self, uint32_t index) {

@@ -173,8 +173,9 @@ void await_replacement(worker_ptr self, uint32_t index);
 
 /// Tells the restored shard `index` how many pushes to each slice there
 /// were acknowledged (it holds every worker's operations until each live
-/// worker did, in dist_sync and dist_ssp); `tries` more after a timeout.
-void tell_clocks(worker_ptr self, uint32_t index, int tries = 2);
+/// worker did, in dist_sync and dist_ssp); again after a timeout, for as
+/// long as calls wait for a replacement (worker_config::recovery).
+void tell_clocks(worker_ptr self, uint32_t index);
 
 /// Records the route of `key`; a known route keeps its sequence numbers.
 void add_route(worker_ptr self, key_info info);

@@ -388,3 +388,32 @@ TEST_CASE("recovery: a dist_sync job that replaces servers refuses "
   auto why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
   CHECK_THAT(why, Catch::Contains("--recovery-timeout"));
 }
+
+TEST_CASE("recovery: a worker whose first routing table names a restored "
+          "shard tells it its clocks at start",
+          "[recovery]") {
+  recovery_fixture f{std::chrono::milliseconds{60000}, true};
+  constexpr auto slice = make_slice_id(7, 0);
+  f.self->send(f.shard, init_atom::value, slice_init{slice, floats{{0.0f}}});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  // The shard waits for the clocks of worker 0 (the only live one).
+  f.self->send(f.shard, clocks_atom::value);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.self->send(f.shard, push_atom::value, slice_push{slice, 0, 0, floats{{1}}});
+  f.run();
+  CHECK(f.no_reply());
+  // A worker process that starts now never adopts the shard: it says at
+  // once that it pushed nothing there.
+  worker_config wc;
+  wc.rank = 0;
+  wc.coordinator = f.coord;
+  wc.shards.push_back(f.shard);
+  wc.recovery = std::chrono::milliseconds{60000};
+  wc.sync = true;
+  wc.restarted = {1};
+  f.guard(spawn_worker(f.sys, wc));
+  f.run();
+  CHECK(f.reply<caf::ok_atom>());
+}
