@@ -103,6 +103,15 @@ caf::error no_session(const char* op, uint64_t session) {
                         "one took its place)");
 }
 
+// `bad_config` naming `op` and a worker rank past `num_workers`.
+caf::error worker_out_of_range(const char* op, uint32_t worker,
+                               uint32_t num_workers) {
+  return make_error(errc::bad_config,
+                    std::string{op} + ": worker " + std::to_string(worker)
+                      + " out of range (shard expects "
+                      + std::to_string(num_workers) + " workers)");
+}
+
 } // namespace
 
 void shard_state::open_save(uint64_t session) {
@@ -261,10 +270,7 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
   std::vector<bool> next(cfg.num_workers, false);
   for (auto w : workers) {
     if (w >= cfg.num_workers)
-      return make_error(errc::bad_config, "workers: worker " + std::to_string(w)
-                                            + " out of range (shard expects "
-                                            + std::to_string(cfg.num_workers)
-                                            + " workers)");
+      return worker_out_of_range("workers", w, cfg.num_workers);
     next[w] = true;
   }
   for (auto& kvp : slices) {
@@ -320,10 +326,7 @@ caf::error
 shard_state::take_clocks(uint32_t worker, const std::vector<uint64_t>& ids,
                          const std::vector<uint64_t>& pushes, bool fresh) {
   if (worker >= cfg.num_workers)
-    return make_error(errc::bad_config,
-                      "clocks: worker " + std::to_string(worker)
-                        + " out of range (shard expects "
-                        + std::to_string(cfg.num_workers) + " workers)");
+    return worker_out_of_range("clocks", worker, cfg.num_workers);
   // (dist_async, or started already: nothing to line up.)
   if (!awaiting_clocks || clocks_in[worker])
     return caf::none;
@@ -353,10 +356,7 @@ shard_state::take_clocks(uint32_t worker, const std::vector<uint64_t>& ids,
 caf::expected<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>>
 shard_state::clocks_of(uint32_t worker) const {
   if (worker >= cfg.num_workers)
-    return make_error(errc::bad_config,
-                      "clocks: worker " + std::to_string(worker)
-                        + " out of range (shard expects "
-                        + std::to_string(cfg.num_workers) + " workers)");
+    return worker_out_of_range("clocks", worker, cfg.num_workers);
   if (awaiting_clocks)
     return make_error(errc::bad_config,
                       "clocks: shard " + std::to_string(cfg.index)

@@ -211,8 +211,10 @@ void to_shard(worker_ptr self, uint32_t index, int32_t priority, OnOk on_ok,
     st.in_flight[index].emplace(id, on_err);
   else
     st.in_flight[index].emplace(id, std::move(on_err));
-  // (Counted for a replacement's clocks: only in jobs that replace.)
-  auto pushed = keeps ? pushed_slices(msg) : std::vector<slice_id>{};
+  // (Counted for a replacement's rounds or clocks: only in dist_sync and
+  // dist_ssp jobs that replace, the only ones whose replacements ask.)
+  auto pushed = keeps && st.cfg.sync ? pushed_slices(msg)
+                                     : std::vector<slice_id>{};
   auto ok = [self, index, id, on_ok, pushed](Reply& x) mutable {
     auto& st = self->state;
     if (st.in_flight[index].erase(id) > 0) {

@@ -92,7 +92,8 @@ struct worker_state {
   // Per shard: how often a promoted backup took it over (see init_slices).
   std::vector<uint64_t> promotions;
   std::vector<std::unordered_map<slice_id, uint64_t>> renumber;
-  /// Per shard, in a job that replaces servers: the pushes each slice there
+  /// Per shard, in a dist_sync or dist_ssp job that replaces servers
+  /// (worker_config::sync): the pushes each slice there
   /// acknowledged (by any process that held it), told to a replacement so
   /// that its rounds (dist_sync) and clocks (dist_ssp) start where this
   /// worker is (see shard_state::await_clocks).

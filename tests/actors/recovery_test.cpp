@@ -125,6 +125,12 @@ struct recovery_fixture : test::deterministic_fixture {
                float_parts{std::vector<float>(4, x)});
   }
 
+  caf::expected<shard_stats> stats_of(const shard_actor& s) {
+    self->send(s, stats_atom::value);
+    run();
+    return reply<shard_stats>();
+  }
+
   caf::expected<std::vector<float>> pull() {
     self->send(worker, pull_atom::value, std::string{"k"}, int32_t{0});
     run();
@@ -195,9 +201,7 @@ TEST_CASE("recovery: a replacement server is restored from the checkpoint "
   auto now = f.pull();
   REQUIRE(now);
   CHECK(*now == std::vector<float>(4, 24.0f));
-  f.self->send(replacement, stats_atom::value);
-  f.run();
-  auto st = f.reply<shard_stats>();
+  auto st = f.stats_of(replacement);
   REQUIRE(st);
   CHECK(st->pushes == 3);
   // The runner heard the replacement.
@@ -370,9 +374,7 @@ TEST_CASE("recovery: in a dist_sync job the worker tells the replacement its "
   auto now = f.pull();
   REQUIRE(now);
   CHECK(*now == std::vector<float>(4, 12.0f));
-  f.self->send(replacement, stats_atom::value);
-  f.run();
-  auto st = f.reply<shard_stats>();
+  auto st = f.stats_of(replacement);
   REQUIRE(st);
   CHECK(st->pushes == 1);
   CHECK(st->waiting_pulls == 0);
