@@ -8,11 +8,16 @@
 # the medians. Shapes: 1 key of 1000 floats (4 KB), 1 key of 1M floats
 # (4 MB, one slice: one primary and its backup), 1 key of 16M floats
 # (64 MB, 16 slices over both servers).
+# With a third argument "1 2 3": --replicas 3 too, and every job (also
+# those with 1 and 2 copies) has 3 servers; 64 MB then spreads over all 3.
 # Usage (after a release build in build/):
-#   bash bench/replica-cost.sh [R] [transports, default "caf ucx"]
+#   bash bench/replica-cost.sh [R] [transports, default "caf ucx"] [copies, default "1 2"]
 set -euo pipefail
 runs=${1:-5}
 transports=${2:-caf ucx}
+copies=${3:-1 2}
+nservers=2
+[[ " $copies " == *" 3 "* ]] && nservers=3
 bin=build/apps
 source "$(dirname "$0")/lib.sh"
 # One job: transport, keys, size, rounds, replicas. Prints rounds per second
@@ -21,14 +26,14 @@ job() {
   local dir="$out/job"
   rm -rf "$dir" && mkdir -p "$dir"
   "$bin/actorps-coordinator" --host 127.0.0.1 --port 0 --token bench --mode dist_async \
-    --workers 1 --servers 2 --transport "$1" --replicas "$5" --port-file "$dir/port" \
+    --workers 1 --servers "$nservers" --transport "$1" --replicas "$5" --port-file "$dir/port" \
     >"$dir/coord.log" 2>&1 &
   pids+=($!)
   local coord=$!
   for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.1; done
   local port
   port=$(cat "$dir/port")
-  for s in 1 2; do
+  for ((s = 1; s <= nservers; ++s)); do
     "$bin/actorps-server" --coordinator "127.0.0.1:$port" --token bench --shards 1 \
       >"$dir/server$s.log" 2>&1 &
     pids+=($!)
@@ -46,12 +51,18 @@ summary() { sort -n | awk '{ v[NR] = $1 } END { printf "%.2f (%.2f-%.2f)", v[int
 for t in $transports; do
   for shape in "1 1000 5000" "1 1000000 300" "1 16000000 20"; do
     read -r keys size rounds <<<"$shape"
-    : >"$out/one" && : >"$out/two"
+    for c in $copies; do : >"$out/c$c"; done
     for ((r = 1; r <= runs; ++r)); do
-      job "$t" "$keys" "$size" "$rounds" 1 >>"$out/one"
-      job "$t" "$keys" "$size" "$rounds" 2 >>"$out/two"
+      for c in $copies; do
+        job "$t" "$keys" "$size" "$rounds" "$c" >>"$out/c$c"
+      done
     done
-    ratio=$(awk -v a="$(median <"$out/one")" -v b="$(median <"$out/two")" 'BEGIN { printf "%.2f", a / b }')
-    echo "$t, $keys x $size floats: rounds/s --replicas 1 $(summary <"$out/one"), --replicas 2 $(summary <"$out/two"); time per round x$ratio"
+    line="$t, $keys x $size floats, $nservers servers: rounds/s"
+    base=$(median <"$out/c1")
+    for c in $copies; do
+      ratio=$(awk -v a="$base" -v b="$(median <"$out/c$c")" 'BEGIN { printf "%.2f", a / b }')
+      line+=" --replicas $c $(summary <"$out/c$c") (x$ratio)"
+    done
+    echo "$line; (xN: time per round against --replicas 1)"
   done
 done

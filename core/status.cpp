@@ -28,8 +28,11 @@ uint32_t job_status::dead_nodes() const noexcept {
 
 uint32_t job_status::shards_without_copy() const noexcept {
   return static_cast<uint32_t>(
-    std::count_if(copies.begin(), copies.end(), [](const shard_copies& c) {
-      return c.backup == shard_copies::no_backup || !c.ready;
+    std::count_if(copies.begin(), copies.end(), [&](const shard_copies& c) {
+      // (Older coordinators name the first backup only.)
+      auto n = std::max<size_t>(c.backups.size(),
+                                c.backup == shard_copies::no_backup ? 0 : 1);
+      return n + 1 < replicas || !c.ready;
     }));
 }
 
@@ -152,16 +155,22 @@ std::string format_status(const job_status& s) {
     out += '\n';
     line(out,
          "replicas: %u copies of each shard; %u of %zu shards without "
-         "a complete backup",
+         "every backup complete",
          s.replicas, s.shards_without_copy(), s.copies.size());
     line(out, "%-6s %-8s %s", "SHARD", "PRIMARY", "BACKUP");
     for (auto& c : s.copies) {
       char primary[32];
       std::snprintf(primary, sizeof primary, "server %u", c.primary);
-      if (c.backup == shard_copies::no_backup)
+      std::string backups;
+      for (auto h : c.backups)
+        backups += (backups.empty() ? "server " : ", server ")
+                   + std::to_string(h);
+      if (backups.empty() && c.backup != shard_copies::no_backup)
+        backups = "server " + std::to_string(c.backup);
+      if (backups.empty())
         line(out, "%-6u %-8s none", c.shard, primary);
       else
-        line(out, "%-6u %-8s server %u%s", c.shard, primary, c.backup,
+        line(out, "%-6u %-8s %s%s", c.shard, primary, backups.c_str(),
              c.ready ? "" : " (copying)");
     }
   }
@@ -231,6 +240,7 @@ std::string status_json(const job_status& s) {
       shards.push_back({{"shard", c.shard},
                         {"primary", c.primary},
                         {"backup", backup},
+                        {"backups", c.backups},
                         {"backup_ready", c.ready}});
     }
   }

@@ -102,7 +102,8 @@ struct server_status {
   uint64_t waiting_pulls = 0;
 };
 
-/// Replicas (a job run with `--replicas 2`): where one shard's copies live.
+/// Replicas (a job run with `--replicas 2` or 3): where one shard's copies
+/// live.
 struct shard_copies {
   /// `backup` when the shard has none.
   static constexpr uint32_t no_backup = 0xFFFFFFFF;
@@ -111,10 +112,13 @@ struct shard_copies {
   /// The server rank holding the shard's primary (its own server's, until
   /// a backup took over).
   uint32_t primary = 0;
-  /// The server rank holding its backup, or no_backup.
+  /// The server rank holding its first backup (the one that takes over),
+  /// or no_backup.
   uint32_t backup = no_backup;
-  /// The backup holds the primary's whole state (a rebuilt copy is still
-  /// being sent until then, and could not take over yet).
+  /// Every backup's server, in the chain's order (the first is `backup`).
+  std::vector<uint32_t> backups;
+  /// Every backup holds the whole state (a rebuilt copy is still being
+  /// sent until then, and could not take over yet).
   bool ready = false;
 };
 
@@ -139,9 +143,9 @@ struct job_status {
   std::vector<server_status> servers;
   /// Per worker rank, summed over every shard that answered.
   std::vector<worker_traffic> workers;
-  /// Copies of every shard (1, or 2 with a backup each); with 2, where
-  /// each shard's copies are, in shard order (empty until the servers
-  /// joined and the coordinator paired them).
+  /// Copies of every shard (1, or 2 or 3 with backups); with more than 1,
+  /// where each shard's copies are, in shard order (empty until the
+  /// servers joined and the coordinator paired them).
   uint32_t replicas = 1;
   std::vector<shard_copies> copies;
 

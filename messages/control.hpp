@@ -39,7 +39,9 @@ namespace actorps {
 /// 15: a restored shard of a dist_sync or dist_ssp job takes the workers'
 ///     clocks (clocks_atom, with a fresh flag), a new worker process asks
 ///     a shard for its rank's (clocks_atom, rank; job_info::rejoined).
-constexpr uint32_t wire_version = 15;
+/// 16: chains of copies (replicas 3): a server registers a set of backups
+///     per copy; shard_copies names every backup.
+constexpr uint32_t wire_version = 16;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a
@@ -197,7 +199,7 @@ typename Inspector::result_type inspect(Inspector& f, server_status& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_copies& x) {
   return f(caf::meta::type_name("shard_copies"), x.shard, x.primary, x.backup,
-           x.ready);
+           x.backups, x.ready);
 }
 
 template <class Inspector>

@@ -98,14 +98,15 @@ caf::error run_coordinator(const coordinator_options& opts,
                         + std::to_string(opts.slice_floats) + ")");
   if (auto err = check_tls(opts.system.tls))
     return make_error(errc::bad_config, "coordinator: " + context_of(err));
-  if (opts.replicas < 1 || opts.replicas > 2)
+  if (opts.replicas < 1 || opts.replicas > 3)
     return make_error(errc::bad_config,
-                      "coordinator: replicas must be 1 or 2 (got "
+                      "coordinator: replicas must be 1, 2 or 3 (got "
                         + std::to_string(opts.replicas) + ")");
-  if (opts.replicas > 1 && opts.num_servers < 2)
+  if (opts.replicas > 1 && opts.num_servers < opts.replicas)
     return make_error(errc::bad_config,
-                      "coordinator: 2 replicas need at least 2 servers (a "
-                      "backup lives on another server than its primary)");
+                      "coordinator: " + std::to_string(opts.replicas)
+                        + " replicas need at least as many servers (each "
+                          "copy of a shard lives on a server of its own)");
   if (opts.recovery_timeout.count() > 0 && opts.checkpoint_dir.empty())
     return make_error(errc::bad_config,
                       "coordinator: a recovery timeout needs a checkpoint "
@@ -457,13 +458,17 @@ caf::error run_server(const server_options& opts,
   for (uint32_t i = 0; i < opts.shards; ++i)
     spawn_one(job.rank * opts.shards + i, job.rebuild, shards, relays);
   // Replicas: this server backs up the previous server's shards (as many
-  // as its own), which take over when that server dies.
+  // as its own), which take over when that server dies; with 3 copies also
+  // those of the server before that (the second copy of each).
   std::vector<caf::actor> backups;
   std::vector<caf::actor> backup_relays;
-  auto backed = (job.rank + job.num_servers - 1) % job.num_servers;
-  if (job.replicas > 1 && job.num_servers > 1)
+  std::vector<uint32_t> backed;
+  if (job.replicas > 1 && job.num_servers >= job.replicas)
+    for (uint32_t j = 0; j + 1 < job.replicas; ++j)
+      backed.push_back((job.rank + job.num_servers - 1 - j) % job.num_servers);
+  for (auto r : backed)
     for (uint32_t i = 0; i < opts.shards; ++i)
-      spawn_one(backed * opts.shards + i, true, backups, backup_relays);
+      spawn_one(r * opts.shards + i, true, backups, backup_relays);
   // UCX transport: a plane whose request frames reach the shards through
   // an ingress; its address goes to the coordinator with the shards.
   std::string data_address;
@@ -483,9 +488,9 @@ caf::error run_server(const server_options& opts,
       by_index.emplace(job.rank * opts.shards + i,
                        caf::actor_cast<shard_actor>(shards[i]));
     // (A backup answers workers only once promoted.)
-    for (uint32_t i = 0; i < backups.size(); ++i)
-      by_index.emplace(backed * opts.shards + i,
-                       caf::actor_cast<shard_actor>(backups[i]));
+    for (uint32_t k = 0; k < backups.size(); ++k)
+      by_index.emplace(backed[k / opts.shards] * opts.shards + k % opts.shards,
+                       caf::actor_cast<shard_actor>(backups[k]));
     auto plane_link = std::static_pointer_cast<ucx::plane_link>(link);
     if (plane_link)
       plane_link->attach(data_plane);

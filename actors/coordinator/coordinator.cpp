@@ -539,11 +539,14 @@ caf::result<job_status> job_status_of(coordinator_ptr self) {
       shard_copies c;
       c.shard = g;
       c.primary = st.primary_on[g];
-      auto& slot = st.backup_slots[g];
-      if (slot.backup) {
-        c.backup = slot.holder;
-        c.ready = slot.ready;
+      auto& chain = st.backup_slots[g];
+      c.ready = !chain.empty();
+      for (auto& slot : chain) {
+        c.backups.push_back(slot.holder);
+        c.ready = c.ready && slot.ready;
       }
+      if (!chain.empty())
+        c.backup = chain.front().holder;
       s->copies.push_back(c);
       if (c.primary < groups.size()
           && !(g < st.shard_dead.size() && st.shard_dead[g]))

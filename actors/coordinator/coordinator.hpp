@@ -158,31 +158,38 @@
 /// No periodic checkpoint is taken while a server is being replaced. The
 /// `(recover_atom, rank, generation)` message is the coordinator's own
 /// deadline.
-/// Replicas (`replicas` 2): each server registers, before its shards, as
-/// many backups (`(replica_atom, node_id, backups, relays)` -> `ok_atom`),
-/// backup i of server r+1 holding a copy of shard i of server r. Once every
-/// server registered, the coordinator pairs each primary with its backup
-/// (`(replica_atom, peer, is_backup)` to both) before it releases the
-/// routing table. When a server dies, its backups are promoted
+/// Replicas (`replicas` 2 or 3): each server registers, before its shards,
+/// replicas - 1 sets of as many backups (`(replica_atom, node_id, backups,
+/// relays)` -> `ok_atom`), backup i of set j of server r+1+j holding copy j
+/// of shard i of server r. Once every server registered, the coordinator
+/// pairs each primary with its first backup and each backup with the next
+/// (a chain; `(replica_atom, peer, is_backup)` to both) before it releases
+/// the routing table. A dead copy leaves its chain: the copy before it is
+/// told its backup is gone and the copy after it, if any, is paired with
+/// that one (taking its whole state). A dead primary's first backup is
+/// promoted and keeps the rest of the chain. When a server dies, its backups
+/// are promoted
 /// (`promote_atom`), and a routing table of a higher version moves its
 /// shards to them; `on_done` hears `(recover_atom, rank,
 /// recovery_event::promoted, what)` once for the dead server when every
 /// shard it held moved (`what`: to which servers), else `given_up` for
 /// each rank whose shards did not (their backups died too).
 /// The primaries whose backups lived on the dead server go on without one.
-/// A primary that loses its backup otherwise (the backup failed or timed
-/// out) says so with `(replica_atom, shard_index)` -> `ok_atom` (only the
-/// shard at that index may): the coordinator ends that backup and will not
-/// promote it; the primary holds its answers until then.
+/// A primary (or a backup with a backup) that loses its backup otherwise
+/// (the backup failed or timed out) says so with `(replica_atom,
+/// shard_index)` -> `ok_atom` (only a copy of the shard at that index
+/// may): the coordinator ends that backup and will not promote it; the
+/// sender holds its answers until then.
 /// A promoted shard has no backup until a server joins the full job: the
 /// coordinator tracks, per shard, the server holding its primary and its
 /// backup (if any, and whether it took the primary's whole state: only
 /// then is it promoted). A server that joins the full job while a dead
-/// server's shards all live on as promoted backups without a copy takes
-/// that rank with `job_info::rebuild`: its shards are backups of that
-/// rank's shards and its backups those of the previous rank's, each paired
-/// with the primary wherever it is now (which first sends its whole
-/// state); its registration is answered, and `on_done` hears
+/// server's shards all live on, short of a copy, takes that rank with
+/// `job_info::rebuild`: its shards are backups of that rank's shards and
+/// its backups those of the previous ranks', each joining the end of a
+/// chain short of a copy (the copy before it, or the primary wherever it
+/// is now, first sends its whole state); its registration is answered, and
+/// `on_done` hears
 /// `(recover_atom, rank, recovery_event::rebuilt, what)`, once every such
 /// pair completed. A server's death promotes the backups of every primary
 /// it held, its own rank's or another's. Promotion comes first: a job with
@@ -263,11 +270,12 @@ struct coordinator_config {
   /// how long workers' calls to its shards wait (job_info::recovery_ms);
   /// 0: a dead server is not replaced and those calls fail at once.
   std::chrono::milliseconds recovery_timeout{0};
-  /// Copies of each slice (1 or 2; job_info::replicas): with 2, server r's
-  /// shards are backed up by shards of server r+1 (mod the servers), which
-  /// register them with `(replica_atom, node_id, backups, relays)` before
-  /// their own shards; when a server dies its backups are promoted and the
-  /// routing table moves its shards to them (a higher version).
+  /// Copies of each slice (1, 2 or 3; job_info::replicas; at most the
+  /// servers): server r's shards are backed up by shards of server r+1
+  /// (and r+2 with 3, mod the servers), which register them with
+  /// `(replica_atom, node_id, backups, relays)` before their own shards;
+  /// when a server dies its backups are promoted and the routing table
+  /// moves its shards to them (a higher version).
   uint32_t replicas = 1;
 };
 

@@ -364,11 +364,9 @@ void drop_worker(coordinator_ptr self, uint32_t rank) {
 
 void on_down(coordinator_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
-  // A backup went down (its server, or its primary ended it): that primary
-  // has no copy any more.
-  for (auto& slot : st.backup_slots)
-    if (slot.backup && slot.backup.address() == dm.source)
-      slot = coordinator_state::backup_slot{};
+  // A backup went down (its server, or its primary ended it): it leaves
+  // its shard's chain.
+  cut_copy(self, dm.source);
   for (auto& [id, node] : st.nodes) {
     bool hit = node.agent && node.agent.address() == dm.source;
     for (size_t i = 0; !hit && i < node.shards.size(); ++i)

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -25,9 +26,10 @@ namespace actorps {
 
 namespace {
 
-// The server holding the backups of server `rank`'s shards at the start.
-uint32_t holder_of(const coordinator_state& st, uint32_t rank) {
-  return (rank + 1) % st.cfg.num_servers;
+// The server holding copy `j` (0: the first backup) of server `rank`'s
+// shards at the start: the next servers after it.
+uint32_t holder_of(const coordinator_state& st, uint32_t rank, uint32_t j) {
+  return (rank + 1 + j) % st.cfg.num_servers;
 }
 
 bool server_dead(const coordinator_state& st, uint32_t rank) {
@@ -42,47 +44,85 @@ caf::duration pairing_timeout(const coordinator_state&) {
   return caf::duration{std::chrono::seconds{86400}};
 }
 
-// The primaries backed up on server `rank` lost their backups: they go on
-// alone.
-void drop_backups_on(coordinator_ptr self, uint32_t rank) {
-  auto& st = self->state;
-  for (uint32_t g = 0; g < st.backup_slots.size(); ++g) {
-    auto& slot = st.backup_slots[g];
-    if (!slot.backup || slot.holder != rank)
-      continue;
-    slot = coordinator_state::backup_slot{};
-    // (A primary that is dead too hears nothing.)
-    if (!st.shard_dead[g])
-      self
-        ->request(st.cfg.shards[g], st.timeout(), replica_atom::value,
-                  caf::actor{}, true)
-        .then([](caf::ok_atom) {}, [](caf::error&) {});
-  }
+using chain = std::vector<coordinator_state::backup_slot>;
+
+// Where `backup` stands in shard `g`'s chain, or none.
+std::optional<size_t> position(const coordinator_state& st, uint32_t g,
+                               const caf::actor& backup) {
+  if (g >= st.backup_slots.size() || !backup)
+    return std::nullopt;
+  auto& c = st.backup_slots[g];
+  for (size_t j = 0; j < c.size(); ++j)
+    if (c[j].backup == backup)
+      return j;
+  return std::nullopt;
 }
 
-// Pairs the primary of shard `g` with `backup` on server `holder` (the
-// backup learns its primary first, then the primary sends it its state);
-// `done` hears whether it worked. The backup counts for promotion only
-// once the primary answered.
+// Who forwards to copy `j` of shard `g`: its primary, or the copy before.
+caf::actor upstream_of(const coordinator_state& st, uint32_t g, size_t j) {
+  if (j == 0)
+    return caf::actor_cast<caf::actor>(st.cfg.shards[g]);
+  return st.backup_slots[g][j - 1].backup;
+}
+
 void pair_one(coordinator_ptr self, uint32_t g, caf::actor backup,
-              caf::actor relay, uint32_t holder,
+              std::function<void(bool)> done);
+
+// Copy `j` of shard `g` is gone (its server died, it failed or was lost):
+// it leaves the chain (ended, unless `dead`: never promoted behind the
+// others), the copy before it goes on without it, and the copy after it,
+// if any, takes the whole state of the one before (see pair_one).
+void cut(coordinator_ptr self, uint32_t g, size_t j, bool dead) {
+  auto& st = self->state;
+  auto& c = st.backup_slots[g];
+  if (j >= c.size())
+    return;
+  auto gone = c[j];
+  auto up = upstream_of(st, g, j);
+  c.erase(c.begin() + static_cast<std::ptrdiff_t>(j));
+  if (!dead)
+    self->send_exit(gone.backup, caf::exit_reason::kill);
+  // (A dead one hears nothing; one that already knows answers all the same.)
+  if (up && !(j == 0 && st.shard_dead[g]))
+    self->request(up, st.timeout(), replica_atom::value, caf::actor{}, true)
+      .then([](caf::ok_atom) {}, [](caf::error&) {});
+  if (j < c.size())
+    pair_one(self, g, c[j].backup, [](bool) {});
+}
+
+// Pairs copy `backup` of shard `g` (in its chain already) with the copy
+// before it (the backup learns who that is first, then that one sends it
+// its whole state); `done` hears whether it worked. The copy counts for
+// promotion only once it took the state.
+void pair_one(coordinator_ptr self, uint32_t g, caf::actor backup,
               std::function<void(bool)> done) {
   auto& st = self->state;
+  auto j = position(st, g, backup);
+  if (!j) {
+    done(false);
+    return;
+  }
+  st.backup_slots[g][*j].ready = false;
   // (Handles travel untyped.)
-  auto primary = caf::actor_cast<caf::actor>(st.cfg.shards[g]);
-  st.backup_slots[g] = coordinator_state::backup_slot{backup, relay, holder,
-                                                      false};
-  // A slot taken over meanwhile (the backup died, another pairing) is left.
-  auto failed = [self, g, backup, done](caf::error&) {
-    auto& slot = self->state.backup_slots[g];
-    if (slot.backup == backup)
-      slot = coordinator_state::backup_slot{};
+  auto up = upstream_of(st, g, *j);
+  // A copy cut meanwhile (it died, or was paired anew) is left.
+  auto failed = [self, g, backup, up, done](caf::error&) {
+    auto& st = self->state;
+    auto j = position(st, g, backup);
+    if (j && upstream_of(st, g, *j) == up)
+      cut(self, g, *j, false);
     done(false);
   };
-  self->request(backup, st.timeout(), replica_atom::value, primary, false)
+  self->request(backup, st.timeout(), replica_atom::value, up, false)
     .then(
-      [self, primary, backup, g, holder, done, failed](caf::ok_atom) {
+      [self, up, backup, g, done, failed](caf::ok_atom) {
         auto& st = self->state;
+        auto j = position(st, g, backup);
+        if (!j || upstream_of(st, g, *j) != up) {
+          done(false);
+          return;
+        }
+        auto holder = st.backup_slots[g][*j].holder;
         // Over UCX, the forwards take the backup's server's plane (no
         // address: through CAF).
         auto address = st.cfg.transport == transport::ucx
@@ -90,16 +130,17 @@ void pair_one(coordinator_ptr self, uint32_t g, caf::actor backup,
                          ? st.server_data[holder]
                          : std::string{};
         self
-          ->request(primary, pairing_timeout(st), replica_atom::value, backup,
-                    true, address)
+          ->request(up, pairing_timeout(st), replica_atom::value, backup, true,
+                    address)
           .then(
-            [self, g, backup, holder, done](caf::ok_atom) {
+            [self, g, backup, up, done](caf::ok_atom) {
               auto& st = self->state;
-              auto& slot = st.backup_slots[g];
+              auto j = position(st, g, backup);
               // (A backup whose server died meanwhile holds nothing.)
-              bool ok = slot.backup == backup && !server_dead(st, holder);
-              if (slot.backup == backup)
-                slot.ready = ok;
+              bool ok = j && upstream_of(st, g, *j) == up
+                        && !server_dead(st, st.backup_slots[g][*j].holder);
+              if (ok)
+                st.backup_slots[g][*j].ready = true;
               done(ok);
             },
             failed);
@@ -107,7 +148,32 @@ void pair_one(coordinator_ptr self, uint32_t g, caf::actor backup,
       failed);
 }
 
+// The copies held on server `rank` (dead) leave their chains.
+void cut_copies_on(coordinator_ptr self, uint32_t rank) {
+  auto& st = self->state;
+  for (uint32_t g = 0; g < st.backup_slots.size(); ++g) {
+    auto& c = st.backup_slots[g];
+    for (size_t j = 0; j < c.size(); ++j)
+      if (c[j].holder == rank) {
+        cut(self, g, j, true);
+        break;
+      }
+  }
+}
+
 } // namespace
+
+void cut_copy(coordinator_ptr self, const caf::actor_addr& backup) {
+  auto& st = self->state;
+  for (uint32_t g = 0; g < st.backup_slots.size(); ++g) {
+    auto& c = st.backup_slots[g];
+    for (size_t j = 0; j < c.size(); ++j)
+      if (c[j].backup.address() == backup) {
+        cut(self, g, j, true);
+        return;
+      }
+  }
+}
 
 bool holds_primaries(const coordinator_state& st, uint32_t rank) {
   for (uint32_t g = 0; g < st.primary_on.size(); ++g)
@@ -164,17 +230,26 @@ record_backups(coordinator_ptr self, uint32_t node_id,
 caf::result<caf::ok_atom> backup_lost(coordinator_ptr self, uint32_t shard) {
   auto& st = self->state;
   auto sender = self->current_sender();
-  if (shard >= st.cfg.shards.size() || sender == nullptr
-      || caf::actor_cast<caf::actor_addr>(sender)
-           != st.cfg.shards[shard].address())
+  auto from = caf::actor_cast<caf::actor_addr>(sender);
+  // The primary of the shard, or one of its copies (a chain's middle).
+  std::optional<size_t> j;
+  if (shard < st.cfg.shards.size() && sender != nullptr) {
+    if (from == st.cfg.shards[shard].address())
+      j = 0;
+    else if (shard < st.backup_slots.size())
+      for (size_t k = 0; k < st.backup_slots[shard].size(); ++k)
+        if (st.backup_slots[shard][k].backup.address() == from)
+          j = k + 1;
+  }
+  if (!j)
     return make_error(errc::unauthorized,
-                      "backup_lost: the sender is not shard "
+                      "backup_lost: the sender is no copy of shard "
                         + std::to_string(shard));
-  if (shard >= st.backup_slots.size() || !st.backup_slots[shard].backup)
-    return caf::ok_atom::value;
-  // Ended, so that it is never promoted behind its primary.
-  self->send_exit(st.backup_slots[shard].backup, caf::exit_reason::kill);
-  st.backup_slots[shard] = coordinator_state::backup_slot{};
+  // (A copy being paired with it is not the one it lost: the pairing says
+  // itself whether it failed.)
+  auto& c = st.backup_slots[shard];
+  if (*j < c.size() && c[*j].ready)
+    cut(self, shard, *j, false);
   return caf::ok_atom::value;
 }
 
@@ -185,30 +260,46 @@ void pair_replicas(coordinator_ptr self) {
   for (uint32_t r = 0; r < st.server_shards.size(); ++r)
     for (uint32_t i = 0; i < st.server_shards[r].size(); ++i)
       st.primary_on[st.first_shard(r) + i] = r;
-  if (st.cfg.replicas < 2 || st.cfg.num_servers < 2)
+  if (st.cfg.replicas < 2 || st.cfg.num_servers < st.cfg.replicas)
     return;
   for (uint32_t r = 0; r < st.cfg.num_servers; ++r) {
-    auto h = holder_of(st, r);
     auto first = st.first_shard(r);
-    auto& shards = st.server_shards[r];
-    if (h >= st.server_backups.size()
-        || st.server_backups[h].size() != shards.size()) {
-      if (st.cfg.on_done)
-        caf::anon_send(st.cfg.on_done, recover_atom::value, r,
-                       recovery_event::unpaired,
-                       std::string{"server "} + std::to_string(h)
-                         + " registered none, or not as many (every server "
-                           "needs the same --shards)");
+    auto n = st.server_shards[r].size();
+    bool complete = true;
+    // Copy j of each shard lives on the j-th server after it; server h
+    // registered its copies of the server before it first, then of the
+    // one before that.
+    for (uint32_t j = 0; j + 1 < st.cfg.replicas; ++j) {
+      auto h = holder_of(st, r, j);
+      if (h >= st.server_backups.size()
+          || st.server_backups[h].size() != (st.cfg.replicas - 1) * n) {
+        if (st.cfg.on_done)
+          caf::anon_send(st.cfg.on_done, recover_atom::value, r,
+                         recovery_event::unpaired,
+                         std::string{"server "} + std::to_string(h)
+                           + " registered none, or not as many (every server "
+                             "needs the same --shards)");
+        complete = false;
+        break;
+      }
+      for (uint32_t i = 0; i < n; ++i)
+        st.backup_slots[first + i].push_back(coordinator_state::backup_slot{
+          st.server_backups[h][j * n + i],
+          st.server_backup_relays[h][j * n + i], h, false});
+    }
+    if (!complete) {
+      for (uint32_t i = 0; i < n; ++i)
+        st.backup_slots[first + i].clear();
       continue;
     }
-    for (uint32_t i = 0; i < shards.size(); ++i) {
-      ++st.pairing;
-      pair_one(self, first + i, st.server_backups[h][i],
-               st.server_backup_relays[h][i], h, [self](bool) {
-                 if (--self->state.pairing == 0)
-                   release_routing(self);
-               });
-    }
+    for (uint32_t i = 0; i < n; ++i)
+      for (auto& slot : st.backup_slots[first + i]) {
+        ++st.pairing;
+        pair_one(self, first + i, slot.backup, [self](bool) {
+          if (--self->state.pairing == 0)
+            release_routing(self);
+        });
+      }
   }
 }
 
@@ -217,7 +308,7 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
   if (st.cfg.replicas < 2 || st.cfg.num_servers < 2 || !st.routing_ready
       || st.done || rank >= st.cfg.num_servers)
     return false;
-  drop_backups_on(self, rank);
+  cut_copies_on(self, rank);
   // The primaries the dead server held, by the rank whose shards they
   // are (their own server's, or another's it had taken over).
   std::map<uint32_t, std::vector<uint32_t>> held;
@@ -240,11 +331,17 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
   };
   auto all = std::make_shared<overall>();
   for (auto& [r, shards] : held) {
+    // Each shard's first copy takes over (its own copies stay behind it),
+    // all on one server: workers find a rank's shards at one endpoint.
     std::vector<uint32_t> moving;
+    std::optional<uint32_t> to;
     for (auto g : shards) {
-      auto& slot = st.backup_slots[g];
-      if (slot.backup && slot.ready && !server_dead(st, slot.holder))
-        moving.push_back(g);
+      auto& c = st.backup_slots[g];
+      if (c.empty() || !c.front().ready || server_dead(st, c.front().holder)
+          || (to && *to != c.front().holder))
+        break;
+      to = c.front().holder;
+      moving.push_back(g);
     }
     if (moving.size() != shards.size()) {
       if (st.cfg.on_done)
@@ -272,7 +369,7 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
     };
     auto p = std::make_shared<progress>();
     p->pending = moving.size();
-    p->holder = st.backup_slots[moving.front()].holder;
+    p->holder = st.backup_slots[moving.front()].front().holder;
     ++all->ranks;
     auto finish = [self, r, p, all, rank] {
       auto& st = self->state;
@@ -317,8 +414,8 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
         w.deliver(st.table);
     };
     for (auto g : moving) {
-      auto slot = st.backup_slots[g];
-      st.backup_slots[g] = coordinator_state::backup_slot{};
+      auto slot = st.backup_slots[g].front();
+      st.backup_slots[g].erase(st.backup_slots[g].begin());
       // A server declared dead while it still runs (stopped, cut off) must
       // not serve beside its promoted backup when it comes back.
       self->send_exit(st.table.shards[g], caf::exit_reason::kill);
@@ -357,12 +454,13 @@ caf::expected<uint32_t> rebuildable_server(coordinator_ptr self) {
   for (uint32_t r = 0; r < st.server_shards.size(); ++r) {
     if (!server_dead(st, r) || holds_primaries(st, r))
       continue;
-    // Every shard of the rank lives on elsewhere, without a backup.
+    // Every shard of the rank lives on elsewhere, short of a copy.
     bool all = !st.server_shards[r].empty();
     for (uint32_t i = 0; all && i < st.server_shards[r].size(); ++i) {
       auto g = st.first_shard(r) + i;
       all = g < st.backup_slots.size() && !st.shard_dead[g]
-            && !st.backup_slots[g].backup && !server_dead(st, st.primary_on[g]);
+            && st.backup_slots[g].size() + 1 < st.cfg.replicas
+            && !server_dead(st, st.primary_on[g]);
     }
     if (all)
       return r;
@@ -378,10 +476,9 @@ register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
                  const std::string& endpoint, const std::string& data_address) {
   auto& st = self->state;
   auto rank = node.rank;
-  auto prev = (rank + st.cfg.num_servers - 1) % st.cfg.num_servers;
-  if (shards.size() != st.server_shards[rank].size()
-      || rank >= st.server_backups.size()
-      || st.server_backups[rank].size() != st.server_shards[prev].size())
+  auto n = st.server_shards[rank].size();
+  if (shards.size() != n || rank >= st.server_backups.size()
+      || st.server_backups[rank].size() != (st.cfg.replicas - 1) * n)
     return make_error(
       errc::bad_config,
       "shards: server " + std::to_string(rank) + " rebuilds replicas with "
@@ -393,7 +490,7 @@ register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
   st.server_admitted[rank] = 0;
   send_admissions(self, rank);
   // Its shards back up those of its rank, its backups those of the
-  // previous rank, wherever their primaries are now, if they lack one.
+  // previous ranks, wherever their primaries are now, if they lack one.
   struct progress {
     size_t pending = 1;
     size_t paired = 0;
@@ -432,22 +529,33 @@ register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
                        + std::to_string(p->tried) + " shards");
     rp.deliver(caf::ok_atom::value);
   };
-  auto pair_rank = [&](uint32_t r, const std::vector<caf::actor>& backups,
-                       const std::vector<caf::actor>& backup_relays) {
-    for (uint32_t i = 0; i < backups.size(); ++i) {
+  // Each copy joins the end of its shard's chain (after the primary or the
+  // last copy, which sends it its whole state).
+  auto pair_rank = [&](uint32_t r, const caf::actor* backups,
+                       const caf::actor* backup_relays) {
+    for (uint32_t i = 0; i < n; ++i) {
       auto g = st.first_shard(r) + i;
       if (g >= st.backup_slots.size() || st.shard_dead[g]
-          || st.backup_slots[g].backup || st.primary_on[g] == rank
-          || server_dead(st, st.primary_on[g]))
+          || st.backup_slots[g].size() + 1 >= st.cfg.replicas
+          || st.primary_on[g] == rank || server_dead(st, st.primary_on[g]))
         continue;
       ++p->pending;
       ++p->tried;
-      pair_one(self, g, backups[i], backup_relays[i], rank, done);
+      st.backup_slots[g].push_back(coordinator_state::backup_slot{
+        backups[i], backup_relays[i], rank, false});
+      pair_one(self, g, backups[i], done);
     }
   };
-  pair_rank(rank, shards, relays);
-  if (prev != rank)
-    pair_rank(prev, st.server_backups[rank], st.server_backup_relays[rank]);
+  pair_rank(rank, shards.data(), relays.data());
+  // Its backups: those of the server before it first, then of the one
+  // before that (as at the start).
+  auto& mine = st.server_backups[rank];
+  auto& mine_relays = st.server_backup_relays[rank];
+  for (uint32_t j = 0; j + 1 < st.cfg.replicas; ++j) {
+    auto r = (rank + st.cfg.num_servers - 1 - j) % st.cfg.num_servers;
+    if (r != rank)
+      pair_rank(r, mine.data() + j * n, mine_relays.data() + j * n);
+  }
   done(false);
   return rp;
 }

@@ -89,17 +89,19 @@ struct coordinator_state {
   // holds a copy; pairings not acknowledged yet (the routing waits).
   std::vector<std::vector<caf::actor>> server_backups;
   std::vector<std::vector<caf::actor>> server_backup_relays;
-  // Per shard in the job's order: the backup holding a copy (none: it
-  // goes alone), its relay, its server, and whether it took the primary's
-  // whole state (only then may it be promoted); and the server that holds
-  // the primary (its own server's rank, until a backup took over).
+  // Per shard in the job's order, its chain of copies (replicas - 1 at
+  // most; empty: it goes alone): the primary forwards to the first, each
+  // to the next. Each copy: the backup, its relay, its server, and whether
+  // it took the whole state of the one before it (only then may the first
+  // be promoted). And the server that holds the primary (its own server's
+  // rank, until a backup took over).
   struct backup_slot {
     caf::actor backup;
     caf::actor relay;
     uint32_t holder = 0;
     bool ready = false;
   };
-  std::vector<backup_slot> backup_slots;
+  std::vector<std::vector<backup_slot>> backup_slots;
   std::vector<uint32_t> primary_on;
   size_t pairing = 0;
   routing_table table;
@@ -351,11 +353,17 @@ caf::result<caf::ok_atom> record_backups(coordinator_ptr self, uint32_t node_id,
                                          const std::vector<caf::actor>& backups,
                                          const std::vector<caf::actor>& relays);
 
-/// `(replica_atom, shard)`: the primary at `shard` lost its backup.
+/// `(replica_atom, shard)`: the primary at `shard`, or a copy of it, lost
+/// its backup (the next copy in the shard's chain).
 caf::result<caf::ok_atom> backup_lost(coordinator_ptr self, uint32_t shard);
 
-/// Pairs every primary with its backup (replicas 2, once every server
-/// registered); the routing waits until each pair acknowledged.
+/// Backup `backup` went down: it leaves its shard's chain (the copy before
+/// it goes on without it; the one after it is paired with that one).
+void cut_copy(coordinator_ptr self, const caf::actor_addr& backup);
+
+/// Pairs every primary with its chain of backups (replicas 2 or 3, once
+/// every server registered); the routing waits until each pair
+/// acknowledged.
 void pair_replicas(coordinator_ptr self);
 
 /// Server `rank` died: the backups of the primaries it held are promoted

@@ -255,7 +255,7 @@ void forward_change(shard_ptr self, caf::message msg,
   auto n = ++st.forwarded;
   auto gate = st.gate;
   auto deliver = [p] {
-    if (!p->failed_here)
+    if (!p->failed_here && p->rp.pending())
       p->rp.deliver(caf::ok_atom::value);
   };
   if (gate->holds(n))
@@ -274,6 +274,16 @@ void forward_change(shard_ptr self, caf::message msg,
                  }
                  gate->ack(n);
                });
+}
+
+void after_forwards(shard_ptr self, std::function<void()> answer) {
+  auto& st = self->state;
+  flush(self);
+  auto n = st.forwarded;
+  if (st.holding() && st.gate->holds(n))
+    st.gate->hold(n, std::move(answer));
+  else
+    answer();
 }
 
 caf::error check_change(shard_ptr self, const char* op, bool admitter_only) {
@@ -303,13 +313,19 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
       return make_error(errc::bad_config, "replica: shard "
                                             + std::to_string(st.cfg.index)
                                             + " is no backup");
+    if (st.primary && st.primary != peer.address()) {
+      // Another primary (the one before it in a chain died): its forwards
+      // over the link are numbered from 1, over a connection of their own,
+      // and its whole state comes first.
+      st.link_from = 0;
+      st.link_next = 1;
+      st.link_early.clear();
+    }
     st.primary = peer.address();
     return caf::ok_atom::value;
   }
-  if (st.standby())
-    return make_error(errc::bad_config, "replica: shard "
-                                          + std::to_string(st.cfg.index)
-                                          + " is a backup itself");
+  // (A standby backup may have a backup of its own: a chain, replicas 3.
+  // It passes on what its primary forwards, see after_forwards.)
   if (!peer) {
     // The coordinator says the backup is gone: what went to it counts as
     // given (it ran it, or is never promoted).
@@ -415,11 +431,15 @@ void from_link(shard_ptr self, uint64_t number, plane_reply& r,
                                                 + " came twice"));
     return;
   }
-  st.link_early.emplace(number, [r, run = std::move(run)] {
-    if (auto err = run())
-      r.sink->fail(r.peer, r.request, err);
-    else
-      r.sink->ok(r.peer, r.request);
+  // (A backup with a backup of its own answers once that one ran it too.)
+  st.link_early.emplace(number, [self, r, run = std::move(run)] {
+    auto err = run();
+    after_forwards(self, [r, err] {
+      if (err)
+        r.sink->fail(r.peer, r.request, err);
+      else
+        r.sink->ok(r.peer, r.request);
+    });
   });
   // Runs what is next in the primary's order (a large forward may arrive
   // after a small one sent behind it).

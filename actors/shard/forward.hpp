@@ -43,6 +43,11 @@ void flush(shard_ptr self);
 void forward_change(shard_ptr self, caf::message msg,
                     std::shared_ptr<change_reply> p);
 
+// Runs `answer` once the backup ran everything this shard ran so far
+// (flushed first; at once without a backup): how a backup with a backup of
+// its own (a chain, replicas 3) holds its answers to its primary.
+void after_forwards(shard_ptr self, std::function<void()> answer);
+
 // A standby backup takes changes from its primary only; others as said.
 caf::error check_change(shard_ptr self, const char* op, bool admitter_only);
 

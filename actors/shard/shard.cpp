@@ -50,12 +50,22 @@ caf::result<caf::ok_atom> change(shard_ptr self, Local local, Ts... xs) {
   if constexpr (sizeof...(Ts) > 0) {
     if (st.backup) {
       p = std::make_shared<change_reply>();
-      p->rp = self->make_response_promise<caf::ok_atom>();
+      // A change that came over the link (a backup passing its primary's
+      // on to its own backup) is answered there, once this one's backup
+      // ran it too (see from_link): no promise then.
+      if (!st.link_change)
+        p->rp = self->make_response_promise<caf::ok_atom>();
       forward_change(self, caf::make_message(std::move(xs)...), p);
     }
   }
   auto err = local();
   flush(self);
+  if (p && st.link_change) {
+    p->failed_here = err.operator bool();
+    if (err)
+      return err;
+    return caf::ok_atom::value;
+  }
   if (p) {
     // (Once a promise exists, an error returned would be dropped.)
     if (err) {
@@ -451,7 +461,15 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
                           "replicate: shard " + std::to_string(st.cfg.index)
                             + " is no backup of the sender");
       st.replay(batch);
-      return caf::ok_atom::value;
+      // A backup with a backup of its own (a chain, replicas 3) answers
+      // once that one ran the batch too.
+      if (!st.holding()) {
+        flush(self);
+        return caf::ok_atom::value;
+      }
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      after_forwards(self, [rp]() mutable { rp.deliver(caf::ok_atom::value); });
+      return rp;
     },
     [self](replicate_atom, replica_state& x) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
@@ -461,6 +479,12 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
                             + " is no backup waiting for its primary");
       if (auto err = check_change(self, "replica_state", true))
         return err;
+      // A backup with a backup of its own passes the state on: that one's
+      // copy is replaced too.
+      if (st.backup)
+        return change(
+          self, [&] { return self->state.take_state(x); },
+          replicate_atom::value, x);
       if (auto err = st.take_state(x))
         return err;
       return caf::ok_atom::value;

@@ -131,10 +131,13 @@
 /// admitted node (an anonymous sender counts as foreign). The first refusal
 /// per node is logged.
 ///
-/// Replicas (a job run with `--replicas 2`): a shard may be the primary of
-/// its slices with a backup, a shard of the next server that holds a copy
-/// of them (`shard_config::backup`), as the OSDI'14 Parameter Server keeps
-/// a key range on the next server of its ring.
+/// Replicas (a job run with `--replicas 2` or 3): a shard may be the
+/// primary of its slices with a backup, a shard of the next server that
+/// holds a copy of them (`shard_config::backup`), as the OSDI'14 Parameter
+/// Server keeps a key range on the next server of its ring. With 3 copies
+/// a backup has a backup of its own (a chain): it forwards what it runs,
+/// as a primary does, and answers its primary's forwards (and changes,
+/// and state parts) only once its own backup acknowledged them.
 /// - `(replica_atom, caf::actor peer, bool peer_is_backup)` -> `ok_atom`
 ///   (from the shard's process or an admitter only): with `peer_is_backup`
 ///   the shard forwards to `peer` everything that changes its state from

@@ -341,6 +341,12 @@ void shard_state::submit(const char* op, slice_state* s, slice_id id,
     return;
   }
   if (promoted && worker < cfg.num_workers && seq < s->next_seq[worker]) {
+    // It ran as a forward, which this shard may have passed on to a backup
+    // of its own that did not run it yet: answered once it did.
+    if (holding()) {
+      t.gate = gate;
+      t.forward = forwarded;
+    }
     answer_again(*s, worker, t);
     return;
   }
@@ -386,7 +392,13 @@ void shard_state::replay(replica_batch& batch) {
     if (op.seq < s->next_seq[op.worker])
       continue;
     s->next_seq[op.worker] = op.seq + 1;
-    if (op.kind != static_cast<uint8_t>(op_kind::pull)) {
+    if (op.kind == static_cast<uint8_t>(op_kind::pull)) {
+      // A backup with a backup of its own passes the pull's number on.
+      if (backup)
+        outbox.push_back(op);
+      if (holding())
+        ++forwarded;
+    } else {
       op_target t;
       t.mute = true;
       t.table = op.table;

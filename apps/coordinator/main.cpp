@@ -61,10 +61,12 @@ int run(int argc, char** argv) {
     "the replacement's rounds and clocks go on from the workers'). 0: a "
     "dead server fails those calls at once")(
     "replicas", po::value(&opts.replicas)->default_value(opts.replicas),
-    "copies of every slice: 1, or 2 (each server's shards are backed up on "
-    "the next server, which applies every push before it is acknowledged; "
-    "when a server dies, its backups take over and the job goes on with "
-    "nothing acknowledged lost; needs --servers 2 or more)")(
+    "copies of every slice: 1, 2 or 3 (each server's shards are backed up "
+    "on the next server, and with 3 also on the one after it, in a chain: "
+    "every copy applies a push before it is acknowledged; when a server "
+    "dies, its backups take over and the job goes on with nothing "
+    "acknowledged lost, with 3 also after a second death; needs as many "
+    "--servers)")(
     "port-file", po::value(&port_file),
     "once listening, write the port (digits and a newline) to this file, "
     "atomically: a script may wait for the file and read it")(
@@ -165,12 +167,14 @@ int run(int argc, char** argv) {
       return cli::fail(app, "--checkpoint-dir: " + e, 2);
   opts.checkpoint_every = std::chrono::milliseconds{
     static_cast<long long>(checkpoint_every_s * 1000)};
-  if (auto rc = cli::check_range(app, "replicas", opts.replicas, 1, 2))
+  if (auto rc = cli::check_range(app, "replicas", opts.replicas, 1, 3))
     return *rc;
-  if (opts.replicas > 1 && opts.num_servers < 2)
+  if (opts.replicas > 1 && opts.num_servers < opts.replicas)
     return cli::fail(app,
-                     "--replicas 2 needs --servers 2 or more (a backup lives "
-                     "on another server than its primary)",
+                     "--replicas " + std::to_string(opts.replicas)
+                       + " needs --servers " + std::to_string(opts.replicas)
+                       + " or more (each copy of a shard lives on a server "
+                         "of its own)",
                      2);
   if (!(recovery_s >= 0 && recovery_s <= 1e6))
     return cli::fail(app, "--recovery-timeout must be 0..1e6 seconds", 2);

@@ -80,6 +80,28 @@ struct dist_job {
     workers.push_back(std::make_unique<process>(argv));
     return *workers.back();
   }
+
+  // `n` workers with the same `args`; the first also says where it is
+  // (only one: nobody reads the others' output before they end, and a full
+  // pipe would stop them). Returns the first.
+  process& add_workers(int n, const std::vector<std::string>& args) {
+    auto first = args;
+    first.push_back("--progress");
+    auto& w = add_worker(first);
+    for (int i = 1; i < n; ++i)
+      add_worker(args);
+    return w;
+  }
+
+  // 2 workers of the synthetic job on 4 keys of 1000 floats for `rounds`
+  // rounds, which check their sums themselves (rank r pushes r + 1 into
+  // every float of every key per round, accumulated; in sync mode after
+  // every round too): a lost or doubled push fails them. Returns the first,
+  // which says where it is.
+  process& add_summing_workers(const std::string& rounds) {
+    return add_workers(2, {"--keys", "4", "--size", "1000", "--rounds", rounds,
+                           "--timeout-ms", "20000"});
+  }
 };
 
 // Heartbeats every 100 ms and a 3 s connection timeout: a hung process
@@ -139,6 +161,22 @@ inline void wait_for_status(const dist_job& job, const std::string& text) {
 #else
 #  define UCX_JOB_CASE(name, body, mode)
 #endif
+
+// The same per transport, in dist_async and dist_sync.
+#define EACH_TRANSPORT_AND_MODE(name, body)                                    \
+  JOB_CASE(name, body, "caf", "dist_async")                                    \
+  JOB_CASE(name, body, "caf", "dist_sync")                                     \
+  UCX_JOB_CASE(name, body, "dist_async")                                       \
+  UCX_JOB_CASE(name, body, "dist_sync")
+
+// How often `what` occurs in `text`.
+inline std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
 
 // Waits for `p` to exit and checks its code, showing its output on failure.
 #define CHECK_EXIT(p, code, timeout)                                           \

@@ -60,14 +60,7 @@ void replaced(const std::string& transport, const std::string& mode) {
                                 "--tolerate-deaths",
                                 "--timeout-ms",
                                 "20000"};
-  // The first says where it is (only one: nobody reads the others' output
-  // before they end, and a full pipe would stop them).
-  auto first = args;
-  first.push_back("--progress");
-  job.add_worker(first);
-  for (int i = 1; i < workers; ++i)
-    job.add_worker(args);
-  auto& w = *job.workers[0];
+  auto& w = job.add_workers(workers, args);
   REQUIRE(w.wait_for("round 300\n", job_time));
   doomed.kill9();
   REQUIRE(job.coordinator->wait_for("waiting up to 60000 ms", job_time));

@@ -15,12 +15,6 @@ using namespace actorps::test;
 
 namespace {
 
-#define EACH_TRANSPORT_AND_MODE(name, body)                                    \
-  JOB_CASE(name, body, "caf", "dist_async")                                    \
-  JOB_CASE(name, body, "caf", "dist_sync")                                     \
-  UCX_JOB_CASE(name, body, "dist_async")                                       \
-  UCX_JOB_CASE(name, body, "dist_sync")
-
 void takeover(const std::string& transport, const std::string& mode) {
   INFO(transport << " " << mode);
   // Keys cut into slices of 100 floats over both servers, each server's
@@ -32,16 +26,7 @@ void takeover(const std::string& transport, const std::string& mode) {
                 "100", "--slice-floats", "100"}};
   auto& survivor = job.add_server(1);
   auto& doomed = job.add_server(1);
-  // The workers check the sums themselves: in sync mode after every round,
-  // in both modes at the end (rank r pushes r + 1 into every float of 4
-  // keys per round, accumulated). A lost or doubled push fails them.
-  auto rounds = mode == "dist_sync" ? "600" : "2000";
-  std::vector<std::string> args{"--keys",   "4",    "--size",       "1000",
-                                "--rounds", rounds, "--timeout-ms", "20000"};
-  auto first = args;
-  first.push_back("--progress");
-  auto& w = job.add_worker(first);
-  job.add_worker(args);
+  auto& w = job.add_summing_workers(mode == "dist_sync" ? "600" : "2000");
   REQUIRE(w.wait_for("round 200\n", job_time));
   doomed.kill9();
   for (auto& p : job.workers) {
@@ -144,10 +129,7 @@ TEST_CASE("dist: with --replicas 2 a hung server is cut off and its backups "
   // others' pushes up to the bound are in, and the exact sums at the end.
   auto args = with_quick_timeouts({"--keys", "4", "--size", "1000", "--rounds",
                                    "1500", "--timeout-ms", "20000"});
-  auto first = args;
-  first.push_back("--progress");
-  auto& w = job.add_worker(first);
-  job.add_worker(args);
+  auto& w = job.add_workers(2, args);
   REQUIRE(w.wait_for("round 200\n", job_time));
   b.stop();
   // Cut off after about the connection timeout, not a request timeout.
@@ -165,14 +147,6 @@ TEST_CASE("dist: with --replicas 2 a hung server is cut off and its backups "
 
 namespace {
 
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + 1))
-    ++n;
-  return n;
-}
-
 void rebuild(const std::string& transport, const std::string& mode) {
   INFO(transport << " " << mode);
   dist_job job{mode,
@@ -184,13 +158,7 @@ void rebuild(const std::string& transport, const std::string& mode) {
   auto& second_server = job.add_server(1);
   // (Worker 0's progress lines fill its pipe while the test waits for the
   // coordinator: it cannot finish before the second kill, checked below.)
-  auto rounds = mode == "dist_sync" ? "3000" : "5000";
-  std::vector<std::string> args{"--keys",   "4",    "--size",       "1000",
-                                "--rounds", rounds, "--timeout-ms", "20000"};
-  auto with_progress = args;
-  with_progress.push_back("--progress");
-  auto& w = job.add_worker(with_progress);
-  job.add_worker(args);
+  auto& w = job.add_summing_workers(mode == "dist_sync" ? "3000" : "5000");
   REQUIRE(w.wait_for("round 200\n", job_time));
   first_server.kill9();
   REQUIRE(job.coordinator->wait_for("took over its shards", job_time));

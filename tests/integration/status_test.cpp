@@ -161,7 +161,8 @@ TEST_CASE("status: a replicas job shows where each shard's copies are, "
   auto [rc, table] = status(job);
   INFO(table);
   CHECK(rc == 0);
-  CHECK_THAT(table, Catch::Contains("2 of 2 shards without a complete backup"));
+  CHECK_THAT(table,
+             Catch::Contains("2 of 2 shards without every backup complete"));
   // A new server takes the dead rank and holds a copy of both again.
   job.add_server(1);
   j = status_when(job,
