@@ -215,7 +215,8 @@ TEST_CASE("metrics: a replicas job counts the shards a second death would "
   c.job.emplace();
   c.job->replicas = 2;
   c.job->copies.push_back(shard_copies{0, 0, 1, {1}, true});
-  c.job->copies.push_back(shard_copies{1, 0, shard_copies::no_backup, {}, false});
+  c.job->copies.push_back(
+    shard_copies{1, 0, shard_copies::no_backup, {}, false});
   c.job->copies.push_back(shard_copies{2, 1, 0, {0}, false});
   auto text = render_metrics(c);
   INFO(text);
