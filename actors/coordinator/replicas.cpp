@@ -419,6 +419,9 @@ bool promote_backups(coordinator_ptr self, uint32_t rank) {
       // A server declared dead while it still runs (stopped, cut off) must
       // not serve beside its promoted backup when it comes back.
       self->send_exit(st.table.shards[g], caf::exit_reason::kill);
+      // The chain's head from now on (its copies' pairings and reports
+      // name it), even before it answers.
+      st.cfg.shards[g] = caf::actor_cast<shard_actor>(slot.backup);
       self->request(slot.backup, st.timeout(), promote_atom::value)
         .then(
           [self, slot, g, p, finish](caf::ok_atom) {
@@ -535,8 +538,11 @@ register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
                        const caf::actor* backup_relays) {
     for (uint32_t i = 0; i < n; ++i) {
       auto g = st.first_shard(r) + i;
+      // (Only behind a copy that holds its whole state: one still taking it
+      // would pass on a part of it.)
       if (g >= st.backup_slots.size() || st.shard_dead[g]
           || st.backup_slots[g].size() + 1 >= st.cfg.replicas
+          || (!st.backup_slots[g].empty() && !st.backup_slots[g].back().ready)
           || st.primary_on[g] == rank || server_dead(st, st.primary_on[g]))
         continue;
       ++p->pending;

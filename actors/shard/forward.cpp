@@ -28,7 +28,15 @@ namespace {
 // that and the forward's metadata, see runtime/ucx/ingress.cpp).
 constexpr uint64_t link_frame_floats = (uint64_t{1} << 28) / sizeof(float);
 
-// Reminds the primary, after the replica timeout, that forward `number`
+// How long a forward may wait for the backup's answer: the replica
+// timeout, half of it for a backup's own backup (a chain): a hung last copy
+// is then given up by the copy before it, which answers its primary in
+// time, not by the primary, which would end the healthy middle copy.
+std::chrono::milliseconds forward_timeout(const shard_state& st) {
+  return st.standby() ? st.cfg.replica_timeout / 2 : st.cfg.replica_timeout;
+}
+
+// Reminds the primary, after the forward timeout, that forward `number`
 // over the link was not answered yet.
 void remind(shard_ptr self, uint64_t number) {
   auto& st = self->state;
@@ -37,7 +45,7 @@ void remind(shard_ptr self, uint64_t number) {
   a.number = number;
   a.timer = true;
   a.err = make_error(caf::sec::request_timeout);
-  self->delayed_send(self, st.cfg.replica_timeout, replicate_atom::value,
+  self->delayed_send(self, forward_timeout(st), replicate_atom::value,
                      std::move(a));
 }
 
@@ -82,12 +90,11 @@ void send_forward(shard_ptr self, T x,
   if constexpr (std::is_same_v<T, replica_batch>)
     self
       ->request(caf::actor_cast<shard_actor>(st.backup),
-                caf::duration{st.cfg.replica_timeout}, replicate_atom::value,
+                caf::duration{forward_timeout(st)}, replicate_atom::value,
                 std::move(x))
       .then(answered, failed);
   else
-    self
-      ->request(st.backup, caf::duration{st.cfg.replica_timeout}, std::move(x))
+    self->request(st.backup, caf::duration{forward_timeout(st)}, std::move(x))
       .then(answered, failed);
 }
 
@@ -111,8 +118,26 @@ void send_part(shard_ptr self, std::shared_ptr<state_transfer> job) {
     st.deferred.clear();
     for (auto& f : waiting)
       f();
-    job->answered = true;
-    job->rp.deliver(caf::ok_atom::value);
+    // A backup with a backup of its own answered its primary's forwards
+    // meanwhile without waiting (see after_forwards): the new copy counts
+    // as complete once it ran those too.
+    auto n = st.forwarded;
+    auto deliver = [self, job] {
+      auto& st = self->state;
+      if (job->answered)
+        return;
+      job->answered = true;
+      if (st.backup && st.backup.address() == job->backup)
+        job->rp.deliver(caf::ok_atom::value);
+      else
+        job->rp.deliver(make_error(errc::dead_node,
+                                   "replica: the backup was lost while it "
+                                   "took the primary's state"));
+    };
+    if (job->gate->holds(n))
+      job->gate->hold(n, deliver);
+    else
+      deliver();
     return;
   }
   auto part = std::move(job->parts.front());
@@ -280,6 +305,14 @@ void after_forwards(shard_ptr self, std::function<void()> answer) {
   auto& st = self->state;
   flush(self);
   auto n = st.forwarded;
+  // A backup sending its whole state to a new backup of its own answers
+  // at once: the new one counts as complete only once it ran all this
+  // too (see send_part), and holding these answers for the whole transfer
+  // would outlast the primary's timeout.
+  if (st.sending_state) {
+    answer();
+    return;
+  }
   if (st.holding() && st.gate->holds(n))
     st.gate->hold(n, std::move(answer));
   else
@@ -338,6 +371,11 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
     return make_error(errc::bad_config, "replica: shard "
                                           + std::to_string(st.cfg.index)
                                           + " has a backup already");
+  // (It would pass on a part of a state, and mark it the last.)
+  if (st.rebuilding)
+    return make_error(errc::bad_config,
+                      "replica: shard " + std::to_string(st.cfg.index)
+                        + " is still taking its primary's state");
   // A checkpoint being loaded in pieces is no part of the state: the
   // backup would refuse its later pieces.
   if (!st.loads.empty())

@@ -66,6 +66,27 @@ caf::result<caf::ok_atom> change(shard_ptr self, Local local, Ts... xs) {
       return err;
     return caf::ok_atom::value;
   }
+  if (!p && st.losing) {
+    // The backup is being reported lost: answered once the coordinator
+    // knows (a promoted stale backup would lack the change), numbered like
+    // the operations held meanwhile. (One that came over the link is held
+    // there, see from_link.)
+    auto n = ++st.forwarded;
+    if (!st.link_change) {
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      auto answer = [rp, err]() mutable {
+        if (err)
+          rp.deliver(err);
+        else
+          rp.deliver(caf::ok_atom::value);
+      };
+      if (st.gate->holds(n))
+        st.gate->hold(n, std::move(answer));
+      else
+        answer();
+      return rp;
+    }
+  }
   if (p) {
     // (Once a promise exists, an error returned would be dropped.)
     if (err) {

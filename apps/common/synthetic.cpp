@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "apps/common/synthetic.hpp"
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "messages/errors.hpp"
@@ -57,7 +59,14 @@ std::string run_synthetic(kvstore& kv, const synthetic_options& opts,
   bool sync = kv.synchronous();
   Eigen::VectorXf grad = Eigen::VectorXf::Constant(opts.size, rank + 1.0f);
   std::vector<Eigen::VectorXf> outs(opts.keys, Eigen::VectorXf(opts.size));
+  auto next_start = std::chrono::steady_clock::now();
   for (uint32_t r = 0; r < opts.rounds; ++r) {
+    if (opts.round_ms > 0) {
+      // Paces the load (not a synchronization: nothing waits on it).
+      std::this_thread::sleep_until(next_start);
+      next_start = std::chrono::steady_clock::now()
+                   + std::chrono::milliseconds{opts.round_ms};
+    }
     std::vector<pull_ticket> tickets;
     for (uint32_t k = 0; k < opts.keys; ++k) {
       // Earlier keys first, as a training loop's first layers.

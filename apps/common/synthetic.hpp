@@ -25,6 +25,9 @@ struct synthetic_options {
   bool check_values = true;
   /// Print "rank R round r" after each round.
   bool progress = false;
+  /// Least time between the starts of two rounds, in ms (0: none): a steady
+  /// load, e.g. while servers are killed on purpose.
+  uint32_t round_ms = 0;
 };
 
 /// Runs the job on one worker handle; returns an empty string on success or

@@ -73,6 +73,9 @@ int run(int argc, char** argv) {
     "rounds", po::value(&job.rounds)->default_value(job.rounds),
     "synthetic: push+pull rounds")("progress", po::bool_switch(&job.progress),
                                    "synthetic: print a line after every round")(
+    "round-ms", po::value(&job.round_ms)->default_value(job.round_ms),
+    "synthetic: least time in ms between the starts of two rounds (a steady "
+    "load; 0: as fast as it goes)")(
     "tolerate-deaths", po::bool_switch(&job.tolerate_deaths),
     "synthetic: skip the value checks (other workers may be killed)")(
     "transport", po::value(&store.transport),
@@ -112,6 +115,8 @@ int run(int argc, char** argv) {
   if (auto rc = cli::check_range(app, "size", job.size, 1, uint64_t{1} << 30))
     return *rc;
   if (auto rc = cli::check_range(app, "rounds", job.rounds, 1, 1000000000))
+    return *rc;
+  if (auto rc = cli::check_range(app, "round-ms", job.round_ms, 0, 3600000))
     return *rc;
   if (rank != std::numeric_limits<long>::min()) {
     if (rank < 0 || rank >= static_cast<long>(cli::max_workers))

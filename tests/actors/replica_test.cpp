@@ -316,6 +316,34 @@ TEST_CASE("a primary whose backup is gone tells who paired them, then goes "
   CHECK(*v == std::vector<float>{1, 2});
 }
 
+TEST_CASE("a primary whose backup is being reported lost holds the answer "
+          "to a change too") {
+  replica_fixture f;
+  caf::anon_send_exit(f.backup, caf::exit_reason::kill);
+  f.run();
+  // The push's forward fails: the primary tells the coordinator (the test).
+  f.send_push(f.primary, 0, 0, {1, 2});
+  f.run();
+  optimizer_config opt;
+  opt.name = "assign";
+  f.self->send(f.primary, set_opt_atom::value, opt);
+  f.run();
+  uint32_t told = 99;
+  f.self->receive(
+    [&](replica_atom, uint32_t shard) {
+      told = shard;
+      return caf::ok_atom::value;
+    },
+    caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(told == 0);
+  // Neither the push nor the change is answered before it confirmed: a
+  // stale backup promoted meanwhile would lack both.
+  CHECK(f.no_reply());
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  REQUIRE(f.reply<caf::ok_atom>());
+}
+
 // -- rebuilt replicas ---------------------------------------------------------
 
 namespace {
@@ -457,6 +485,13 @@ TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
   f.run();
   why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
   CHECK(why.find("whole state") != std::string::npos);
+  // Nor is it paired with a backup of its own before then (replicas 3: it
+  // would pass on a part of the state as the whole).
+  f.self->send(b, replica_atom::value, caf::actor_cast<caf::actor>(f.backup),
+               true);
+  f.run();
+  why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+  CHECK(why.find("still taking") != std::string::npos);
   // A piece beyond the slice's end is refused.
   replica_state bad;
   replica_piece p;

@@ -33,17 +33,19 @@ void wait_for_copies(const dist_job& job, size_t backups) {
 
 void two_deaths(const std::string& transport, const std::string& mode) {
   INFO(transport << " " << mode);
-  // Keys cut into slices of 100 floats over the three servers.
+  // Keys cut into slices of 500 floats over the three servers.
   dist_job job{mode,
                2,
                3,
                {"--transport", transport, "--replicas", "3", "--bigarray-bound",
-                "100", "--slice-floats", "100"}};
+                "500", "--slice-floats", "500"}};
   auto& a = job.add_server(1);
   auto& b = job.add_server(1);
   auto& c = job.add_server(1);
   wait_for_copies(job, 2);
-  auto& w = job.add_summing_workers(mode == "dist_sync" ? "3000" : "8000");
+  // At most one round every 2 ms: both deaths take a second or two; few
+  // slices, so that a round under the sanitizers takes little more.
+  auto& w = job.add_summing_workers("2000", {"--round-ms", "2"});
   REQUIRE(w.wait_for("round 200\n", job_time));
   a.kill9();
   REQUIRE(job.coordinator->wait_for("took over its shards", job_time));
@@ -85,8 +87,12 @@ TEST_CASE("dist: with --replicas 3 a server that joins after a death rebuilds "
   auto& b = job.add_server(1);
   job.add_server(1);
   wait_for_copies(job, 2);
-  auto& w = job.add_worker({"--keys", "6", "--size", "1000", "--rounds",
-                            "12000", "--timeout-ms", "20000", "--progress"});
+  // At most one round every 2 ms: the three deaths and the rebuild take a
+  // few seconds; small keys (9 slices), so that a round under the
+  // sanitizers takes little more.
+  auto& w = job.add_worker({"--keys", "3", "--size", "300", "--rounds", "3000",
+                            "--round-ms", "2", "--timeout-ms", "20000",
+                            "--progress"});
   REQUIRE(w.wait_for("round 200\n", job_time));
   a.kill9();
   REQUIRE(job.coordinator->wait_for("took over its shards", job_time));

@@ -97,10 +97,13 @@ struct dist_job {
   // rounds, which check their sums themselves (rank r pushes r + 1 into
   // every float of every key per round, accumulated; in sync mode after
   // every round too): a lost or doubled push fails them. Returns the first,
-  // which says where it is.
-  process& add_summing_workers(const std::string& rounds) {
-    return add_workers(2, {"--keys", "4", "--size", "1000", "--rounds", rounds,
-                           "--timeout-ms", "20000"});
+  // which says where it is. `extra`: more flags for both.
+  process& add_summing_workers(const std::string& rounds,
+                               std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--keys",   "4",    "--size",       "1000",
+                                  "--rounds", rounds, "--timeout-ms", "20000"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return add_workers(2, args);
   }
 };
 
