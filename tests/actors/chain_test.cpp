@@ -99,19 +99,6 @@ struct chain_fixture : test::deterministic_fixture {
   void promote(const shard_actor& x) {
     expect_ok(x, promote_atom::value);
   }
-
-  // A copy that lost its backup tells who paired them (the test): whether
-  // it did, for shard 0 (the answer is left in the mailbox: `confirm`).
-  bool told_lost() {
-    bool told = false;
-    self->receive(
-      [&](replica_atom, uint32_t shard) {
-        told = shard == 0;
-        return caf::ok_atom::value;
-      },
-      caf::after(std::chrono::seconds(0)) >> [] {});
-    return told;
-  }
 };
 
 } // namespace
@@ -144,7 +131,7 @@ TEST_CASE("chain: while the last copy's fate is unknown, the primary's "
   f.run();
   // The middle copy tells the coordinator (the test), and until it
   // confirmed, neither the middle copy nor the primary answers.
-  CHECK(f.told_lost());
+  CHECK(f.take_backup_lost() == 0);
   CHECK(f.no_reply());
   f.run();
   REQUIRE(f.reply<caf::ok_atom>());

@@ -75,6 +75,21 @@ struct deterministic_fixture {
     return result;
   }
 
+  /// Takes the report of a copy that lost its backup, `(replica_atom,
+  /// shard)` to who paired them (the test), and confirms it (the answer
+  /// waits in the mailbox of the copy until the next `run()`): the shard's
+  /// index, or -1 if no report came.
+  int64_t take_backup_lost() {
+    int64_t told = -1;
+    self->receive(
+      [&](replica_atom, uint32_t shard) {
+        told = shard;
+        return caf::ok_atom::value;
+      },
+      caf::after(std::chrono::seconds(0)) >> [] {});
+    return told;
+  }
+
   /// True if `self` has no message waiting.
   bool no_reply() {
     return no_reply(self);
