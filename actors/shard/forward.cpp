@@ -134,10 +134,7 @@ void send_part(shard_ptr self, std::shared_ptr<state_transfer> job) {
                                    "replica: the backup was lost while it "
                                    "took the primary's state"));
     };
-    if (job->gate->holds(n))
-      job->gate->hold(n, deliver);
-    else
-      deliver();
+    job->gate->after(n, deliver);
     return;
   }
   auto part = std::move(job->parts.front());
@@ -283,10 +280,7 @@ void forward_change(shard_ptr self, caf::message msg,
     if (!p->failed_here && p->rp.pending())
       p->rp.deliver(caf::ok_atom::value);
   };
-  if (gate->holds(n))
-    gate->hold(n, deliver);
-  else
-    deliver();
+  gate->after(n, deliver);
   send_forward(self, std::move(msg),
                [self, p, gate, n,
                 b = st.backup.address()](const caf::error& err) {
@@ -313,8 +307,8 @@ void after_forwards(shard_ptr self, std::function<void()> answer) {
     answer();
     return;
   }
-  if (st.holding() && st.gate->holds(n))
-    st.gate->hold(n, std::move(answer));
+  if (st.holding())
+    st.gate->after(n, std::move(answer));
   else
     answer();
 }

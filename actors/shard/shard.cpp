@@ -80,10 +80,7 @@ caf::result<caf::ok_atom> change(shard_ptr self, Local local, Ts... xs) {
         else
           rp.deliver(caf::ok_atom::value);
       };
-      if (st.gate->holds(n))
-        st.gate->hold(n, std::move(answer));
-      else
-        answer();
+      st.gate->after(n, std::move(answer));
       return rp;
     }
   }

@@ -93,6 +93,14 @@ struct replica_gate {
     held[n].push_back(std::move(f));
   }
 
+  // Runs `f` once operation `n` is acknowledged (at once if it is).
+  void after(uint64_t n, std::function<void()> f) {
+    if (holds(n))
+      hold(n, std::move(f));
+    else
+      f();
+  }
+
   // Every operation up to `n` was acknowledged: their completions run.
   void ack(uint64_t n) {
     acked = std::max(acked, n);
