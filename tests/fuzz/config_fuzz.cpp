@@ -5,6 +5,9 @@
 // Run it with -close_fd_mask=2: each bad file prints a line on stderr.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -19,9 +22,30 @@ namespace po = boost::program_options;
 using namespace actorps;
 using namespace actorps::apps;
 
+namespace {
+
+/// A folder of this process's own, and the fuzzer's working folder: the
+/// options name files (--log-file appends to one), and a fuzzed name must
+/// not create or append to anything outside it.
+/// Removed at exit (never destroyed: the exit handler still reads it).
+const std::string& sandbox() {
+  static const std::string* dir = [] {
+    auto* tmpl = new std::string{"/tmp/actorps-config-fuzz-XXXXXX"};
+    if (::mkdtemp(tmpl->data()) == nullptr || ::chdir(tmpl->c_str()) != 0)
+      std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(sandbox(), ec);
+    });
+    return tmpl;
+  }();
+  return *dir;
+}
+
+} // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/actorps-config-fuzz-"
-                                  + std::to_string(::getpid()) + ".ini";
+  static const std::string path = sandbox() + "/input.ini";
   {
     std::ofstream out{path, std::ios::binary | std::ios::trunc};
     out.write(reinterpret_cast<const char*>(data),
@@ -49,6 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
   po::variables_map vm;
   if (!parse(3, argv, desc, vm, "fuzz", "usage")) {
+    // The log file's checks run on a name inside the sandbox.
+    static const std::string log = sandbox() + "/log";
+    if (!net.log_file.empty())
+      net.log_file = log;
     static_cast<void>(check("fuzz", net));
     static_cast<void>(check("fuzz", train));
     compression c;
@@ -56,6 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static_cast<void>(check_threads("fuzz", threads));
     std::string token;
     static_cast<void>(resolve_token("fuzz", tok, token));
+    std::remove(log.c_str());
   }
   return 0;
 }
