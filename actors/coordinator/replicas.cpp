@@ -113,22 +113,28 @@ void pair_one(coordinator_ptr self, uint32_t g, caf::actor backup,
       cut(self, g, *j, false);
     done(false);
   };
-  self->request(backup, st.timeout(), replica_atom::value, up, false)
+  // Over UCX, the forwards take the planes of the two copies' servers
+  // (no address: through CAF); the backup takes them from its upstream's
+  // server only.
+  auto data_of = [&st](uint32_t holder) {
+    return st.cfg.transport == transport::ucx && holder < st.server_data.size()
+             ? st.server_data[holder]
+             : std::string{};
+  };
+  auto up_holder = *j == 0 ? st.primary_on[g]
+                           : st.backup_slots[g][*j - 1].holder;
+  auto address = data_of(st.backup_slots[g][*j].holder);
+  self
+    ->request(backup, st.timeout(), replica_atom::value, up, false,
+              data_of(up_holder))
     .then(
-      [self, up, backup, g, done, failed](caf::ok_atom) {
+      [self, up, backup, g, done, failed, address](caf::ok_atom) {
         auto& st = self->state;
         auto j = position(st, g, backup);
         if (!j || upstream_of(st, g, *j) != up) {
           done(false);
           return;
         }
-        auto holder = st.backup_slots[g][*j].holder;
-        // Over UCX, the forwards take the backup's server's plane (no
-        // address: through CAF).
-        auto address = st.cfg.transport == transport::ucx
-                           && holder < st.server_data.size()
-                         ? st.server_data[holder]
-                         : std::string{};
         self
           ->request(up, pairing_timeout(st), replica_atom::value, backup, true,
                     address)

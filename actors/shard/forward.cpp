@@ -341,14 +341,16 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
                                             + std::to_string(st.cfg.index)
                                             + " is no backup");
     if (st.primary && st.primary != peer.address()) {
-      // Another primary (the one before it in a chain died): its forwards
-      // over the link are numbered from 1, over a connection of their own,
-      // and its whole state comes first.
+      // Another primary (the one before it in a chain was cut): its
+      // forwards over the link are numbered from 1, over a connection of
+      // their own, and its whole state comes first. (What the copy cut
+      // sent last may still arrive: only the named server's are taken.)
       st.link_from = 0;
       st.link_next = 1;
       st.link_early.clear();
     }
     st.primary = peer.address();
+    st.link_source = address;
     return caf::ok_atom::value;
   }
   // (A standby backup may have a backup of its own: a chain, replicas 3.
@@ -440,10 +442,14 @@ void from_link(shard_ptr self, uint64_t number, plane_reply& r,
   if (r.sink == nullptr
       || (sender != nullptr && sender->node() != self->node()))
     return;
-  // The first forward names the connection its primary's come over: no
-  // other server's are taken.
-  if (st.standby() && st.primary && st.link_from == 0)
-    st.link_from = r.peer;
+  // The connection of the primary's server (named in the pairing; if not,
+  // the first forward's): no other server's forwards are taken.
+  if (st.standby() && st.primary && st.link_from == 0) {
+    if (st.link_source.empty())
+      st.link_from = r.peer;
+    else if (st.cfg.link)
+      st.link_from = st.cfg.link->source(st.link_source);
+  }
   const char* refused = !st.standby() || !st.primary
                           ? " is no backup waiting for a primary's forwards"
                         : r.peer != st.link_from

@@ -281,6 +281,10 @@ public:
   /// link cannot reach it.
   virtual uint64_t open(const std::string& address) = 0;
 
+  /// The way forwards from the server whose data plane is at `address`
+  /// arrive (plane_reply::peer); 0 if that server never reached this one.
+  virtual uint64_t source(const std::string& address) = 0;
+
   /// Sends forward `number` of shard `index` to the backup of the same
   /// index behind `to`: operations, or a change. Its answer (or the reason
   /// it could not leave) goes to `primary` as `(replicate_atom,

@@ -360,7 +360,11 @@ struct shard_state {
   // (it passes for its primary's).
   uint64_t link_next = 1;
   std::map<uint64_t, std::function<void()>> link_early;
-  // The connection (plane_reply::peer) the first forward came over.
+  // The data plane address of the primary's server, as the coordinator
+  // named it in the pairing (empty: not named), and the connection
+  // (plane_reply::peer) forwards come over: that server's, or else the
+  // first forward's.
+  std::string link_source;
   uint64_t link_from = 0;
   bool link_change = false;
   // This shard's own handlers, to run a forwarded change with.

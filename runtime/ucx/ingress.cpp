@@ -119,14 +119,15 @@ start_plane(const std::string& token, const job_info& job,
 
 // -- ingress ------------------------------------------------------------------
 
+uint64_t reply_peer(peer_id from, uint32_t identity) {
+  return (uint64_t{identity} << 32) | (from & 0xFFFFFFFFu);
+}
+
 namespace {
 
-// Where a reply goes, as the shards hand it back to the sink (their
-// plane_reply::peer, opaque to them): the peer that sent the request and,
-// in the upper half, the identity its connection proved, which the reply
-// names (frame_header). Peer ids stay far below 2^32.
+// Where a reply goes, as the shards hand it back to the sink.
 uint64_t reply_to(const frame& x) {
-  return (uint64_t{x.identity} << 32) | (x.from & 0xFFFFFFFFu);
+  return reply_peer(x.from, x.identity);
 }
 
 std::vector<char> reply_header(frame_kind kind, uint64_t request, uint64_t to) {

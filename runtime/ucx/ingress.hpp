@@ -97,6 +97,12 @@ std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error);
 
+/// How the ingress names the peer a request came from to the shards
+/// (plane_reply::peer, opaque to them): peer `from` of the plane and, in
+/// the upper half, the identity its connection proved, which the reply
+/// names (frame_header). Peer ids stay far below 2^32.
+uint64_t reply_peer(peer_id from, uint32_t identity);
+
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the
 /// job's routing table, as its handler. The actor it returns takes

@@ -463,6 +463,13 @@ peer_id plane::connect(const std::vector<char>& address,
   return id;
 }
 
+peer_id plane::find(const std::vector<char>& address, uint32_t identity) const {
+  auto* d = impl_.get();
+  std::lock_guard<std::mutex> guard{d->mtx};
+  auto i = d->by_address.find(std::make_pair(address, identity));
+  return i == d->by_address.end() ? 0 : i->second;
+}
+
 void plane::send(peer_id to, std::vector<char> header, payload body,
                  std::function<void(const std::string&)> done) {
   auto* d = impl_.get();

@@ -197,6 +197,11 @@ public:
   /// server, with plane_options::server_secret set).
   peer_id connect(const std::vector<char>& address, uint32_t peer_identity = 0);
 
+  /// The peer of the plane at `address` whose hellos proved `identity`, as
+  /// `connect` or a hello named it; 0 if there is none yet (nothing is
+  /// opened).
+  peer_id find(const std::vector<char>& address, uint32_t identity) const;
+
   /// Sends `header` and `body` to `to`; `done` (optional) runs on the
   /// progress thread with "" once the bytes left, or with the reason the
   /// send failed (peer down, unknown peer, plane closed).

@@ -43,16 +43,27 @@ void plane_link::attach(std::weak_ptr<plane> p) {
   plane_ = std::move(p);
 }
 
+std::shared_ptr<plane> plane_link::current() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return plane_.lock();
+}
+
 uint64_t plane_link::open(const std::string& address) {
-  std::shared_ptr<plane> p;
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    p = plane_.lock();
-  }
+  auto p = current();
   if (!p || address.empty())
     return 0;
   return p->connect(std::vector<char>(address.begin(), address.end()),
                     server_identity);
+}
+
+uint64_t plane_link::source(const std::string& address) {
+  auto p = current();
+  if (!p || address.empty())
+    return 0;
+  auto id = p->find(std::vector<char>(address.begin(), address.end()),
+                    server_identity);
+  // (As the ingress names the connections forwards come over.)
+  return id == 0 ? 0 : reply_peer(id, server_identity);
 }
 
 void plane_link::post(uint64_t to, uint32_t index, uint64_t number,

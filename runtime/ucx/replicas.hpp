@@ -36,6 +36,8 @@ public:
 
   uint64_t open(const std::string& address) override;
 
+  uint64_t source(const std::string& address) override;
+
   void send(uint64_t to, uint32_t index, uint64_t number, replica_batch&& ops,
             const caf::actor& primary) override;
 
@@ -56,6 +58,8 @@ private:
     uint64_t number = 0;
     caf::actor primary;
   };
+
+  std::shared_ptr<plane> current();
 
   void post(uint64_t to, uint32_t index, uint64_t number, frame_kind kind,
             payload body, const caf::actor& primary);

@@ -5,6 +5,9 @@
 // passes it on; nothing is answered before the last copy ran it. The test
 // plays the workers and the coordinator (which pairs the copies, promotes
 // them and is told when one is lost).
+#include <map>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -195,4 +198,89 @@ TEST_CASE("chain: a middle copy takes forwards from its own primary only, "
   f.self->send(f.last, set_opt_atom::value, opt);
   f.run();
   require_error(f.reply<caf::ok_atom>(), errc::unauthorized);
+}
+
+namespace {
+
+// A server's replica link that knows the connections of two servers' planes
+// (by the addresses the coordinator names) and sends nothing.
+struct two_servers : replica_link {
+  static constexpr uint64_t from_a = 7;
+  static constexpr uint64_t from_b = 9;
+
+  uint64_t open(const std::string&) override {
+    return 0;
+  }
+  uint64_t source(const std::string& address) override {
+    return address == "plane a" ? from_a : address == "plane b" ? from_b : 0;
+  }
+  void send(uint64_t, uint32_t, uint64_t, replica_batch&&,
+            const caf::actor&) override {
+  }
+  void send(uint64_t, uint32_t, uint64_t, const caf::message&,
+            const caf::actor&) override {
+  }
+  void forget(uint64_t, uint32_t) override {
+  }
+};
+
+// What a copy answered to the forwards that came over the plane, by
+// request id: none (ok) or the error.
+struct link_answers : reply_sink {
+  std::map<uint64_t, caf::expected<caf::ok_atom>> got;
+
+  void ok(uint64_t, uint64_t request) override {
+    got.insert_or_assign(request, caf::ok_atom::value);
+  }
+  void value(uint64_t, uint64_t request, const shared_floats&) override {
+    got.insert_or_assign(request, make_error(errc::bad_config, "a value"));
+  }
+  void parts(uint64_t, uint64_t request, float_parts&&) override {
+    got.insert_or_assign(request, make_error(errc::bad_config, "parts"));
+  }
+  void fail(uint64_t, uint64_t request, const caf::error& err) override {
+    got.insert_or_assign(request, err);
+  }
+};
+
+} // namespace
+
+TEST_CASE("chain: a copy paired anew takes forwards only over the connection "
+          "of the server the coordinator named, not a late one of the copy "
+          "cut before it") {
+  test::deterministic_fixture f;
+  auto cfg = test::shard_cfg(0, 2, false);
+  cfg.backup = true;
+  cfg.link = std::make_shared<two_servers>();
+  auto copy = f.guard(spawn_shard(f.sys, cfg));
+  // Stand-ins for the copies before it (only their handles count here).
+  auto on_a = f.guard(spawn_shard(f.sys, cfg));
+  auto on_b = f.guard(spawn_shard(f.sys, cfg));
+  auto sink = std::make_shared<link_answers>();
+  auto pair_with = [&](const shard_actor& up, std::string address) {
+    f.self->send(copy, replica_atom::value, caf::actor_cast<caf::actor>(up),
+                 false, std::move(address));
+    f.run();
+    REQUIRE(f.reply<caf::ok_atom>());
+  };
+  auto forward = [&](uint64_t from, uint64_t number, uint64_t request) {
+    caf::anon_send(copy, replicate_atom::value, number, replica_batch{},
+                   plane_reply{sink, from, request});
+    f.run();
+    REQUIRE(sink->got.count(request) == 1);
+    return sink->got.at(request);
+  };
+  // Its upstream lives on server a; server b's forwards are refused.
+  pair_with(on_a, "plane a");
+  require_error(forward(two_servers::from_b, 1, 1), errc::unauthorized);
+  CHECK(forward(two_servers::from_a, 1, 2));
+  CHECK(forward(two_servers::from_a, 2, 3));
+  // The copy on a is cut (for a timeout: its server lives on) and this one
+  // paired with the copy on b, whose forwards are numbered from 1. The cut
+  // copy's last forward, still on its way, arrives first: refused, and
+  // the new upstream's first forward is taken.
+  pair_with(on_b, "plane b");
+  require_error(forward(two_servers::from_a, 1, 4), errc::unauthorized);
+  CHECK(forward(two_servers::from_b, 1, 5));
+  CHECK(forward(two_servers::from_b, 2, 6));
 }
