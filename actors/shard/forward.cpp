@@ -469,6 +469,15 @@ void from_link(shard_ptr self, uint64_t number, plane_reply& r,
                                                 + " came twice"));
     return;
   }
+  // (Held until its turn: not for a turn that is never coming.)
+  if (number - st.link_next > shard_state::max_seq_gap) {
+    r.sink->fail(r.peer, r.request,
+                 make_error(errc::bad_config,
+                            "replicate: forward " + std::to_string(number)
+                              + " is too far ahead (next is "
+                              + std::to_string(st.link_next) + ")"));
+    return;
+  }
   // (A backup with a backup of its own answers once that one ran it too.)
   st.link_early.emplace(number, [self, r, run = std::move(run)] {
     auto err = run();

@@ -143,10 +143,12 @@ caf::error shard_state::take_state(replica_state& x) {
   } else if (!rebuilding) {
     return bad_state(cfg, "a part came before the first");
   }
-  // Every slice is checked before it is added.
+  // Every slice is checked before it is added (once: a slice named twice
+  // in one part would keep the rounds checked against the first's size).
+  std::set<slice_id> seen;
   for (auto& h : x.slices) {
     auto name = slice_name(h.slice);
-    if (slices.count(h.slice) > 0)
+    if (slices.count(h.slice) > 0 || !seen.insert(h.slice).second)
       return bad_state(cfg, name + " came twice");
     if (h.value_floats == 0 || h.value_floats > max_state_floats
         || (h.dim > 0 && h.value_floats % h.dim != 0))

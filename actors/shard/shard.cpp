@@ -473,7 +473,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     [self](replicate_atom, replica_batch& batch) -> caf::result<caf::ok_atom> {
       auto& st = self->state;
       auto sender = self->current_sender();
-      if (!st.cfg.backup || sender == nullptr || !st.primary
+      // (A promoted copy takes none: its primary is gone.)
+      if (!st.standby() || sender == nullptr || !st.primary
           || caf::actor_cast<caf::actor_addr>(sender) != st.primary)
         return make_error(errc::unauthorized,
                           "replicate: shard " + std::to_string(st.cfg.index)

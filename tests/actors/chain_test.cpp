@@ -275,6 +275,9 @@ TEST_CASE("chain: a copy paired anew takes forwards only over the connection "
   require_error(forward(two_servers::from_b, 1, 1), errc::unauthorized);
   CHECK(forward(two_servers::from_a, 1, 2));
   CHECK(forward(two_servers::from_a, 2, 3));
+  // A forward for a turn that is never coming is not held for it.
+  require_error(forward(two_servers::from_a, 3 + (1 << 20), 7),
+                errc::bad_config);
   // The copy on a is cut (for a timeout: its server lives on) and this one
   // paired with the copy on b, whose forwards are numbered from 1. The cut
   // copy's last forward, still on its way, arrives first: refused, and

@@ -503,6 +503,59 @@ TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
   CHECK(*v == std::vector<float>{1, 2});
 }
 
+TEST_CASE("a backup refuses a state that names a slice twice in one part, "
+          "and takes no forwards once promoted") {
+  replica_fixture f;
+  auto bc = test::shard_cfg(0, 2, true);
+  bc.backup = true;
+  auto b = f.guard(spawn_shard(f.sys, bc));
+  // The test plays the primary.
+  f.self->send(b, replica_atom::value, caf::actor_cast<caf::actor>(f.self),
+               false);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  // The second header of the slice is smaller than the rows its first
+  // header's round names: never both.
+  replica_state head;
+  head.first = true;
+  replica_slice big;
+  big.slice = slice_a;
+  big.value_floats = 8;
+  big.dim = 2;
+  big.next_seq.assign(2, 0);
+  big.pushes_of.assign(2, 0);
+  replica_round r;
+  r.number = 0;
+  r.contributors = {0};
+  r.rows = {3};
+  r.sum.data = {1, 1};
+  big.rounds.push_back(r);
+  auto small = big;
+  small.value_floats = 2;
+  small.rounds.clear();
+  head.slices = {big, small};
+  f.self->send(b, replicate_atom::value, head);
+  f.run();
+  auto why = require_error(f.reply<caf::ok_atom>(), errc::bad_config);
+  CHECK(why.find("came twice") != std::string::npos);
+  head.slices = {small};
+  head.last = true;
+  f.self->send(b, replicate_atom::value, head);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.self->send(b, replicate_atom::value, replica_batch{});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  // Promoted, it serves the workers: its old primary (here: the test,
+  // whose node id others might claim) forwards nothing more.
+  f.self->send(b, promote_atom::value);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  f.self->send(b, replicate_atom::value, replica_batch{});
+  f.run();
+  require_error(f.reply<caf::ok_atom>(), errc::unauthorized);
+}
+
 TEST_CASE("a shard takes a state only from its primary") {
   replica_fixture f;
   replica_state head;
