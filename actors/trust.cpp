@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "caf/actor_addr.hpp"
 #include "caf/actor_cast.hpp"
@@ -22,6 +23,8 @@ namespace {
 std::mutex admitted_mtx;
 std::set<caf::node_id> admitted; // guarded by admitted_mtx
 std::set<caf::node_id> routers;  // guarded by admitted_mtx
+// (receiver, node): guarded by admitted_mtx.
+std::set<std::pair<caf::node_id, caf::node_id>> outbound;
 
 } // namespace
 
@@ -46,6 +49,18 @@ void trust_routes_of(const caf::node_id& node) {
 bool routes_trusted(const caf::node_id& node) {
   std::lock_guard<std::mutex> guard{admitted_mtx};
   return routers.count(node) > 0;
+}
+
+void never_connects_in(const caf::node_id& to, const caf::node_id& node) {
+  if (!node || node == to)
+    return;
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  outbound.emplace(to, node);
+}
+
+bool may_connect_in(const caf::node_id& to, const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  return routers.count(node) == 0 && outbound.count({to, node}) == 0;
 }
 
 void trusted_nodes::add(const caf::node_id& node) {

@@ -41,6 +41,20 @@ void trust_routes_of(const caf::node_id& node);
 /// True if `trust_routes_of(node)` was called in this process.
 bool routes_trusted(const caf::node_id& node);
 
+/// Marks `node` as one that never opens a connection to `to` (a node of
+/// this process): a server whose shards forward to `to`'s or take their
+/// forwards (the servers reach one another through the coordinator, to
+/// which each connected). Thread-safe.
+void never_connects_in(const caf::node_id& to, const caf::node_id& node);
+
+/// False for the nodes that never open a connection to `to`: the
+/// coordinator (trust_routes_of) and those of `never_connects_in`. The
+/// network layer closes an accepted connection whose handshake names one
+/// (runtime/guard.cpp): a token holder on a connection of its own must not
+/// pass for a node that `to` takes more from than from a worker.
+/// Thread-safe.
+bool may_connect_in(const caf::node_id& to, const caf::node_id& node);
+
 /// The set of remote nodes an actor accepts messages from.
 class trusted_nodes {
 public:

@@ -159,10 +159,21 @@ private:
 
   // Remembers where the peer's node connects from, once its handshake
   // named it.
+  // An accepted connection whose node never connects to this process (the
+  // coordinator, a server paired with this one) is refused.
   void record_peer() {
     if (auto node = peer_node()) {
       recorded_ = true;
-      remember_address(node, this->addr() + ":" + std::to_string(this->port()));
+      auto where = this->addr() + ":" + std::to_string(this->port());
+      if (capped_ && !may_connect_in(this->parent()->system().node(), node)) {
+        std::fprintf(stderr,
+                     "actorps: closed a connection from %s: its handshake "
+                     "named node %s, which never connects to this process\n",
+                     where.c_str(), to_string(node).c_str());
+        refused_ = true;
+        return;
+      }
+      remember_address(node, where);
     }
   }
 

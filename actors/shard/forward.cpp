@@ -351,6 +351,8 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
     }
     st.primary = peer.address();
     st.link_source = address;
+    // (A token holder must not pass for it on a connection of its own.)
+    never_connects_in(self->node(), peer.node());
     return caf::ok_atom::value;
   }
   // (A standby backup may have a backup of its own: a chain, replicas 3.
@@ -385,6 +387,7 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
                       "replica: shard " + std::to_string(st.cfg.index)
                         + " waits for the workers' clocks; pair it once they "
                           "told them");
+  never_connects_in(self->node(), peer.node());
   st.backup = std::move(peer);
   st.gate = std::make_shared<replica_gate>();
   st.link_sent = 0;

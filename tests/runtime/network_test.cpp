@@ -39,6 +39,7 @@
 #include "actors/node.hpp"
 #include "actors/shard/relay.hpp"
 #include "actors/shard/shard.hpp"
+#include "actors/trust.hpp"
 #include "actors/worker/worker.hpp"
 #include "core/layout.hpp"
 #include "core/link_proof.hpp"
@@ -891,6 +892,49 @@ TEST_CASE("network: a routed message in another node's name closes its "
   self->receive([&](caf::down_msg&) { down = true; }, caf::after(10s) >> [] {});
   CHECK(down);
   CHECK(forged->load() == 0);
+}
+
+TEST_CASE("network: an accepted connection in the name of a node that never "
+          "connects in is closed",
+          "[integration]") {
+  // C plays a server whose shards forward to S's (it reaches S only
+  // through the coordinator): a token holder on a connection of its own
+  // that names C's node in its handshake must not pass for it. D is any
+  // other node.
+  system_config cfg_s{net_options()};
+  caf::actor_system sys_s{cfg_s};
+  system_config cfg_c{net_options()};
+  caf::actor_system sys_c{cfg_c};
+  system_config cfg_d{net_options()};
+  caf::actor_system sys_d{cfg_d};
+  exit_guard guard_s;
+  auto answered = std::make_shared<std::atomic<int>>(0);
+  auto probe
+    = guard_s(sys_s.spawn([answered](caf::event_based_actor*) -> caf::behavior {
+        return {[answered](int32_t x) {
+          ++*answered;
+          return x;
+        }};
+      }));
+  never_connects_in(sys_s.node(), sys_c.node());
+  auto port = publish_guarded(
+    sys_s, caf::actor_cast<caf::strong_actor_ptr>(probe), {}, 0, "127.0.0.1");
+  REQUIRE(port);
+  {
+    caf::scoped_actor self{sys_d};
+    self->send(connect<caf::actor>(sys_d, *port), int32_t{1});
+    CHECK(require_reply<int32_t>(self) == 1);
+  }
+  // (CAF may finish connecting before S closes: then the request fails.)
+  auto remote = sys_c.middleman().remote_actor("127.0.0.1", *port);
+  if (remote) {
+    caf::scoped_actor self{sys_c};
+    self->request(*remote, 10s, int32_t{2})
+      .receive(
+        [](int32_t) { FAIL("S answered a node that never connects in"); },
+        [](caf::error&) {});
+  }
+  CHECK(answered->load() == 1);
 }
 
 TEST_CASE("network: an admitted node cannot make another allocate more than "
