@@ -48,6 +48,18 @@ struct replica_fixture : test::deterministic_fixture {
     REQUIRE(reply<caf::ok_atom>());
   }
 
+  // A backup of its own whose primary the test plays.
+  shard_actor backup_of_test(bool sync) {
+    auto bc = test::shard_cfg(0, 2, sync);
+    bc.backup = true;
+    auto b = guard(spawn_shard(sys, bc));
+    self->send(b, replica_atom::value, caf::actor_cast<caf::actor>(self),
+               false);
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    return b;
+  }
+
   void send_push(const shard_actor& to, uint32_t worker, uint64_t seq,
                  std::vector<float> g) {
     self->send(to, push_atom::value,
@@ -439,17 +451,24 @@ TEST_CASE("a backup paired with a primary that served takes its whole state "
   CHECK(want.first != std::vector<float>{0, 0});
 }
 
+namespace {
+
+// A state's header of slice `id` of `floats` values, in a job of 2 workers.
+replica_slice header_of(slice_id id, uint64_t floats) {
+  replica_slice h;
+  h.slice = id;
+  h.value_floats = floats;
+  h.next_seq.assign(2, 0);
+  h.pushes_of.assign(2, 0);
+  return h;
+}
+
+} // namespace
+
 TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
           "and parts out of order") {
   replica_fixture f;
-  auto bc = test::shard_cfg(0, 2, false);
-  bc.backup = true;
-  auto b = f.guard(spawn_shard(f.sys, bc));
-  // The test plays the primary.
-  f.self->send(b, replica_atom::value, caf::actor_cast<caf::actor>(f.self),
-               false);
-  f.run();
-  REQUIRE(f.reply<caf::ok_atom>());
+  auto b = f.backup_of_test(false);
   replica_state tail;
   tail.last = true;
   f.self->send(b, replicate_atom::value, tail);
@@ -458,12 +477,7 @@ TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
   CHECK(why.find("before the first") != std::string::npos);
   replica_state head;
   head.first = true;
-  replica_slice s;
-  s.slice = slice_a;
-  s.value_floats = 2;
-  s.next_seq.assign(2, 0);
-  s.pushes_of.assign(2, 0);
-  head.slices.push_back(s);
+  head.slices.push_back(header_of(slice_a, 2));
   f.self->send(b, replicate_atom::value, head);
   f.run();
   REQUIRE(f.reply<caf::ok_atom>());
@@ -506,24 +520,13 @@ TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
 TEST_CASE("a backup refuses a state that names a slice twice in one part, "
           "and takes no forwards once promoted") {
   replica_fixture f;
-  auto bc = test::shard_cfg(0, 2, true);
-  bc.backup = true;
-  auto b = f.guard(spawn_shard(f.sys, bc));
-  // The test plays the primary.
-  f.self->send(b, replica_atom::value, caf::actor_cast<caf::actor>(f.self),
-               false);
-  f.run();
-  REQUIRE(f.reply<caf::ok_atom>());
+  auto b = f.backup_of_test(true);
   // The second header of the slice is smaller than the rows its first
   // header's round names: never both.
   replica_state head;
   head.first = true;
-  replica_slice big;
-  big.slice = slice_a;
-  big.value_floats = 8;
+  auto big = header_of(slice_a, 8);
   big.dim = 2;
-  big.next_seq.assign(2, 0);
-  big.pushes_of.assign(2, 0);
   replica_round r;
   r.number = 0;
   r.contributors = {0};

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -836,6 +837,31 @@ private:
   std::thread thread_;
 };
 
+namespace {
+
+// A probe that answers an int32 with itself, published on a guarded port
+// as a job's port is; `seen` counts the messages of value `x` (of any
+// value without one). Its handle and port.
+std::pair<caf::actor, uint16_t>
+publish_probe(caf::actor_system& sys, exit_guard& guard,
+              std::shared_ptr<std::atomic<int>> seen,
+              std::optional<int32_t> x = std::nullopt) {
+  auto probe
+    = guard(sys.spawn([seen, x](caf::event_based_actor*) -> caf::behavior {
+        return {[seen, x](int32_t y) {
+          if (!x || *x == y)
+            ++*seen;
+          return y;
+        }};
+      }));
+  auto port = publish_guarded(
+    sys, caf::actor_cast<caf::strong_actor_ptr>(probe), {}, 0, "127.0.0.1");
+  REQUIRE(port);
+  return {probe, *port};
+}
+
+} // namespace
+
 TEST_CASE("network: a routed message in another node's name closes its "
           "connection",
           "[integration]") {
@@ -849,18 +875,8 @@ TEST_CASE("network: a routed message in another node's name closes its "
   caf::actor_system sys_c{cfg_c};
   exit_guard guard_s;
   auto forged = std::make_shared<std::atomic<int>>(0);
-  auto probe
-    = guard_s(sys_s.spawn([forged](caf::event_based_actor*) -> caf::behavior {
-        return {[forged](int32_t x) {
-          if (x == 666)
-            ++*forged;
-          return x;
-        }};
-      }));
-  auto port = publish_guarded(
-    sys_s, caf::actor_cast<caf::strong_actor_ptr>(probe), {}, 0, "127.0.0.1");
-  REQUIRE(port);
-  tap relay{*port};
+  auto [probe, port] = publish_probe(sys_s, guard_s, forged, 666);
+  tap relay{port};
   auto remote = connect<caf::actor>(sys_c, relay.port());
   caf::scoped_actor self{sys_c};
   self->send(remote, int32_t{1});
@@ -909,24 +925,15 @@ TEST_CASE("network: an accepted connection in the name of a node that never "
   caf::actor_system sys_d{cfg_d};
   exit_guard guard_s;
   auto answered = std::make_shared<std::atomic<int>>(0);
-  auto probe
-    = guard_s(sys_s.spawn([answered](caf::event_based_actor*) -> caf::behavior {
-        return {[answered](int32_t x) {
-          ++*answered;
-          return x;
-        }};
-      }));
   never_connects_in(sys_s.node(), sys_c.node());
-  auto port = publish_guarded(
-    sys_s, caf::actor_cast<caf::strong_actor_ptr>(probe), {}, 0, "127.0.0.1");
-  REQUIRE(port);
+  auto port = publish_probe(sys_s, guard_s, answered).second;
   {
     caf::scoped_actor self{sys_d};
-    self->send(connect<caf::actor>(sys_d, *port), int32_t{1});
+    self->send(connect<caf::actor>(sys_d, port), int32_t{1});
     CHECK(require_reply<int32_t>(self) == 1);
   }
   // (CAF may finish connecting before S closes: then the request fails.)
-  auto remote = sys_c.middleman().remote_actor("127.0.0.1", *port);
+  auto remote = sys_c.middleman().remote_actor("127.0.0.1", port);
   if (remote) {
     caf::scoped_actor self{sys_c};
     self->request(*remote, 10s, int32_t{2})
