@@ -401,13 +401,13 @@ bool parse_float(const std::string& text, float& out) {
 } // namespace
 
 status parse_optimizer(const std::string& text, optimizer_config& out) {
-  auto fail = [](const std::string& what) {
-    return status{errc::bad_optimizer, "optimizer '" + what + "'"};
+  auto fail = [](const std::string& what, const char* why) {
+    return status{errc::bad_optimizer, "optimizer '" + what + "': " + why};
   };
   std::string bad;
   auto items = split_items(text, bad);
   if (!bad.empty())
-    return fail(bad + "': expected name=value");
+    return fail(bad, "expected name=value");
   optimizer_config cfg;
   for (auto& [name, value] : items) {
     if (name == "name") {
@@ -420,7 +420,7 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
     }
     if (name == "lr_updates") {
       if (!parse_count(value, cfg.lr_updates))
-        return fail("lr_updates=" + value + "': expected a whole number");
+        return fail("lr_updates=" + value, "expected a whole number");
       continue;
     }
     if (name == "ascent") {
@@ -429,7 +429,7 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
       else if (value == "0" || value == "false")
         cfg.ascent = false;
       else
-        return fail("ascent=" + value + "': expected 0, 1, true or false");
+        return fail("ascent=" + value, "expected 0, 1, true or false");
       continue;
     }
     float* field = nullptr;
@@ -456,9 +456,9 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
     else if (name == "lr_final")
       field = &cfg.lr_final;
     if (field == nullptr)
-      return fail(name + "': unknown parameter");
+      return fail(name, "unknown parameter");
     if (!parse_float(value, *field))
-      return fail(name + "=" + value + "': not a number");
+      return fail(name + "=" + value, "not a number");
   }
   if (auto st = validate(cfg); !st.ok())
     return st;

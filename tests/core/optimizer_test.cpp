@@ -540,9 +540,9 @@ TEST_CASE("optimizer: parse_optimizer reads what to_string writes", "[core]") {
     cfg.name = "untouched";
     auto st = core::parse_optimizer("name=sgd,speed=3", cfg);
     CHECK(st.code == errc::bad_optimizer);
-    CHECK(st.message.find("speed") != std::string::npos);
+    CHECK(st.message == "optimizer 'speed': unknown parameter");
     st = core::parse_optimizer("name=sgd,lr=fast", cfg);
-    CHECK(st.message.find("fast") != std::string::npos);
+    CHECK(st.message == "optimizer 'lr=fast': not a number");
     st = core::parse_optimizer("name=sgd,lr", cfg);
     CHECK(st.code == errc::bad_optimizer);
     st = core::parse_optimizer("name=sgd,lr=-1", cfg);
