@@ -238,13 +238,26 @@ struct kvstore::impl {
       // One lookup and no copy for a known key (10000-key calls).
       if (auto i = keys.find(name); i != keys.end()) {
         out.push_back(&i->second);
-        continue;
-      }
-      if (auto info = meta(name); !info)
+      } else if (auto info = meta(name); !info) {
         return std::move(info.error());
-      out.push_back(&keys.at(name));
+      } else {
+        out.push_back(&keys.at(name));
+      }
+      if (auto err = dense_only(op, *out.back()))
+        return err;
     }
     return out;
+  }
+
+  // A row table moves by its rows only: refused at the call (the worker
+  // would refuse it too, but a push's error waits for the next call).
+  static caf::error dense_only(const char* op, const key_info& info) {
+    if (info.dim == 0)
+      return caf::none;
+    return make_error(errc::shape_mismatch,
+                      std::string{op} + ": key '" + info.name
+                        + "' is a row table (push_rows and pull_rows move "
+                          "its rows)");
   }
 
   // The routing entries of `keys` for `op` on this handle: fails once the

@@ -232,6 +232,8 @@ kvstore::pull(const std::string& key,
   auto info = d.meta(key);
   if (!info)
     return std::move(info.error());
+  if (auto err = impl::dense_only("pull", *info))
+    return err;
   auto n = info->size;
   payload::target_list targets;
   for (auto& o : outs) {

@@ -64,8 +64,10 @@
 /// - `(push_atom, rows_push)` -> `ok_atom`: applies the pushed rows through
 ///   the optimizer, row by row (lazy update: a row's optimizer state and
 ///   step change only when the row is pushed, as MXNet's lazy_update).
-///   Async and bounded staleness (each push of a table slice is one tick of
-///   the worker's clock there); sync jobs refuse it (`bad_config`) for now.
+///   Sync: a round sums each row over the workers and updates it once
+///   when every live worker pushed (no rows is a push too); bounded
+///   staleness: each push of a table slice is one tick of the worker's
+///   clock there.
 ///   Errors: as for push, plus `shape_mismatch` (not a table, values not
 ///   one row per id), `unknown_key` (a row out of range), `bad_config` (a
 ///   row named twice).

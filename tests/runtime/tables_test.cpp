@@ -106,13 +106,17 @@ TEST_CASE("tables: bad rows, shapes and keys are refused with clear errors",
   REQUIRE_FALSE(kv.push_rows("emb", {1}, Eigen::VectorXf::Ones(3)));
   auto err = kv.wait_all();
   CHECK(code_of(err) == errc::shape_mismatch);
-  // A table is not pulled whole, a dense key not by rows.
+  // A table is neither pushed nor pulled whole (refused at the call, not
+  // by the next call that waits), a dense key not by rows.
   Eigen::VectorXf whole(8);
   auto dense_pull = kv.pull("emb", whole);
-  if (dense_pull)
-    CHECK(code_of(kv.wait(*dense_pull)) == errc::shape_mismatch);
-  else
-    CHECK(code_of(dense_pull.error()) == errc::shape_mismatch);
+  REQUIRE_FALSE(dense_pull);
+  CHECK(code_of(dense_pull.error()) == errc::shape_mismatch);
+  CHECK(code_of(kv.push("emb", whole)) == errc::shape_mismatch);
+  Eigen::VectorXf three = Eigen::VectorXf::Zero(3);
+  CHECK(code_of(kv.push_many({"dense", "emb"}, {three, whole}))
+        == errc::shape_mismatch);
+  CHECK_FALSE(kv.wait_all());
   auto rows_of_dense = kv.pull_rows("dense", {0}, out);
   REQUIRE_FALSE(rows_of_dense);
   CHECK(code_of(rows_of_dense.error()) == errc::shape_mismatch);
