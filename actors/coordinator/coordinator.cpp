@@ -43,6 +43,37 @@ std::string quoted(const std::string& key) {
 // The largest number of slices one key may be cut into.
 constexpr uint64_t max_key_slices = uint64_t{1} << 20;
 
+// Where key `key` of `shape` (`size` floats; a table of row size `dim`, or
+// dense when 0) lives, under id `id`.
+key_info layout_of(const coordinator_state& st, uint32_t id,
+                   const std::string& key, const std::vector<uint64_t>& shape,
+                   uint64_t size, uint64_t dim) {
+  key_info info;
+  info.id = id;
+  info.name = key;
+  info.shape = shape;
+  info.size = size;
+  auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
+  if (dim > 0) {
+    // A table: shard s holds rows s, s + S, ... (core/rows.hpp).
+    core::row_layout rows{shape[0], dim, num_shards};
+    info.dim = dim;
+    // Offsets count shard by shard: the slices tile [0, size) as a dense
+    // key's do (checkpoints check that), though row r lies at r mod S,
+    // not at r * dim.
+    uint64_t at = 0;
+    for (uint32_t sh = 0; sh < num_shards && sh < shape[0]; ++sh) {
+      auto len = rows.rows_on(sh) * dim;
+      info.slices.push_back(slice_range{sh, sh, at, len});
+      at += len;
+    }
+  } else {
+    info.slices = core::make_layout(key, size, num_shards,
+                                    st.cfg.bigarray_bound, st.cfg.slice_floats);
+  }
+  return info;
+}
+
 // Registers key `key` (a table of row size `dim`, or dense when 0) for
 // `rank`, or checks it against its registration (see coordinator.hpp).
 caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
@@ -85,33 +116,27 @@ caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
   auto i = st.keys.find(key);
   if (i == st.keys.end()) {
     key_entry e;
-    e.info.id = static_cast<uint32_t>(st.names_by_id.size());
-    e.info.name = key;
-    e.info.shape = shape;
-    e.info.size = size;
-    auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
-    if (dim > 0) {
-      // A table: shard s holds rows s, s + S, ... (core/rows.hpp).
-      core::row_layout rows{shape[0], dim, num_shards};
-      e.info.dim = dim;
-      // Offsets count shard by shard: the slices tile [0, size) as a
-      // dense key's do (checkpoints check that), though row r lies at
-      // r mod S, not at r * dim.
-      uint64_t at = 0;
-      for (uint32_t sh = 0; sh < num_shards && sh < shape[0]; ++sh) {
-        auto len = rows.rows_on(sh) * dim;
-        e.info.slices.push_back(slice_range{sh, sh, at, len});
-        at += len;
-      }
-    } else {
-      e.info.slices = core::make_layout(
-        key, size, num_shards, st.cfg.bigarray_bound, st.cfg.slice_floats);
-    }
+    e.info = layout_of(st, static_cast<uint32_t>(st.names_by_id.size()), key,
+                       shape, size, dim);
     e.declared.assign(st.cfg.num_workers, false);
     st.names_by_id.push_back(key);
     i = st.keys.emplace(key, std::move(e)).first;
   }
   auto& e = i->second;
+  // Rank 0's declaration is the key's (MXNet: only rank 0's value is used):
+  // other ranks that declared another shape before it fail now.
+  if (rank == 0 && !e.declared[0] && !e.initialized
+      && (e.info.dim != dim || e.info.shape != shape)) {
+    auto err = make_error(
+      errc::shape_mismatch,
+      "init: key " + quoted(key) + " has shape " + core::shape_string(shape)
+        + " as rank 0 declared it, not " + core::shape_string(e.info.shape));
+    for (auto& w : e.waiters)
+      w.deliver(err);
+    e.waiters.clear();
+    e.declared.assign(st.cfg.num_workers, false);
+    e.info = layout_of(st, e.info.id, key, shape, size, dim);
+  }
   if (e.info.dim != dim)
     return make_error(errc::shape_mismatch,
                       "init: key " + quoted(key) + " is "
@@ -125,11 +150,14 @@ caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
                         + core::shape_string(e.info.shape) + " but rank "
                         + std::to_string(rank) + " declared "
                         + core::shape_string(shape));
-  if (e.declared[rank] && (rank != 0 || e.initialized))
+  // Rank 0 may declare again until its init is done (a retry). Another
+  // rank's declaration only waits for that: declaring again (after its
+  // call timed out, or from a new process in its place) waits again, or
+  // takes the key (its worker refuses an init it saw done).
+  if (rank == 0 && e.declared[0] && e.initialized)
     return make_error(errc::already_initialized,
                       "init: key " + quoted(key)
-                        + " was already initialized by rank "
-                        + std::to_string(rank));
+                        + " was already initialized by rank 0");
   e.declared[rank] = true;
   if (rank == 0 || e.initialized)
     return e.info;

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "caf/duration.hpp"
@@ -49,6 +50,10 @@ struct worker_state {
   // Empty: a worker serves its own process only.
   trusted_nodes trusted;
   std::unordered_map<std::string, route> routes;
+  /// Keys whose init this worker (rank > 0) saw done: an init of one again
+  /// is refused here (rank 0's by the coordinator, which lets other ranks
+  /// declare again: a retry after a timeout).
+  std::unordered_set<std::string> declared;
   /// Keys with a compression setting of their own (see compress_atom).
   std::unordered_map<std::string, compression> key_compression;
   /// While a lookup is in flight, every later operation waits here, so that

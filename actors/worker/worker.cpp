@@ -62,6 +62,16 @@ std::string quoted(const std::string& key) {
   return "'" + key + "'";
 }
 
+// An init of a key this worker saw initialized already.
+caf::error init_again(worker_ptr self, const std::string& key) {
+  if (self->state.declared.count(key) == 0)
+    return caf::none;
+  return make_error(errc::already_initialized,
+                    "init: key " + quoted(key)
+                      + " was already initialized by rank "
+                      + std::to_string(self->state.cfg.rank));
+}
+
 // Runs the operations that waited behind a lookup, until one stalls again.
 void drain_backlog(worker_ptr self) {
   auto& st = self->state;
@@ -290,6 +300,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
                             + core::shape_string(shape) + " needs "
                             + std::to_string(size) + " floats but got "
                             + std::to_string(value.data.size()));
+      if (auto err = init_again(self, key))
+        return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
       auto rank = self->state.cfg.rank;
       // Shared: std::function needs a copyable callback.
@@ -301,6 +313,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
             write_init(self, std::move(info), std::move(*v), rp);
             return;
           }
+          self->state.declared.insert(info.name);
           add_route(self, std::move(info));
           rp.deliver(caf::ok_atom::value);
         },
@@ -312,6 +325,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
            const table_init& spec) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "init"))
         return err;
+      if (auto err = init_again(self, key))
+        return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
       auto rank = self->state.cfg.rank;
       ask_coordinator<key_info>(
@@ -321,6 +336,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
             write_table(self, std::move(info), spec, rp);
             return;
           }
+          self->state.declared.insert(info.name);
           add_route(self, std::move(info));
           rp.deliver(caf::ok_atom::value);
         },

@@ -154,6 +154,47 @@ TEST_CASE("coordinator: rank 0 declares and inits, the others wait for it",
     REQUIRE(again);
     CHECK(again->id == info->id);
   }
+  SECTION("rank 0's shape wins over one another rank declared before it") {
+    caf::scoped_actor rank1{f.sys, true};
+    rank1->send(f.coord, declare_atom::value, std::string{"w"},
+                std::vector<uint64_t>{2}, uint32_t{1});
+    f.run();
+    CHECK(f.no_reply(rank1));
+    auto info = f.declare("w", {3}, 0);
+    REQUIRE(info);
+    CHECK(info->shape == std::vector<uint64_t>{3});
+    CHECK(info->size == 3);
+    auto why = require_error(f.reply<key_info>(rank1), errc::shape_mismatch);
+    CHECK_THAT(why, Catch::Contains("[3]"));
+    // Declared as rank 0 did, it waits for the init as any other rank.
+    rank1->send(f.coord, declare_atom::value, std::string{"w"},
+                std::vector<uint64_t>{3}, uint32_t{1});
+    f.run();
+    CHECK(f.no_reply(rank1));
+    REQUIRE(f.init_done(info->id, true));
+    auto waited = f.reply<key_info>(rank1);
+    REQUIRE(waited);
+    CHECK(waited->id == info->id);
+  }
+  SECTION("another rank may declare again (its call timed out, or a new "
+          "process took its place), before the init and after it") {
+    caf::scoped_actor rank1{f.sys, true};
+    auto info = f.declare_with_waiter("w", rank1);
+    REQUIRE(info);
+    rank1->send(f.coord, declare_atom::value, std::string{"w"},
+                std::vector<uint64_t>{4}, uint32_t{1});
+    f.run();
+    CHECK(f.no_reply(rank1));
+    REQUIRE(f.init_done(info->id, true));
+    for (int i = 0; i < 2; ++i) {
+      auto waited = f.reply<key_info>(rank1);
+      REQUIRE(waited);
+      CHECK(waited->id == info->id);
+    }
+    auto late = f.declare("w", {4}, 1);
+    REQUIRE(late);
+    CHECK(late->id == info->id);
+  }
   SECTION("declarations that do not fit are refused") {
     auto info = f.declare("w", {4}, 0);
     REQUIRE(info);

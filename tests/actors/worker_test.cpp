@@ -141,6 +141,8 @@ TEST_CASE_METHOD(cluster_fixture, "worker: init is collective, rank 0 wins",
   SECTION("a second init by the same rank is refused") {
     REQUIRE(init(0, "w", {1, 2, 3}));
     require_error(init(0, "w", {1, 2, 3}), errc::already_initialized);
+    REQUIRE(init(1, "w", {1, 2, 3}));
+    require_error(init(1, "w", {1, 2, 3}), errc::already_initialized);
   }
   SECTION("a value that does not fit the shape is refused") {
     send_init(0, "w", {2, 2}, {1, 2, 3});
