@@ -40,6 +40,90 @@ SERVERS = 2
 WORKERS = 4
 
 
+def _key_list(key, values, call):
+    """The (key, value) pairs of a call given a list of keys (MXNet's list
+    form): one value (or one list of values) per key."""
+    if not isinstance(values, (list, tuple)) or len(values) != len(key):
+        raise ValueError(f"{call}: {len(key)} keys need as many values "
+                         "(a list, one per key)")
+    return zip(key, values)
+
+
+def _mxnet_forms(cls):
+    """MXNet's list forms and names on top of the module's calls: init,
+    push and pull take a list of keys with one value (or list of values)
+    each, pull and pushpull take ``out=``, and pushpull / row_sparse_pull
+    name push_pull / pull_rows as MXNet does. A call on a list of keys
+    returns a list of tickets where the single call returns one; wait takes
+    such a list too."""
+    init, push, pull = cls.init, cls.push, cls.pull
+    push_pull, wait = cls.push_pull, cls.wait
+
+    def init_(self, key, value):
+        """Initializes `key` (rank 0's value is stored), or each key of a
+        list with its value."""
+        if isinstance(key, (list, tuple)):
+            for k, v in _key_list(key, value, "init"):
+                init(self, k, v)
+        else:
+            init(self, key, value)
+
+    def push_(self, key, value, priority=0):
+        """Pushes `value` (or the sum of a list of values) to `key`, or to
+        each key of a list its value."""
+        if isinstance(key, (list, tuple)):
+            for k, v in _key_list(key, value, "push"):
+                push(self, k, v, priority)
+        else:
+            push(self, key, value, priority)
+
+    def pull_(self, key, out=None, priority=0):
+        """Pulls `key` into `out` (or into each array of a list), or each
+        key of a list into its output; wait on what it returns."""
+        if out is None:
+            raise ValueError("pull: out= must name the array(s) to fill")
+        if isinstance(key, (list, tuple)):
+            return [pull(self, k, o, priority)
+                    for k, o in _key_list(key, out, "pull")]
+        return pull(self, key, out, priority)
+
+    def pushpull_(self, key, value, out=None, priority=0):
+        """Pushes `value` to `key` and pulls the result into `out` (MXNet's
+        pushpull; without out, into `value` itself), or so for each key of
+        a list."""
+        if out is None:
+            out = value
+        if isinstance(key, (list, tuple)):
+            return [push_pull(self, k, v, o, priority)
+                    for (k, v), o in zip(_key_list(key, value, "pushpull"),
+                                         out)]
+        return push_pull(self, key, value, out, priority)
+
+    def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
+        """MXNet's row_sparse_pull on a row table: fills `out` with the
+        rows `row_ids`, one row per id in the order given (repeated ids
+        repeat their row; MXNet returns each row once, in row order)."""
+        if out is None or row_ids is None:
+            raise ValueError("row_sparse_pull: out= and row_ids= are needed")
+        return self.pull_rows(key, row_ids, out, priority)
+
+    def wait_(self, ticket):
+        """Waits for a ticket (or each of a list of tickets)."""
+        if isinstance(ticket, (list, tuple)):
+            for t in ticket:
+                wait(self, t)
+        else:
+            wait(self, ticket)
+
+    cls.init, cls.push, cls.pull, cls.wait = init_, push_, pull_, wait_
+    cls.pushpull = pushpull_
+    cls.push_pull = pushpull_
+    cls.row_sparse_pull = row_sparse_pull
+
+
+_mxnet_forms(KVStore)
+
+
 def create(type="local", **options):
     """Same as KVStore.create."""
     return KVStore.create(type, **options)

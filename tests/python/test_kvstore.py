@@ -65,6 +65,39 @@ def test_many_key_calls_and_push_pull():
         assert out[0] == 2 + 5
 
 
+def test_mxnet_list_forms_and_names():
+    with actorps.KVStore.create("local") as kv:
+        kv.init(["a", "b"], [np.zeros(3, np.float32), np.zeros(2, np.float32)])
+        kv.set_optimizer("accumulate")
+        # A list of keys, one value each; a list of values for one key is
+        # summed before the update (MXNet's push of several devices' copies).
+        kv.push(["a", "b"], [np.full(3, 2, np.float32),
+                             [np.ones(2, np.float32), np.ones(2, np.float32)]])
+        a = np.zeros(3, np.float32)
+        b = [np.zeros(2, np.float32), np.zeros(2, np.float32)]
+        kv.wait(kv.pull(["a", "b"], out=[a, b]))
+        assert np.array_equal(a, np.full(3, 2, np.float32))
+        for o in b:
+            assert np.array_equal(o, np.full(2, 2, np.float32))
+        # pushpull: into out=, or into the pushed array itself.
+        out = np.zeros(3, np.float32)
+        kv.wait(kv.pushpull("a", np.ones(3, np.float32), out=out))
+        assert np.array_equal(out, np.full(3, 3, np.float32))
+        v = np.ones(3, np.float32)
+        kv.wait(kv.pushpull("a", v))
+        assert np.array_equal(v, np.full(3, 4, np.float32))
+        # row_sparse_pull names pull_rows: one row per id, in order.
+        kv.init_table("t", 10, 2)
+        kv.push_rows("t", [1, 3], np.array([1, 2, 3, 4], np.float32))
+        rows = np.zeros(4, np.float32)
+        kv.wait(kv.row_sparse_pull("t", out=rows, row_ids=[3, 1]))
+        assert np.array_equal(rows, np.array([3, 4, 1, 2], np.float32))
+        with pytest.raises(ValueError):
+            kv.push(["a", "b"], [np.ones(3, np.float32)])
+        with pytest.raises(ValueError):
+            kv.pull("a")
+
+
 def test_optimizer_and_priority_keep_the_order():
     with actorps.KVStore.create("local") as kv:
         kv.init("w", f32(1, 1))
