@@ -159,21 +159,10 @@ private:
 
   // Remembers where the peer's node connects from, once its handshake
   // named it.
-  // An accepted connection whose node never connects to this process (the
-  // coordinator, a server paired with this one) is refused.
   void record_peer() {
     if (auto node = peer_node()) {
       recorded_ = true;
-      auto where = this->addr() + ":" + std::to_string(this->port());
-      if (capped_ && !may_connect_in(this->parent()->system().node(), node)) {
-        std::fprintf(stderr,
-                     "actorps: closed a connection from %s: its handshake "
-                     "named node %s, which never connects to this process\n",
-                     where.c_str(), to_string(node).c_str());
-        refused_ = true;
-        return;
-      }
-      remember_address(node, where);
+      remember_address(node, this->addr() + ":" + std::to_string(this->port()));
     }
   }
 
@@ -199,16 +188,21 @@ private:
       routed_ = hdr.operation == basp::message_type::routed_message
                 || hdr.operation == basp::message_type::monitor_message
                 || hdr.operation == basp::message_type::down_message;
+      // (So does the handshake of a connection this process accepted.)
+      handshake_ = capped_
+                   && hdr.operation == basp::message_type::client_handshake;
       expect_header_ = hdr.payload_len == 0;
       return true;
     }
     expect_header_ = true;
-    if (!routed_)
+    if (!routed_ && !handshake_)
       return true;
     caf::node_id claimed;
     caf::binary_deserializer source{ctx, bytes, size};
     if (source(claimed))
       return false;
+    if (handshake_)
+      return handshake_allowed(claimed);
     auto peer = peer_node();
     if (peer && claimed != this->parent()->system().node()
         && (claimed == peer || routes_trusted(peer)))
@@ -221,9 +215,25 @@ private:
     return false;
   }
 
+  // An accepted connection whose handshake names a node that never
+  // connects to this process (the coordinator, a server paired with one of
+  // its copies) is closed before BASP takes the name: it would route that
+  // node's traffic to the connection, and drop the real node's when closed.
+  bool handshake_allowed(const caf::node_id& claimed) {
+    if (may_connect_in(this->parent()->system().node(), claimed))
+      return true;
+    std::fprintf(stderr,
+                 "actorps: closed a connection from %s:%u: its handshake named "
+                 "node %s, which never connects to this process\n",
+                 this->addr().c_str(), static_cast<unsigned>(this->port()),
+                 to_string(claimed).c_str());
+    return false;
+  }
+
   const bool capped_;
   bool expect_header_ = true;
   bool routed_ = false;
+  bool handshake_ = false;
   bool refused_ = false;
   bool closed_ = false;
   bool recorded_ = false;

@@ -397,9 +397,11 @@ void shard_state::start_from_clocks() {
         s.pushes_of[w] = std::max(s.pushes_of[w], lowest);
         continue;
       }
-      // (A count far ahead of the others' is no real one: a few bytes
-      // told must not open a round per slice for every count.)
-      auto mine = std::min(clock(w), lowest + max_clock_lead);
+      // (A sync count far ahead of the others' is no real one: a few
+      // bytes told must not open a round per slice for every count. A
+      // bounded-staleness clock may lead by the bound.)
+      auto lead = cfg.sync ? max_clock_lead : max_seq_gap;
+      auto mine = std::min(clock(w), lowest + lead);
       s.pushes_of[w] = mine;
       // Its pushes to the rounds still open were acknowledged and lost:
       // they count as contributions of nothing.

@@ -322,9 +322,9 @@ struct shard_state {
 
   /// Operations a worker may run ahead of the next expected one per slice.
   static constexpr uint64_t max_seq_gap = 1 << 16;
-  /// A restored shard's rounds opened for a worker's lost pushes: at most
-  /// this many ahead of the lowest clock (a sync worker's pushes are a
-  /// round or two ahead of the others' when it pulls between them).
+  /// A restored sync shard's rounds opened for a worker's lost pushes: at
+  /// most this many ahead of the lowest clock (a sync worker's pushes are
+  /// a round or two ahead of the others' when it pulls between them).
   static constexpr uint64_t max_clock_lead = 1 << 10;
 
   shard_config cfg;

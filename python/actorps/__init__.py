@@ -95,8 +95,9 @@ def _mxnet_forms(cls):
             out = value
         if isinstance(key, (list, tuple)):
             return [push_pull(self, k, v, o, priority)
-                    for (k, v), o in zip(_key_list(key, value, "pushpull"),
-                                         out)]
+                    for (k, v), (_, o) in zip(
+                        _key_list(key, value, "pushpull"),
+                        _key_list(key, out, "pushpull"))]
         return push_pull(self, key, value, out, priority)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):

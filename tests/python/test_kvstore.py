@@ -96,6 +96,10 @@ def test_mxnet_list_forms_and_names():
             kv.push(["a", "b"], [np.ones(3, np.float32)])
         with pytest.raises(ValueError):
             kv.pull("a")
+        with pytest.raises(ValueError):
+            kv.pushpull(["a", "b"], [np.ones(3, np.float32),
+                                     np.ones(2, np.float32)],
+                        out=[np.zeros(3, np.float32)])
 
 
 def test_optimizer_and_priority_keep_the_order():
