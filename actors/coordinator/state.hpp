@@ -390,6 +390,13 @@ register_rebuild(coordinator_ptr self, coordinator_state::node_entry& node,
                  const std::vector<caf::actor>& relays,
                  const std::string& endpoint, const std::string& data_address);
 
+/// Registers key `key` (a table of row size `dim`, or dense when 0) for
+/// worker `rank`, or checks it against its registration (`declare_atom`,
+/// see coordinator.hpp).
+caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
+                                  const std::vector<uint64_t>& shape,
+                                  uint32_t rank, uint64_t dim);
+
 /// The job's status (`status_atom`): membership from the state, counters
 /// from every shard that answers within a few seconds.
 caf::result<job_status> job_status_of(coordinator_ptr self);
