@@ -267,6 +267,21 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     g->finish(std::move(g->out));
 }
 
+caf::error init_again(worker_ptr self, const std::string& key) {
+  if (self->state.declared.count(key) == 0)
+    return caf::none;
+  return make_error(errc::already_initialized,
+                    "init: key '" + key + "' was already initialized by rank "
+                      + std::to_string(self->state.cfg.rank));
+}
+
+void joined(worker_ptr self, key_info info,
+            caf::typed_response_promise<caf::ok_atom> rp) {
+  self->state.declared.insert(info.name);
+  add_route(self, std::move(info));
+  rp.deliver(caf::ok_atom::value);
+}
+
 void write_init(worker_ptr self, key_info info, floats value,
                 caf::typed_response_promise<caf::ok_atom> rp) {
   auto whole = info.slices.size() == 1;

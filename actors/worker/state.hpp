@@ -211,6 +211,14 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
                std::function<void(float_parts)> finish,
                std::function<void(caf::error)> on_error);
 
+/// `already_initialized` if this worker saw `key`'s init done.
+caf::error init_again(worker_ptr self, const std::string& key);
+
+/// A rank other than 0: the key's init is done (by rank 0), the worker
+/// routes to it and answers `rp`.
+void joined(worker_ptr self, key_info info,
+            caf::typed_response_promise<caf::ok_atom> rp);
+
 /// Rank 0 writes the value to every shard, then tells the coordinator. If a
 /// shard fails, the coordinator hears of it too, so the waiting ranks fail
 /// instead of waiting and rank 0 may try again.

@@ -62,16 +62,6 @@ std::string quoted(const std::string& key) {
   return "'" + key + "'";
 }
 
-// An init of a key this worker saw initialized already.
-caf::error init_again(worker_ptr self, const std::string& key) {
-  if (self->state.declared.count(key) == 0)
-    return caf::none;
-  return make_error(errc::already_initialized,
-                    "init: key " + quoted(key)
-                      + " was already initialized by rank "
-                      + std::to_string(self->state.cfg.rank));
-}
-
 // Runs the operations that waited behind a lookup, until one stalls again.
 void drain_backlog(worker_ptr self) {
   auto& st = self->state;
@@ -313,9 +303,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
             write_init(self, std::move(info), std::move(*v), rp);
             return;
           }
-          self->state.declared.insert(info.name);
-          add_route(self, std::move(info));
-          rp.deliver(caf::ok_atom::value);
+          joined(self, std::move(info), rp);
         },
         [rp](caf::error& err) mutable { rp.deliver(std::move(err)); },
         declare_atom::value, key, shape, rank);
@@ -336,9 +324,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
             write_table(self, std::move(info), spec, rp);
             return;
           }
-          self->state.declared.insert(info.name);
-          add_route(self, std::move(info));
-          rp.deliver(caf::ok_atom::value);
+          joined(self, std::move(info), rp);
         },
         [rp](caf::error& err) mutable { rp.deliver(std::move(err)); },
         declare_atom::value, key, std::vector<uint64_t>{spec.rows, spec.dim},
