@@ -68,7 +68,7 @@ with actorps.KVStore.create("dist_async", coordinator=addr, timeout=timeout,
     kv.push_rows("t", ids, grad)
     kv.wait_all()
     t2 = time.monotonic()
-    kv.load_optimizer_states(path)
+    kv.load_checkpoint(path)
     t3 = time.monotonic()
     back = np.zeros((1000, dim), dtype=np.float32)
     kv.wait(kv.pull_rows("t", ids, back))

@@ -117,7 +117,7 @@ private:
   std::vector<char>& buf_;
 };
 
-void write_optimizer(writer& out, const optimizer_config& x) {
+void write_optimizer(writer& out, const optimizer_config& x, bool settings) {
   out.str(x.name);
   out.f32(x.learning_rate);
   out.f32(x.momentum);
@@ -135,6 +135,9 @@ void write_optimizer(writer& out, const optimizer_config& x) {
   out.u64(x.lr_updates);
   out.f32(x.lr_factor);
   out.f32(x.lr_final);
+  // Added with load_optimizer_states' MXNet rule: whether the file was saved
+  // with dump_optimizer (its settings replace the store's on that load).
+  out.u8(settings ? 1 : 0);
 }
 
 void write_slice(writer& out, const slice_record& x) {
@@ -282,7 +285,7 @@ private:
   std::string error_;
 };
 
-bool read_optimizer(reader& in, optimizer_config& x) {
+bool read_optimizer(reader& in, optimizer_config& x, bool& settings) {
   uint8_t ascent = 0;
   bool ok = in.str(x.name) && in.f32(x.learning_rate) && in.f32(x.momentum)
             && in.f32(x.weight_decay) && in.f32(x.rescale_grad)
@@ -296,8 +299,20 @@ bool read_optimizer(reader& in, optimizer_config& x) {
   x.ascent = ascent == 1;
   if (in.remaining() == 0)
     return true; // written before learning-rate schedules existed
-  return in.str(x.lr_schedule) && in.u64(x.lr_updates) && in.f32(x.lr_factor)
-         && in.f32(x.lr_final);
+  if (!(in.str(x.lr_schedule) && in.u64(x.lr_updates) && in.f32(x.lr_factor)
+        && in.f32(x.lr_final)))
+    return false;
+  settings = false;
+  if (in.remaining() == 0)
+    return true; // written before dump_optimizer existed
+  uint8_t flag = 0;
+  if (!in.u8(flag))
+    return false;
+  if (flag > 1)
+    return in.fail("dump_optimizer flag is " + std::to_string(flag)
+                   + ", expected 0 or 1");
+  settings = flag == 1;
+  return true;
 }
 
 bool read_slice(reader& in, slice_record& x) {
@@ -333,10 +348,11 @@ const char* magic_bytes() noexcept {
   return magic;
 }
 
-void append_record(std::vector<char>& buf, const optimizer_config& x) {
+void append_record(std::vector<char>& buf, const optimizer_config& x,
+                   bool settings) {
   writer out{buf};
   auto pos = out.begin_record();
-  write_optimizer(out, x);
+  write_optimizer(out, x, settings);
   out.end_record(pos);
 }
 
@@ -375,8 +391,12 @@ std::string parse_with(const char* payload, std::size_t len, T& x, Read read) {
 
 } // namespace
 
-std::string parse(const char* payload, std::size_t len, optimizer_config& x) {
-  return parse_with(payload, len, x, read_optimizer);
+std::string parse(const char* payload, std::size_t len, optimizer_config& x,
+                  bool& settings) {
+  return parse_with(payload, len, x,
+                    [&settings](reader& in, optimizer_config& y) {
+                      return read_optimizer(in, y, settings);
+                    });
 }
 
 std::string parse(const char* payload, std::size_t len, slice_record& x) {

@@ -20,14 +20,17 @@ constexpr std::size_t record_header_size = 8;
 const char* magic_bytes() noexcept;
 
 /// Appends one framed record (length, CRC, payload) to `buf`.
-void append_record(std::vector<char>& buf, const optimizer_config& x);
+/// `settings`: saved with dump_optimizer (see checkpoint.hpp).
+void append_record(std::vector<char>& buf, const optimizer_config& x,
+                   bool settings = false);
 void append_record(std::vector<char>& buf, const slice_record& x);
 void append_end_record(std::vector<char>& buf, uint64_t count);
 
 uint32_t load_u32(const char* p) noexcept;
 
 /// Parses one payload; an empty string on success, else what is wrong.
-std::string parse(const char* payload, std::size_t len, optimizer_config& x);
+std::string parse(const char* payload, std::size_t len, optimizer_config& x,
+                  bool& settings);
 std::string parse(const char* payload, std::size_t len, slice_record& x);
 
 /// Whether the payload is the end record; `count` its slice record count.

@@ -37,7 +37,8 @@ status checkpoint_writer::fail(const char* step, int err) {
 }
 
 status checkpoint_writer::open(const std::string& path,
-                               const optimizer_config& opt, file_system& fs) {
+                               const optimizer_config& opt, file_system& fs,
+                               bool dump_optimizer) {
   abort();
   fs_ = &fs;
   path_ = path;
@@ -47,7 +48,7 @@ status checkpoint_writer::open(const std::string& path,
     return fail("create", err);
   }
   buf_.assign(codec::magic_bytes(), codec::magic_bytes() + codec::magic_size);
-  codec::append_record(buf_, opt);
+  codec::append_record(buf_, opt, dump_optimizer);
   if (int err = file_->append(buf_.data(), buf_.size()); err != 0)
     return fail("write", err);
   return {};
@@ -150,7 +151,8 @@ status checkpoint_reader::open(const std::string& path, file_system& fs) {
   left_ = left_ >= got ? left_ - got : 0;
   if (auto st = read_record(0, payload_); !st.ok())
     return st;
-  if (auto why = codec::parse(payload_.data(), payload_.size(), optimizer_);
+  if (auto why = codec::parse(payload_.data(), payload_.size(), optimizer_,
+                              dumped_);
       !why.empty())
     return corrupt("record 0 (optimizer): " + why);
   index_ = 1;

@@ -27,9 +27,11 @@ public:
   checkpoint_writer& operator=(const checkpoint_writer&) = delete;
   ~checkpoint_writer();
 
-  /// Creates the temporary file and writes the magic and the optimizer.
+  /// Creates the temporary file and writes the magic and the optimizer
+  /// (`dump_optimizer`: load_optimizer_states takes its settings too).
   status open(const std::string& path, const optimizer_config& opt,
-              file_system& fs = posix_file_system());
+              file_system& fs = posix_file_system(),
+              bool dump_optimizer = false);
 
   /// Appends one slice record (or piece of one). `checkpoint_io` if it does
   /// not fit a record (4 GiB) or the write fails; the writer is then
@@ -75,6 +77,11 @@ public:
     return optimizer_;
   }
 
+  /// Whether the file was saved with dump_optimizer.
+  bool optimizer_dumped() const noexcept {
+    return dumped_;
+  }
+
   /// The next slice record into `out`; `done` is set instead at the end
   /// record (after checking its count and that nothing follows it).
   status next(slice_record& out, bool& done);
@@ -88,6 +95,7 @@ private:
   uint64_t left_ = 0;
   uint64_t index_ = 0;
   optimizer_config optimizer_;
+  bool dumped_ = false;
   std::vector<char> payload_;
 };
 

@@ -37,6 +37,10 @@ public:
     return in_.optimizer();
   }
 
+  bool optimizer_dumped() const noexcept {
+    return in_.optimizer_dumped();
+  }
+
   /// The next piece's records into `out` (replaced), and `done` once the
   /// file's end was read: `out` may then hold the last records or none.
   /// Records of files written before pieces get their part count (a whole

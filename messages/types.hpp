@@ -310,19 +310,30 @@ typename Inspector::result_type inspect(Inspector& f, save_piece& x) {
 /// Some records of a checkpoint being loaded (session 0: the first, which
 /// opens the session and names the optimizer), or its end: `commit` (every
 /// key seen must be whole, then every shard takes its slices at once) or
-/// `give_up` (every shard drops what it assembled).
+/// `give_up` (every shard drops what it assembled). `what` (read from the
+/// first piece): `everything` (load_checkpoint: weights, states, steps and
+/// the file's optimizer), `states` (load_optimizer_states as MXNet: the
+/// weights stay, and so does the store's optimizer if it has one) or
+/// `states_and_optimizer` (the same for a file saved with dump_optimizer:
+/// the file's optimizer settings replace the store's).
 struct load_piece {
   enum end_kind : uint8_t { more = 0, commit = 1, give_up = 2 };
+  enum what_kind : uint8_t {
+    everything = 0,
+    states = 1,
+    states_and_optimizer = 2,
+  };
   uint64_t session = 0;
   optimizer_config optimizer;
   std::vector<slice_record> records;
   uint8_t end = more;
+  uint8_t what = everything;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_piece& x) {
   return f(caf::meta::type_name("load_piece"), x.session, x.optimizer,
-           x.records, x.end);
+           x.records, x.end, x.what);
 }
 
 template <class Inspector>

@@ -335,8 +335,9 @@ public:
     check(err);
   }
 
-  void save_optimizer_states(const std::string& path) {
-    auto err = run([&] { return kv_.save_optimizer_states(path); });
+  void save_optimizer_states(const std::string& path, bool dump_optimizer) {
+    auto err
+      = run([&] { return kv_.save_optimizer_states(path, dump_optimizer); });
     check(err);
   }
 
@@ -347,6 +348,11 @@ public:
 
   void load_optimizer_states(const std::string& path) {
     auto err = run([&] { return kv_.load_optimizer_states(path); });
+    check(err);
+  }
+
+  void load_checkpoint(const std::string& path) {
+    auto err = run([&] { return kv_.load_checkpoint(path); });
     check(err);
   }
 
@@ -545,9 +551,16 @@ PYBIND11_MODULE(_actorps, m) {
     .def("set_gradient_compression", &store::set_gradient_compression,
          py::arg("spec"), py::arg("key") = py::none())
     .def("save_optimizer_states", &store::save_optimizer_states,
-         py::arg("path"))
+         py::arg("fname"), py::arg("dump_optimizer") = false,
+         "Writes a checkpoint: weights, optimizer states and settings "
+         "(dump_optimizer: load_optimizer_states takes the settings too)")
     .def("load_optimizer_states", &store::load_optimizer_states,
-         py::arg("path"))
+         py::arg("fname"),
+         "MXNet's: loads the optimizer states of a checkpoint; the weights "
+         "stay as they are (README)")
+    .def("load_checkpoint", &store::load_checkpoint, py::arg("fname"),
+         "Loads a checkpoint whole (weights, states, optimizer): an exact "
+         "resume")
     .def("export_weights", &store::export_weights, py::arg("path"),
          py::arg("optimizer_state") = false,
          "Writes every key's weights (and optionally optimizer state) as a "

@@ -317,13 +317,16 @@ public:
   caf::error set_gradient_compression(const std::string& key,
                                       const compression& c);
 
-  /// Saves weights and optimizer states of the whole store to `path`
-  /// (atomically: temporary file, fsync, rename). Every shard takes its
-  /// state as it is when the save begins; the coordinator then walks the
-  /// shards one piece at a time (at most save_piece_bytes per message: a
-  /// large table's part comes in pieces), and each piece goes to the file
-  /// as it arrives.
-  caf::error save_optimizer_states(const std::string& path);
+  /// Saves weights, optimizer states, step counts and the optimizer's
+  /// settings of the whole store to `path` (atomically: temporary file,
+  /// fsync, rename): a checkpoint. Every shard takes its state as it is when
+  /// the save begins; the coordinator then walks the shards one piece at a
+  /// time (at most save_piece_bytes per message: a large table's part comes
+  /// in pieces), and each piece goes to the file as it arrives. With
+  /// `dump_optimizer` (MXNet's flag), load_optimizer_states takes the saved
+  /// optimizer settings too (load_checkpoint always does).
+  caf::error save_optimizer_states(const std::string& path,
+                                   bool dump_optimizer = false);
 
   /// Writes every key's weights, each with its shape, as one safetensors
   /// file at `path` (atomically: a temporary file renamed), for PyTorch,
@@ -336,16 +339,26 @@ public:
   caf::error export_weights(const std::string& path,
                             bool optimizer_state = false);
 
-  /// Loads a file written by `save_optimizer_states`, record by record (no
-  /// more of it in memory here than one piece; the shards assemble their
-  /// slices and take them all at once at the end, or nothing). Every key
-  /// of the file
-  /// must be initialized here with the same shape. A key that was sliced
-  /// otherwise when saved (other shards, slice size or slicing bound) is cut
-  /// to this store's slices; a slice cut from several saved ones needs them
-  /// to have seen the same number of updates (always so in sync training),
-  /// else `checkpoint_mismatch`.
+  /// MXNet's load_optimizer_states: loads the optimizer states (and step
+  /// counts) of every key of a file written by `save_optimizer_states`; the
+  /// weights stay as they are. The optimizer: the file's settings if it was
+  /// saved with dump_optimizer or if this store has none set ("assign"),
+  /// else this store's, which must be of the file's kind
+  /// (`checkpoint_mismatch` if not). Keys not in the file start their state
+  /// afresh. Otherwise as load_checkpoint.
   caf::error load_optimizer_states(const std::string& path);
+
+  /// Loads a checkpoint written by `save_optimizer_states` whole, for an
+  /// exact resume: weights, optimizer states, step counts and the file's
+  /// optimizer. Record by record (no more of it in memory here than one
+  /// piece; the shards assemble their slices and take them all at once at
+  /// the end, or nothing). Every key of the file must be initialized here
+  /// with the same shape. A key that was sliced otherwise when saved (other
+  /// shards, slice size or slicing bound) is cut to this store's slices; a
+  /// slice cut from several saved ones needs them to have seen the same
+  /// number of updates (always so in sync training), else
+  /// `checkpoint_mismatch`.
+  caf::error load_checkpoint(const std::string& path);
 
   /// MXNet's num_dead_node: how many nodes of `node_id` (a node id >= 8, or
   /// an or-ed group: 1 coordinator, 2 servers, 4 workers; see
@@ -407,6 +420,8 @@ public:
 private:
   struct impl;
   explicit kvstore(std::unique_ptr<impl> ptr);
+  // load_checkpoint (`whole`) or load_optimizer_states.
+  caf::error load_file(const std::string& path, bool whole);
   std::unique_ptr<impl> impl_;
 };
 

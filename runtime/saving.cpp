@@ -20,7 +20,8 @@
 
 namespace actorps {
 
-caf::error kvstore::save_optimizer_states(const std::string& path) {
+caf::error kvstore::save_optimizer_states(const std::string& path,
+                                          bool dump_optimizer) {
   auto& d = *impl_;
   if (d.closed)
     return closed_error("save_optimizer_states");
@@ -30,7 +31,9 @@ caf::error kvstore::save_optimizer_states(const std::string& path) {
   core::checkpoint_writer out;
   auto err = d.each_saved_piece([&](save_piece& piece) -> caf::error {
     if (!out.is_open())
-      if (auto st = out.open(path, piece.optimizer); !st.ok())
+      if (auto st = out.open(path, piece.optimizer, core::posix_file_system(),
+                             dump_optimizer);
+          !st.ok())
         return to_error(st);
     for (auto& rec : piece.records)
       if (auto st = out.add(rec); !st.ok())
@@ -128,9 +131,17 @@ caf::error kvstore::export_weights(const std::string& path,
 }
 
 caf::error kvstore::load_optimizer_states(const std::string& path) {
+  return load_file(path, false);
+}
+
+caf::error kvstore::load_checkpoint(const std::string& path) {
+  return load_file(path, true);
+}
+
+caf::error kvstore::load_file(const std::string& path, bool whole) {
   auto& d = *impl_;
   if (d.closed)
-    return closed_error("load_optimizer_states");
+    return closed_error(whole ? "load_checkpoint" : "load_optimizer_states");
   if (auto err = wait_all())
     return err;
   // Record by record from the file, in pieces of at most
@@ -141,6 +152,9 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
     return to_error(st);
   load_piece piece;
   piece.optimizer = in.optimizer();
+  piece.what = whole                   ? load_piece::everything
+               : in.optimizer_dumped() ? load_piece::states_and_optimizer
+                                       : load_piece::states;
   // A failed step leaves nothing behind on the shards.
   auto give_up = [&](caf::error err) {
     if (piece.session != 0) {
@@ -171,6 +185,7 @@ caf::error kvstore::load_optimizer_states(const std::string& path) {
     load_piece out;
     out.session = piece.session;
     out.optimizer = piece.optimizer;
+    out.what = piece.what;
     out.records = std::move(records);
     if (auto err = d.call(
           d.timeout(), [&](uint64_t session) { piece.session = session; },

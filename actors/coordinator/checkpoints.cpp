@@ -261,13 +261,34 @@ caf::result<uint64_t> load_next(coordinator_ptr self, load_piece& piece) {
   if (piece.session == 0) {
     if (auto err = to_error(core::validate(piece.optimizer)))
       return err;
+    if (piece.what > load_piece::states_and_optimizer)
+      return make_error(errc::bad_config, "load_optimizer_states: unknown kind "
+                                            + std::to_string(piece.what)
+                                            + " of load");
+    // load_optimizer_states (MXNet): a store whose pushes assign (no
+    // optimizer set) takes the file's; one with an optimizer keeps it, and
+    // its state must be the file's kind.
+    auto weights = piece.what == load_piece::everything;
+    auto opt = piece.optimizer;
+    if (piece.what == load_piece::states && st.optimizer.name != "assign") {
+      if (st.optimizer.name != opt.name
+          || core::state_size(st.optimizer, 1) != core::state_size(opt, 1))
+        return make_error(
+          errc::checkpoint_mismatch,
+          "load_optimizer_states: the checkpoint holds the state of '"
+            + opt.name + "', the store's optimizer is '" + st.optimizer.name
+            + "' (set_optimizer to the checkpoint's first, save it with "
+              "dump_optimizer, or load_checkpoint)");
+      // The file's state, read as the file's optimizer keeps it.
+      opt = st.optimizer;
+    }
     auto rp = self->make_response_promise<uint64_t>();
     auto session = ++st.last_session;
     // One load at a time per requester is the rule; more than two at once
     // means someone gave up: the oldest goes.
     while (st.loads.size() >= 2)
       drop_load(self, st.loads.begin()->first);
-    st.loads[session].opt = piece.optimizer;
+    st.loads[session].opt = opt;
     detail::callback_promise<caf::ok_atom> opened;
     opened.ok = [self, rp, session,
                  records = std::move(piece.records)](caf::ok_atom&&) mutable {
@@ -279,8 +300,8 @@ caf::result<uint64_t> load_next(coordinator_ptr self, load_piece& piece) {
     };
     detail::broadcast<caf::ok_atom>(
       self, std::move(opened), [] { return caf::ok_atom::value; },
-      [](size_t, caf::ok_atom) {}, false, load_atom::value, session,
-      piece.optimizer);
+      [](size_t, caf::ok_atom) {}, false, load_atom::value, session, opt,
+      weights);
     return rp;
   }
   auto session = piece.session;

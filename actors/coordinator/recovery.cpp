@@ -235,7 +235,7 @@ void ask_runner(coordinator_ptr self, restore_ptr job) {
         to_new_shards(
           self, job,
           [&](size_t i, auto& send) {
-            send(i, load_atom::value, job->session, job->optimizer);
+            send(i, load_atom::value, job->session, job->optimizer, true);
           },
           [self, job, first] { take_records(self, job, *first); });
       },

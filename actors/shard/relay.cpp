@@ -169,10 +169,10 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       ACTORPS_RELAY_CHECK("save_optimizer_states")
       return self->delegate(shard, a, at);
     },
-    [=](load_atom a, uint64_t session,
-        const optimizer_config& opt) -> ok_result {
+    [=](load_atom a, uint64_t session, const optimizer_config& opt,
+        bool weights) -> ok_result {
       ACTORPS_RELAY_CHECK("load_optimizer_states")
-      return self->delegate(shard, a, session, opt);
+      return self->delegate(shard, a, session, opt, weights);
     },
     [=](load_atom a, uint64_t session,
         std::vector<slice_record>& pieces) -> ok_result {

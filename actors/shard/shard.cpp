@@ -339,13 +339,13 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return std::move(piece.error());
       return std::move(*piece);
     },
-    [self](load_atom, uint64_t session,
-           const optimizer_config& opt) -> caf::result<caf::ok_atom> {
+    [self](load_atom, uint64_t session, const optimizer_config& opt,
+           bool weights) -> caf::result<caf::ok_atom> {
       if (auto err = check_change(self, "load_optimizer_states", false))
         return err;
       return change(
-        self, [&] { return self->state.open_load(session, opt); },
-        load_atom::value, session, opt);
+        self, [&] { return self->state.open_load(session, opt, weights); },
+        load_atom::value, session, opt, weights);
     },
     [self](load_atom, uint64_t session,
            std::vector<slice_record>& pieces) -> caf::result<caf::ok_atom> {

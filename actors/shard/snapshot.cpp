@@ -184,13 +184,14 @@ caf::expected<save_piece> shard_state::save_next(uint64_t session,
   return out;
 }
 
-caf::error shard_state::open_load(uint64_t session,
-                                  const optimizer_config& opt) {
+caf::error shard_state::open_load(uint64_t session, const optimizer_config& opt,
+                                  bool weights) {
   if (auto err = to_error(core::validate(opt)))
     return err;
   loads.erase(session);
   make_room(loads);
   loads[session].opt = opt;
+  loads[session].weights = weights;
   return caf::none;
 }
 
@@ -243,7 +244,9 @@ caf::error shard_state::end_load(uint64_t session, bool commit) {
   set_optimizer(x.opt);
   for (auto& [id, a] : x.slices) {
     auto& s = slices[id];
-    s.value = shared_floats{std::move(a.value)};
+    // load_optimizer_states leaves the weights as they are (MXNet).
+    if (x.weights)
+      s.value = shared_floats{std::move(a.value)};
     s.opt_state = std::move(a.state);
     s.step = a.step;
     if (s.dim > 0)

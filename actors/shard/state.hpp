@@ -273,6 +273,8 @@ struct save_session {
 // the commit.
 struct load_session {
   optimizer_config opt;
+  // Whether the weights are loaded too (else only states and steps).
+  bool weights = true;
   std::map<slice_id, core::slice_assembly> slices;
 };
 
@@ -522,8 +524,10 @@ struct shard_state {
   // the last was taken, which ends the session.
   caf::expected<save_piece> save_next(uint64_t session, uint64_t position);
 
-  // Begins load `session` with the optimizer the checkpoint names.
-  caf::error open_load(uint64_t session, const optimizer_config& opt);
+  // Begins load `session` with the optimizer the shards take (with
+  // `weights`, the weights are loaded too).
+  caf::error open_load(uint64_t session, const optimizer_config& opt,
+                       bool weights);
 
   // Adds pieces to load `session`; an error ends the session.
   caf::error load_pieces(uint64_t session, std::vector<slice_record>& pieces);

@@ -180,7 +180,7 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
                            static_cast<uint64_t>(train.size()))))
       return fail("set_optimizer", err);
   if (rank == 0 && !opts.resume.empty())
-    if (auto err = kv.load_optimizer_states(opts.resume))
+    if (auto err = kv.load_checkpoint(opts.resume))
       return fail("resume from " + opts.resume, err);
   if (auto err = kv.barrier())
     return fail("barrier", err);

@@ -431,7 +431,7 @@ TEST_CASE("table: a save in pieces is the state when it began, piece by "
     g.run();
     return g.reply<caf::ok_atom>();
   };
-  REQUIRE(load(uint64_t{5}, adam));
+  REQUIRE(load(uint64_t{5}, adam, true));
   for (size_t i = 0; i + 1 < pieces.size(); ++i)
     REQUIRE(load(uint64_t{5}, std::vector<slice_record>{pieces[i]}));
   SECTION("nothing counts before the commit, all of it after") {
@@ -456,6 +456,21 @@ TEST_CASE("table: a save in pieces is the state when it began, piece by "
     // The session is gone.
     require_error(load(uint64_t{5}, std::vector<slice_record>{pieces.back()}),
                   errc::checkpoint_io);
+  }
+  SECTION("a load of the states alone keeps the rows (MXNet's "
+          "load_optimizer_states)") {
+    REQUIRE(load(uint64_t{6}, adam, false));
+    for (auto& piece : pieces)
+      REQUIRE(load(uint64_t{6}, std::vector<slice_record>{piece}));
+    REQUIRE(load(uint64_t{6}, true));
+    g.self->send(g.shard, save_atom::value);
+    g.run();
+    auto back = g.reply<state_snapshot>();
+    REQUIRE(back);
+    CHECK(back->slices[0].value.data
+          == std::vector<float>(want.value.data.size(), 0.0f));
+    CHECK(back->slices[0].state.data == want.state.data);
+    CHECK(back->slices[0].row_steps == want.row_steps);
   }
   SECTION("a piece sent twice is refused") {
     require_error(load(uint64_t{5}, std::vector<slice_record>{pieces[0]}),

@@ -163,6 +163,7 @@ TEST_CASE("checkpoint stream: records written one by one read back exactly",
   core::checkpoint_reader in;
   REQUIRE(in.open(path).ok());
   CHECK(in.optimizer().name == "adam");
+  CHECK_FALSE(in.optimizer_dumped());
   for (auto& want : recs) {
     slice_record got;
     bool done = true;
@@ -175,6 +176,18 @@ TEST_CASE("checkpoint stream: records written one by one read back exactly",
   REQUIRE(in.next(last, done).ok());
   CHECK(done);
   CHECK(core::verify_checkpoint(path).ok());
+  {
+    // Saved with dump_optimizer: the reader says so.
+    auto dumped = path + ".dumped";
+    core::checkpoint_writer out;
+    REQUIRE(out.open(dumped, opt, core::posix_file_system(), true).ok());
+    REQUIRE(out.finish().ok());
+    core::checkpoint_reader back;
+    REQUIRE(back.open(dumped).ok());
+    CHECK(back.optimizer_dumped());
+    CHECK(back.optimizer().name == "adam");
+    std::filesystem::remove(dumped);
+  }
   // The whole-file decoder reads the same file.
   std::vector<char> bytes;
   REQUIRE(core::read_file(path, bytes).ok());

@@ -202,6 +202,32 @@ def test_every_error_class_comes_from_a_real_call(tmp_path):
         assert issubclass(cls, actorps.Error)
 
 
+def test_optimizer_states_load_as_mxnet_and_checkpoints_load_whole(tmp_path):
+    # MXNet: load_optimizer_states brings the updater's states back, not the
+    # weights; load_checkpoint (actorps) brings both.
+    w0 = np.linspace(-1, 1, 8).astype(np.float32)
+    g = np.arange(8, dtype=np.float32) - 3
+    path = str(tmp_path / "opt.states")
+    with actorps.KVStore.create("local") as kv:
+        kv.set_optimizer("sgd", learning_rate=0.1, momentum=0.9)
+        kv.init("w", w0)
+        kv.push("w", g)
+        saved = np.empty(8, np.float32)
+        kv.wait(kv.pull("w", saved))
+        kv.save_optimizer_states(fname=path, dump_optimizer=True)
+        kv.push("w", 2 * g)
+        now = np.empty(8, np.float32)
+        kv.wait(kv.pull("w", now))
+        assert not np.array_equal(now, saved)
+        kv.load_optimizer_states(path)
+        out = np.empty(8, np.float32)
+        kv.wait(kv.pull("w", out))
+        np.testing.assert_array_equal(out, now)
+        kv.load_checkpoint(path)
+        kv.wait(kv.pull("w", out))
+        np.testing.assert_array_equal(out, saved)
+
+
 def test_context_manager_closes():
     with actorps.KVStore.create("local") as kv:
         kv.init("w", np.zeros(2, np.float32))

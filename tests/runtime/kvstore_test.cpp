@@ -474,7 +474,7 @@ TEST_CASE("kvstore: save and load restore training bit for bit",
     auto kv = make_store("local_async", o);
     require_ok(kv.init("w", Eigen::VectorXf::Zero(300)));
     require_ok(kv.init("b", Eigen::VectorXf::Zero(7)));
-    require_ok(kv.load_optimizer_states(path));
+    require_ok(kv.load_checkpoint(path));
     require_ok(kv.push("w", grads[3]));
     Eigen::VectorXf got(300);
     Eigen::VectorXf bias(7);

@@ -549,7 +549,7 @@ TEST_CASE("network: a node that never proved the token reaches nothing",
     require_refused(evil, dest, load_atom::value, zeros);
     require_refused(evil, dest, save_atom::value, uint64_t{1});
     require_refused(evil, dest, save_atom::value, save_cursor{1, 0, 0});
-    require_refused(evil, dest, load_atom::value, uint64_t{1}, sgd);
+    require_refused(evil, dest, load_atom::value, uint64_t{1}, sgd, true);
     require_refused(evil, dest, load_atom::value, uint64_t{1}, zeros.slices);
     require_refused(evil, dest, load_atom::value, uint64_t{1}, true);
     require_refused(evil, dest, workers_atom::value,

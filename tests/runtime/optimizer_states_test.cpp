@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// load_optimizer_states as MXNet's (the states come back, the weights stay)
+// against load_checkpoint (everything comes back), and dump_optimizer.
+#include "runtime/kvstore.hpp"
+
+#include <cstdio>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "messages/errors.hpp"
+
+using namespace actorps;
+
+namespace {
+
+store_options options() {
+  store_options opts;
+  opts.num_workers = 1;
+  opts.num_shards = 2;
+  opts.threads = 2;
+  opts.bigarray_bound = 64;
+  opts.slice_floats = 40;
+  opts.timeout = std::chrono::milliseconds{30000};
+  return opts;
+}
+
+kvstore make_store(const store_options& opts = options()) {
+  auto kv = kvstore::create("local_async", opts);
+  if (!kv)
+    FAIL(render(kv.error()));
+  return std::move(*kv);
+}
+
+void require_ok(const caf::error& err) {
+  INFO(render(err));
+  REQUIRE(!err);
+}
+
+Eigen::VectorXf pulled(kvstore& kv, const std::string& key, Eigen::Index n) {
+  Eigen::VectorXf out(n);
+  auto t = kv.pull(key, out);
+  REQUIRE(t);
+  require_ok(kv.wait(*t));
+  return out;
+}
+
+optimizer_config momentum_sgd(float lr) {
+  optimizer_config x;
+  x.name = "sgd";
+  x.learning_rate = lr;
+  x.momentum = 0.9f;
+  return x;
+}
+
+Eigen::VectorXf ramp(Eigen::Index n, float scale) {
+  Eigen::VectorXf v(n);
+  for (Eigen::Index i = 0; i < n; ++i)
+    v[i] = scale * static_cast<float>((i % 7) - 3);
+  return v;
+}
+
+bool near(const Eigen::VectorXf& a, const Eigen::VectorXf& b) {
+  return (a - b).cwiseAbs().maxCoeff() <= 1e-5f;
+}
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/actorps-test-" + std::to_string(::getpid()) + "-" + name;
+}
+
+} // namespace
+
+TEST_CASE("kvstore: load_optimizer_states brings the optimizer states back "
+          "and leaves the weights\\, as MXNet; load_checkpoint brings both",
+          "[integration]") {
+  // 100 floats: sliced over both shards (bound 64, slices of 40).
+  constexpr Eigen::Index n = 100;
+  Eigen::VectorXf w0 = ramp(n, 0.5f);
+  Eigen::VectorXf g1 = ramp(n, 1.0f);
+  Eigen::VectorXf g2 = ramp(n, -0.25f) + Eigen::VectorXf::Constant(n, 0.125f);
+  Eigen::VectorXf g3 = ramp(n, 2.0f);
+  Eigen::VectorXf g4 = Eigen::VectorXf::LinSpaced(n, -1.0f, 1.0f);
+  auto path = temp_path("states.ckpt");
+  auto dumped = temp_path("states-dumped.ckpt");
+  // A store trains two steps with momentum, is saved (weights w2, momentum
+  // m2), trains a third (w3, m3).
+  Eigen::VectorXf w2;
+  Eigen::VectorXf w3;
+  auto kv = make_store();
+  require_ok(kv.set_optimizer(momentum_sgd(0.1f)));
+  require_ok(kv.init("w", w0));
+  require_ok(kv.push("w", g1));
+  require_ok(kv.push("w", g2));
+  w2 = pulled(kv, "w", n);
+  require_ok(kv.save_optimizer_states(path));
+  require_ok(kv.save_optimizer_states(dumped, true));
+  require_ok(kv.push("w", g3));
+  w3 = pulled(kv, "w", n);
+  REQUIRE(!near(w2, w3));
+  // What one step of g4 does from the saved state: w2 -> w2 + (0.9 m2 -
+  // 0.1 g4), in a store that loads the whole checkpoint.
+  Eigen::VectorXf step_from_saved;
+  {
+    auto other = make_store();
+    require_ok(other.init("w", Eigen::VectorXf::Zero(n)));
+    require_ok(other.load_checkpoint(path));
+    CHECK(pulled(other, "w", n) == w2);
+    require_ok(other.push("w", g4));
+    step_from_saved = pulled(other, "w", n) - w2;
+  }
+  SECTION("the weights stay; the next step uses the saved momentum") {
+    require_ok(kv.load_optimizer_states(path));
+    CHECK(pulled(kv, "w", n) == w3);
+    require_ok(kv.push("w", g4));
+    auto w4 = pulled(kv, "w", n);
+    CHECK(near(w4, w3 + step_from_saved));
+    // Neither the saved weights nor the momentum of three steps.
+    CHECK(!near(w4, w2 + step_from_saved));
+    auto carried_on = make_store();
+    require_ok(carried_on.set_optimizer(momentum_sgd(0.1f)));
+    require_ok(carried_on.init("w", w0));
+    for (auto* g : {&g1, &g2, &g3, &g4})
+      require_ok(carried_on.push("w", *g));
+    CHECK(!near(w4, pulled(carried_on, "w", n)));
+  }
+  SECTION("a store with no optimizer set takes the file's") {
+    auto fresh = make_store();
+    require_ok(fresh.init("w", w3));
+    require_ok(fresh.load_optimizer_states(path));
+    CHECK(pulled(fresh, "w", n) == w3);
+    require_ok(fresh.push("w", g4));
+    CHECK(near(pulled(fresh, "w", n), w3 + step_from_saved));
+  }
+  SECTION("a store's own settings stay unless the file was saved with "
+          "dump_optimizer") {
+    // Learning rate 0.5 here, 0.1 in the file: the step differs by
+    // 0.4 g4 between the two.
+    auto slower = make_store();
+    require_ok(slower.set_optimizer(momentum_sgd(0.5f)));
+    require_ok(slower.init("w", w3));
+    require_ok(slower.load_optimizer_states(path));
+    require_ok(slower.push("w", g4));
+    CHECK(near(pulled(slower, "w", n), w3 + step_from_saved - 0.4f * g4));
+    auto taken = make_store();
+    require_ok(taken.set_optimizer(momentum_sgd(0.5f)));
+    require_ok(taken.init("w", w3));
+    require_ok(taken.load_optimizer_states(dumped));
+    require_ok(taken.push("w", g4));
+    CHECK(near(pulled(taken, "w", n), w3 + step_from_saved));
+  }
+  SECTION("a store with another kind of optimizer is refused and unchanged") {
+    optimizer_config adam;
+    adam.name = "adam";
+    auto other = make_store();
+    require_ok(other.set_optimizer(adam));
+    require_ok(other.init("w", w3));
+    require_ok(other.push("w", g4));
+    auto before = pulled(other, "w", n);
+    auto err = other.load_optimizer_states(path);
+    INFO(render(err));
+    CHECK(code_of(err) == errc::checkpoint_mismatch);
+    CHECK(render(err).find("'adam'") != std::string::npos);
+    CHECK(pulled(other, "w", n) == before);
+    // load_checkpoint takes the file's optimizer whatever the store's.
+    require_ok(other.load_checkpoint(path));
+    CHECK(pulled(other, "w", n) == w2);
+  }
+  std::remove(path.c_str());
+  std::remove(dumped.c_str());
+}
