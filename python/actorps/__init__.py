@@ -58,6 +58,7 @@ def _mxnet_forms(cls):
     such a list too."""
     init, push, pull = cls.init, cls.push, cls.pull
     push_pull, wait = cls.push_pull, cls.wait
+    compression = cls.set_gradient_compression
 
     def init_(self, key, value):
         """Initializes `key` (rank 0's value is stored), or each key of a
@@ -77,9 +78,12 @@ def _mxnet_forms(cls):
         else:
             push(self, key, value, priority)
 
-    def pull_(self, key, out=None, priority=0):
+    def pull_(self, key, out=None, priority=0, ignore_sparse=True):
         """Pulls `key` into `out` (or into each array of a list), or each
-        key of a list into its output; wait on what it returns."""
+        key of a list into its output; wait on what it returns. The outputs
+        are dense arrays, so MXNet's `ignore_sparse` (skip row_sparse
+        outputs) has nothing to skip; a row table is pulled with
+        row_sparse_pull or pull_rows."""
         if out is None:
             raise ValueError("pull: out= must name the array(s) to fill")
         if isinstance(key, (list, tuple)):
@@ -108,6 +112,40 @@ def _mxnet_forms(cls):
             raise ValueError("row_sparse_pull: out= and row_ids= are needed")
         return self.pull_rows(key, row_ids, out, priority)
 
+    def broadcast(self, key, value, out, priority=0):
+        """MXNet's broadcast: initializes `key` (or each key of a list) with
+        rank 0's `value` and pulls it into `out`; wait on what it
+        returns."""
+        init_(self, key, value)
+        return pull_(self, key, out, priority)
+
+    def set_gradient_compression_(self, spec, key=None):
+        """Sets gradient compression: "none", "fp16", "2bit" or
+        "2bit:THRESHOLD", or MXNet's dict {"type": "2bit", "threshold":
+        0.5} (MXNet's default threshold is 0.5)."""
+        if isinstance(spec, dict):
+            params = dict(spec)
+            kind = str(params.pop("type", "")).lower()
+            threshold = params.pop("threshold", 0.5)
+            if params:
+                raise ValueError("set_gradient_compression: unknown "
+                                 f"parameter(s) {sorted(params)}")
+            if kind == "2bit":
+                spec = f"2bit:{float(threshold)!r}"
+            elif kind in ("none", "fp16"):
+                spec = kind
+            else:
+                raise ValueError("set_gradient_compression: type must be "
+                                 f"2bit, fp16 or none, got {kind!r}")
+        compression(self, spec, key)
+
+    def is_capable(self, capability):
+        """MXNet's is_capable: whether the store does `capability`
+        (KVStore.OPTIMIZER: the servers run the optimizer)."""
+        if str(capability).lower() == "optimizer":
+            return True
+        raise ValueError(f"Unknown capability: {capability}")
+
     def wait_(self, ticket):
         """Waits for a ticket (or each of a list of tickets)."""
         if isinstance(ticket, (list, tuple)):
@@ -120,6 +158,10 @@ def _mxnet_forms(cls):
     cls.pushpull = pushpull_
     cls.push_pull = pushpull_
     cls.row_sparse_pull = row_sparse_pull
+    cls.broadcast = broadcast
+    cls.set_gradient_compression = set_gradient_compression_
+    cls.is_capable = is_capable
+    cls.OPTIMIZER = "optimizer"
 
 
 _mxnet_forms(KVStore)

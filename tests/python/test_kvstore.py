@@ -100,6 +100,36 @@ def test_mxnet_list_forms_and_names():
             kv.pushpull(["a", "b"], [np.ones(3, np.float32),
                                      np.ones(2, np.float32)],
                         out=[np.zeros(3, np.float32)])
+        # pull takes MXNet's ignore_sparse (dense outputs: nothing skipped).
+        kv.wait(kv.pull("a", out=out, ignore_sparse=False))
+        assert np.array_equal(out, np.full(3, 4, np.float32))
+        # broadcast: init with rank 0's value, then pull it.
+        got = np.zeros(2, np.float32)
+        kv.wait(kv.broadcast("c", f32(7, 8), out=got))
+        assert np.array_equal(got, f32(7, 8))
+        with pytest.raises(actorps.AlreadyInitialized):
+            kv.broadcast("c", f32(1, 1), out=got)
+        assert kv.is_capable(actorps.KVStore.OPTIMIZER)
+        with pytest.raises(ValueError, match="capability"):
+            kv.is_capable("teleport")
+        # MXNet's dict form of gradient compression (threshold 0.5 unless
+        # given): 1.0 crosses as 0.5, 0.2 as 0, -0.7 as -0.5.
+        kv.init("g", np.zeros(3, np.float32))
+        kv.set_gradient_compression({"type": "2bit"}, key="g")
+        kv.push("g", f32(1.0, 0.2, -0.7))
+        g = np.zeros(3, np.float32)
+        kv.wait(kv.pull("g", out=g))
+        assert np.array_equal(g, f32(0.5, 0, -0.5))
+        kv.set_gradient_compression({"type": "2bit", "threshold": 0.25},
+                                    key="g")
+        kv.push("g", f32(0.3, 0, 0))
+        kv.wait(kv.pull("g", out=g))
+        # 0.3 crosses as the new threshold, 0.25 (at 0.5 it would not).
+        assert g[0] == 0.75
+        with pytest.raises(ValueError, match="type must be"):
+            kv.set_gradient_compression({"type": "1bit"})
+        with pytest.raises(ValueError, match="unknown parameter"):
+            kv.set_gradient_compression({"type": "2bit", "bits": 3})
 
 
 def test_optimizer_and_priority_keep_the_order():
