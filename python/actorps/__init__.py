@@ -97,12 +97,22 @@ def _mxnet_forms(cls):
         a list."""
         if out is None:
             out = value
+
+        def one(k, v, o):
+            if isinstance(v, (list, tuple)) or isinstance(o, (list, tuple)):
+                # Several devices' copies (MXNet): their sum is pushed, and
+                # every output gets the result; the pull is ordered after
+                # the push, as one push_pull is.
+                push(self, k, v, priority)
+                return pull(self, k, o, priority)
+            return push_pull(self, k, v, o, priority)
+
         if isinstance(key, (list, tuple)):
-            return [push_pull(self, k, v, o, priority)
+            return [one(k, v, o)
                     for (k, v), (_, o) in zip(
                         _key_list(key, value, "pushpull"),
                         _key_list(key, out, "pushpull"))]
-        return push_pull(self, key, value, out, priority)
+        return one(key, value, out)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
         """MXNet's row_sparse_pull on a row table: fills `out` with the

@@ -86,6 +86,16 @@ def test_mxnet_list_forms_and_names():
         v = np.ones(3, np.float32)
         kv.wait(kv.pushpull("a", v))
         assert np.array_equal(v, np.full(3, 4, np.float32))
+        # Several devices' copies: their sum is pushed, each output filled
+        # (into the copies themselves without out=).
+        copies = [np.ones(3, np.float32), np.full(3, 2, np.float32)]
+        outs = [np.zeros(3, np.float32), np.zeros(3, np.float32)]
+        kv.wait(kv.pushpull("a", copies, out=outs))
+        for o in outs:
+            assert np.array_equal(o, np.full(3, 7, np.float32))
+        kv.wait(kv.pushpull(["a"], [copies]))
+        for c in copies:
+            assert np.array_equal(c, np.full(3, 10, np.float32))
         # row_sparse_pull names pull_rows: one row per id, in order.
         kv.init_table("t", 10, 2)
         kv.push_rows("t", [1, 3], np.array([1, 2, 3, 4], np.float32))
@@ -102,7 +112,7 @@ def test_mxnet_list_forms_and_names():
                         out=[np.zeros(3, np.float32)])
         # pull takes MXNet's ignore_sparse (dense outputs: nothing skipped).
         kv.wait(kv.pull("a", out=out, ignore_sparse=False))
-        assert np.array_equal(out, np.full(3, 4, np.float32))
+        assert np.array_equal(out, np.full(3, 10, np.float32))
         # broadcast: init with rank 0's value, then pull it.
         got = np.zeros(2, np.float32)
         kv.wait(kv.broadcast("c", f32(7, 8), out=got))
