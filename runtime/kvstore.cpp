@@ -36,7 +36,11 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
   int32_t staleness = -1;
   // Dist: the mode the job must have (any: take the job's).
   uint8_t mode = join_mode::any;
-  if (type == "local" || type == "local_async") {
+  // MXNet's names for where a store aggregates devices' copies (CPU or
+  // GPU): the same store here, where values live in host memory.
+  if (type == "local" || type == "local_async" || type == "device"
+      || type == "local_update_cpu" || type == "local_allreduce_cpu"
+      || type == "local_allreduce_device") {
   } else if (type == "local_sync") {
     sync = true;
   } else if (type == "local_ssp") {
@@ -48,17 +52,26 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
   } else if (type == "dist_async") {
     dist = true;
     mode = join_mode::async;
-  } else if (type == "dist_sync") {
+  } else if (type == "dist_sync" || type == "dist_device_sync"
+             || type == "dist_sync_device") {
     dist = sync = true;
     mode = join_mode::sync;
   } else if (type == "dist") {
     dist = true;
+  } else if (type == "nccl" || type == "horovod" || type == "byteps") {
+    return make_error(errc::bad_config,
+                      "create: store type '" + type
+                        + "' is MXNet's for GPUs or another system; "
+                          "actorps keeps values in host memory: use local "
+                          "(or device), dist_sync or dist_async");
   } else {
     return make_error(errc::bad_config,
                       "create: unknown store type '" + type
                         + "' (expected local, local_async, local_sync, "
                           "local_ssp, dist, dist_sync, dist_async or "
-                          "dist_ssp)");
+                          "dist_ssp; MXNet's device, local_allreduce_cpu, "
+                          "local_allreduce_device and dist_device_sync "
+                          "name the same stores)");
   }
   if (!dist && (opts.num_workers == 0 || opts.num_shards == 0))
     return make_error(errc::bad_config,
@@ -109,7 +122,9 @@ caf::expected<kvstore> kvstore::create(const std::string& type,
   auto joined = (*rt)->sync             ? "dist_sync"
                 : (*rt)->staleness >= 0 ? "dist_ssp"
                                         : "dist_async";
-  return kvstore{std::make_unique<impl>(std::move(*rt), joined, rank)};
+  // "dist" tells the job's mode; other names stay as given (MXNet).
+  return kvstore{std::make_unique<impl>(std::move(*rt),
+                                        type == "dist" ? joined : type, rank)};
 }
 
 int32_t kvstore::staleness() const {

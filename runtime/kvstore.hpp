@@ -146,7 +146,11 @@ private:
 /// as one worker, to the
 /// coordinator at `store_options::coordinator` (see apps/); the mode must
 /// match the job's. "dist" joins in whatever mode the job has; `type()`
-/// and `synchronous()` then tell which.
+/// and `synchronous()` then tell which. MXNet's names for where devices'
+/// copies are aggregated name the same stores (values live in host memory
+/// here): "device", "local_update_cpu", "local_allreduce_cpu" and
+/// "local_allreduce_device" are "local"; "dist_device_sync" and
+/// "dist_sync_device" are "dist_sync". `type()` is the name given.
 ///
 /// Contract: `push` and `pull` return at once; a pull's output may be read
 /// only after `wait` on its ticket (or `wait_all`). Pushes and pulls of one

@@ -329,11 +329,15 @@ def test_dist_sync_workers_compute_exact_sums(job_factory):
     errors = []
     results = {}
 
-    def worker():
+    def worker(name):
         try:
-            with actorps.KVStore.create("dist_sync",
+            with actorps.KVStore.create(name,
                                         coordinator=job.address,
                                         token=job.token) as kv:
+                # "dist" takes the job's mode; MXNet's dist_device_sync is
+                # dist_sync.
+                assert kv.type == ("dist_sync" if name == "dist" else name)
+                assert kv.synchronous
                 kv.init("w", np.zeros(300, np.float32))
                 if kv.rank == 0:
                     kv.set_optimizer("accumulate")
@@ -348,7 +352,9 @@ def test_dist_sync_workers_compute_exact_sums(job_factory):
         except Exception as e:  # reported to the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    names = ["dist_sync", "dist_device_sync", "dist"]
+    threads = [threading.Thread(target=worker, args=(names[i],))
+               for i in range(workers)]
     for t in threads:
         t.start()
     for t in threads:

@@ -704,6 +704,36 @@ TEST_CASE("kvstore: rank and num_workers describe the store", "[integration]") {
   CHECK(h->num_workers() == 3);
 }
 
+TEST_CASE("kvstore: MXNet's device store names are the same stores",
+          "[integration]") {
+  for (std::string name : {"device", "local_update_cpu", "local_allreduce_cpu",
+                           "local_allreduce_device"}) {
+    INFO(name);
+    auto kv = make_store(name, local_options(1));
+    CHECK(kv.type() == name);
+    CHECK_FALSE(kv.synchronous());
+    require_ok(kv.init("w", Eigen::VectorXf::Ones(4)));
+    require_ok(kv.push("w", Eigen::VectorXf::Constant(4, 3.0f)));
+    Eigen::VectorXf out(4);
+    auto t = kv.pull("w", out);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    // No optimizer: a push assigns.
+    CHECK(out == Eigen::VectorXf::Constant(4, 3.0f));
+  }
+  // dist_device_sync is dist_sync: it needs a coordinator like it.
+  for (std::string name : {"dist_device_sync", "dist_sync_device"}) {
+    INFO(name);
+    auto kv = kvstore::create(name, local_options(1));
+    REQUIRE_FALSE(kv);
+    CHECK(render(kv.error()).find("coordinator") != std::string::npos);
+  }
+  auto gpu = kvstore::create("nccl", local_options(1));
+  REQUIRE_FALSE(gpu);
+  CHECK(code_of(gpu.error()) == errc::bad_config);
+  CHECK(render(gpu.error()).find("host memory") != std::string::npos);
+}
+
 TEST_CASE("kvstore: a key named twice in one call is merged, as MXNet",
           "[integration]") {
   // 3 floats make a small key; 300000 a sliced one (several slices, some
