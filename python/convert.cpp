@@ -4,6 +4,7 @@
 
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -239,30 +240,43 @@ namespace {
 // as f(head, body) on a shard's thread with the GIL taken; an exception it
 // raises fails the command with its text.
 
+// Marks this thread as running a Python callback for a shard, which the
+// store it would call waits for.
+struct shard_callback {
+  shard_callback() {
+    in_command_handler = true;
+  }
+  ~shard_callback() {
+    in_command_handler = false;
+  }
+  shard_callback(const shard_callback&) = delete;
+  shard_callback& operator=(const shard_callback&) = delete;
+};
+
+// A Python object that shard threads call: dropped with the GIL held,
+// wherever its last copy goes.
+std::shared_ptr<py::object> held(const py::handle& x) {
+  return {new py::object(py::reinterpret_borrow<py::object>(x)),
+          [](py::object* p) {
+            if (!Py_IsInitialized())
+              return; // the interpreter is gone
+            py::gil_scoped_acquire locked;
+            delete p;
+          }};
+}
+
 command_handler command_of(const py::handle& x) {
   if (x.is_none())
     return {};
   if (!PyCallable_Check(x.ptr()))
     throw py::type_error("on_command: expected a callable f(head, body), got "
                          + describe(x));
-  // Dropped with the GIL held, wherever the last copy of the handler goes.
-  std::shared_ptr<py::object> fn{
-    new py::object(py::reinterpret_borrow<py::object>(x)), [](py::object* p) {
-      if (!Py_IsInitialized())
-        return; // the interpreter is gone
-      py::gil_scoped_acquire locked;
-      delete p;
-    }};
+  auto fn = held(x);
   return [fn](int32_t head, const std::string& body) -> caf::error {
     if (!Py_IsInitialized())
       return make_error(errc::closed, "on_command: Python has exited");
     py::gil_scoped_acquire locked;
-    in_command_handler = true;
-    struct reset {
-      ~reset() {
-        in_command_handler = false;
-      }
-    } on_exit;
+    shard_callback scope;
     try {
       (*fn)(head, body);
       return caf::none;
@@ -273,7 +287,49 @@ command_handler command_of(const py::handle& x) {
   };
 }
 
+// A key as Python named it: an int given as one comes back as an int.
+py::object key_object(const std::string& key) {
+  auto digits = key.size() - (key[0] == '-' ? 1 : 0);
+  auto first = key.size() - digits;
+  bool number = digits > 0 && digits < 19
+                && key.find_first_not_of("0123456789", first)
+                     == std::string::npos
+                && (key[first] != '0' || digits == 1);
+  if (number)
+    return py::int_(std::stoll(key));
+  return py::str(key);
+}
+
 } // namespace
+
+core::update_rule rule_of(const py::handle& x) {
+  if (x.is_none())
+    return {};
+  if (!PyCallable_Check(x.ptr()))
+    throw py::type_error("_set_updater: expected a callable f(key, grad, "
+                         "weight), got "
+                         + describe(x));
+  auto fn = held(x);
+  return [fn](const std::string& key, const float* grad, float* weight,
+              std::size_t n) {
+    if (!Py_IsInitialized())
+      return;
+    py::gil_scoped_acquire locked;
+    shard_callback scope;
+    // Copies in and out: an array the rule keeps never points into a shard.
+    auto count = static_cast<py::ssize_t>(n);
+    py::array_t<float> g{count, grad};
+    py::array_t<float> w{count, weight};
+    try {
+      (*fn)(key_object(key), g, w);
+      std::copy_n(w.data(), n, weight);
+    } catch (py::error_already_set& e) {
+      // Printed as Python prints an exception it cannot raise anywhere;
+      // this slice keeps its weights.
+      e.discard_as_unraisable("the update rule of _set_updater");
+    }
+  };
+}
 
 store_options options_of(const py::dict& kwargs) {
   store_options o;

@@ -90,8 +90,13 @@ std::vector<std::string> keys_of(const py::handle& ks);
 
 // -- options ------------------------------------------------------------------
 
-/// True on a shard's thread while it runs a Python command handler.
+/// True on a shard's thread while it runs a Python command handler or
+/// update rule.
 extern thread_local bool in_command_handler;
+
+/// A Python callable f(key, grad, weight) as a local store's update rule
+/// (MXNet's _set_updater; None: none).
+core::update_rule rule_of(const py::handle& f);
 
 /// KVStore.create's keyword options as store_options.
 store_options options_of(const py::dict& kwargs);

@@ -89,8 +89,8 @@ public:
   template <class F>
   auto run(F f) {
     if (in_command_handler)
-      throw py::type_error("on_command: a command handler must not call the "
-                           "store (it waits for the handler)");
+      throw py::type_error("a command handler or update rule must not call "
+                           "the store (it waits for the handler)");
     py::gil_scoped_release released;
     std::unique_lock<std::timed_mutex> turn{use_, std::defer_lock};
     while (!turn.try_lock_for(std::chrono::milliseconds{100})) {
@@ -316,8 +316,7 @@ public:
     auto st = core::parse_optimizer(text.str(), cfg);
     if (!st.ok())
       check(to_error(st));
-    auto err = run([&] { return kv_.set_optimizer(cfg); });
-    check(err);
+    check(run([&] { return kv_.set_optimizer(cfg); }));
   }
 
   void set_gradient_compression(const std::string& spec,
@@ -336,24 +335,25 @@ public:
   }
 
   void save_optimizer_states(const std::string& path, bool dump_optimizer) {
-    auto err
-      = run([&] { return kv_.save_optimizer_states(path, dump_optimizer); });
-    check(err);
+    check(run([&] { return kv_.save_optimizer_states(path, dump_optimizer); }));
   }
 
   void export_weights(const std::string& path, bool optimizer_state) {
-    auto err = run([&] { return kv_.export_weights(path, optimizer_state); });
-    check(err);
+    check(run([&] { return kv_.export_weights(path, optimizer_state); }));
   }
 
   void load_optimizer_states(const std::string& path) {
-    auto err = run([&] { return kv_.load_optimizer_states(path); });
-    check(err);
+    check(run([&] { return kv_.load_optimizer_states(path); }));
   }
 
   void load_checkpoint(const std::string& path) {
-    auto err = run([&] { return kv_.load_checkpoint(path); });
-    check(err);
+    check(run([&] { return kv_.load_checkpoint(path); }));
+  }
+
+  // MXNet's _set_updater: f(key, grad, weight) updates weight in place.
+  void set_updater(const py::object& f) {
+    auto rule = rule_of(f);
+    check(run([&] { return kv_.set_updater(std::move(rule)); }));
   }
 
   uint32_t num_dead_node(int node_id, double timeout) {
@@ -365,8 +365,7 @@ public:
   }
 
   void send_command_to_servers(int head, const std::string& body) {
-    auto err = run([&] { return kv_.send_command_to_servers(head, body); });
-    check(err);
+    check(run([&] { return kv_.send_command_to_servers(head, body); }));
   }
 
   std::vector<uint64_t> shape(const py::handle& key) {
@@ -558,6 +557,10 @@ PYBIND11_MODULE(_actorps, m) {
          py::arg("fname"),
          "MXNet's: loads the optimizer states of a checkpoint; the weights "
          "stay as they are (README)")
+    .def("_set_updater", &store::set_updater, py::arg("updater"),
+         "MXNet's: a local store runs updater(key, grad, weight) on every "
+         "merged push instead of the optimizer (weight updated in place; "
+         "None or set_optimizer ends it)")
     .def("load_checkpoint", &store::load_checkpoint, py::arg("fname"),
          "Loads a checkpoint whole (weights, states, optimizer): an exact "
          "resume")

@@ -85,6 +85,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
   rt->num_workers = o.num_workers;
   rt->sync = sync;
   rt->staleness = sync ? -1 : staleness;
+  rt->hooks = std::make_shared<core::local_hooks>();
   std::vector<shard_actor> shards;
   for (uint32_t i = 0; i < o.num_shards; ++i) {
     shard_config sc;
@@ -93,6 +94,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
     sc.sync = sync;
     sc.staleness = rt->staleness;
     sc.on_command = o.on_command;
+    sc.hooks = rt->hooks;
     shards.push_back(spawn_shard(rt->sys, sc));
   }
   coordinator_config cc;
@@ -101,6 +103,7 @@ std::shared_ptr<store_runtime> make_local(const store_options& o, bool sync,
   cc.slice_floats = o.slice_floats;
   cc.timeout = o.timeout;
   cc.shards = shards;
+  cc.hooks = rt->hooks;
   auto coordinator = spawn_coordinator(rt->sys, cc);
   for (uint32_t r = 0; r < o.num_workers; ++r) {
     auto wc = worker_config_of(o, r, sync || rt->staleness >= 0);

@@ -12,6 +12,7 @@
 #include "caf/expected.hpp"
 
 #include "actors/worker/worker.hpp"
+#include "core/update_rule.hpp"
 #include "runtime/kvstore.hpp"
 #include "runtime/system.hpp"
 
@@ -41,6 +42,8 @@ struct store_runtime {
   core::batching batching{};
   /// Local stores: the shards (for the metrics).
   std::vector<caf::actor> local_shards;
+  /// Local stores: the hooks its own update rule is set through.
+  std::shared_ptr<core::local_hooks> hooks;
   // Long-lived actors of this process, sent an exit in this order.
   std::vector<caf::actor> owned;
   // Distributed stores: the node agent the coordinator watches (also in

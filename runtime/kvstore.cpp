@@ -373,8 +373,28 @@ caf::error kvstore::set_optimizer(const optimizer_config& cfg) {
     return closed_error("set_optimizer");
   if (auto err = wait_all())
     return err;
-  return d.call(
-    d.timeout(), [](caf::ok_atom) {}, set_opt_atom::value, cfg);
+  if (auto err = d.call(
+        d.timeout(), [](caf::ok_atom) {}, set_opt_atom::value, cfg))
+    return err;
+  // MXNet: set_optimizer sets the updater, ending one set before.
+  if (d.rt->hooks)
+    d.rt->hooks->set_rule({});
+  return caf::none;
+}
+
+caf::error kvstore::set_updater(core::update_rule rule) {
+  auto& d = *impl_;
+  if (d.closed)
+    return closed_error("set_updater");
+  if (!d.rt->hooks)
+    return make_error(errc::bad_config,
+                      "set_updater: a dist store's servers run the optimizer "
+                      "(set_optimizer); an update rule of this process runs "
+                      "in local stores only");
+  if (auto err = wait_all())
+    return err;
+  d.rt->hooks->set_rule(std::move(rule));
+  return caf::none;
 }
 
 caf::error kvstore::set_gradient_compression(const compression& c) {

@@ -16,6 +16,7 @@
 
 #include <actorps/core/errc.hpp>
 #include <actorps/core/node_ids.hpp>
+#include <actorps/core/update_rule.hpp>
 #include <actorps/messages/types.hpp>
 #include <actorps/runtime/metrics.hpp>
 #include <actorps/runtime/scheduler_policy.hpp>
@@ -300,8 +301,19 @@ public:
   /// Waits for this handle's operations, then for every worker to arrive.
   caf::error barrier();
 
-  /// Sets the update rule on every shard; resets optimizer states.
+  /// Sets the update rule on every shard; resets optimizer states. In a
+  /// local store it also ends a rule of `set_updater`.
   caf::error set_optimizer(const optimizer_config& cfg);
+
+  /// MXNet's `_set_updater` (local stores only): from now on the shards
+  /// run `rule(key, grad, weight, n)` on every merged push instead of the
+  /// optimizer, updating the weights in place (a sliced key slice by slice,
+  /// a row table row by row; a sync round once, with its sum). It runs on a
+  /// shard's thread and must not call the store. An empty rule, or
+  /// set_optimizer, gives the optimizer back. Waits for this handle's
+  /// operations first. `bad_config` on a dist store (its servers run the
+  /// optimizer: set_optimizer).
+  caf::error set_updater(core::update_rule rule);
 
   /// Compresses this handle's later pushes (MXNet's
   /// set_gradient_compression), for every key without a setting of its own.

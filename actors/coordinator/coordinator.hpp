@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -196,6 +197,10 @@
 /// replicas and a recovery timeout replaces a dead server from its
 /// checkpoint only when its backups are gone.
 /// Failures of shards (errors, timeouts) are passed on to the requester.
+namespace actorps::core {
+class local_hooks;
+} // namespace actorps::core
+
 namespace actorps {
 
 /// Largest key the coordinator accepts, in floats (256 GiB of float32).
@@ -221,6 +226,9 @@ constexpr uint8_t rebuilt = 5;
 /// Static configuration of the coordinator.
 struct coordinator_config {
   uint32_t num_workers = 1;
+  /// A local store's hooks (its own update rule names keys through them);
+  /// null in dist jobs.
+  std::shared_ptr<core::local_hooks> hooks;
   uint64_t bigarray_bound = uint64_t{1} << 20;
   /// Largest slice of a sliced key, in floats (see core::make_layout).
   uint64_t slice_floats = uint64_t{1} << 20;

@@ -13,6 +13,7 @@
 #include "core/layout.hpp"
 #include "core/node_ids.hpp"
 #include "core/rows.hpp"
+#include "core/update_rule.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -102,6 +103,9 @@ caf::result<key_info> declare_key(coordinator_ptr self, const std::string& key,
     e.info = layout_of(st, static_cast<uint32_t>(st.names_by_id.size()), key,
                        shape, size, dim);
     e.declared.assign(st.cfg.num_workers, false);
+    // A local store's own update rule gets keys by name.
+    if (st.cfg.hooks)
+      st.cfg.hooks->name_key(e.info.id, key);
     st.names_by_id.push_back(key);
     i = st.keys.emplace(key, std::move(e)).first;
   }

@@ -192,6 +192,10 @@
 /// merged push (sync: sum over all live workers' pushes of the round; async:
 /// the one push); otherwise the merged push goes through the optimizer (see
 /// core/optimizer.hpp).
+namespace actorps::core {
+class local_hooks;
+} // namespace actorps::core
+
 namespace actorps {
 
 class replica_link;
@@ -219,6 +223,9 @@ struct shard_config {
   /// Handles send_command_to_servers heads other than 0 (embedders' hook);
   /// runs inside the shard, so it must not block.
   std::function<caf::error(int32_t head, const std::string& body)> on_command;
+  /// A local store's own update rule (MXNet's _set_updater), run instead
+  /// of the optimizer while one is set; null in servers.
+  std::shared_ptr<core::local_hooks> hooks;
   /// Remote nodes trusted from the start (a server's: the coordinator's).
   std::vector<caf::node_id> trusted;
   /// A backup (see "Replicas" above): runs only what its primary forwards

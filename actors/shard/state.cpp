@@ -12,6 +12,7 @@
 #include "core/optimizer.hpp"
 #include "core/parts.hpp"
 #include "core/rows.hpp"
+#include "core/update_rule.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -75,16 +76,26 @@ void shard_state::set_optimizer(const optimizer_config& x) {
   }
 }
 
+std::shared_ptr<const core::update_rule> shard_state::own_rule() const {
+  if (!cfg.hooks || !cfg.hooks->has_rule())
+    return nullptr;
+  return cfg.hooks->rule();
+}
+
 void shard_state::apply(slice_state& s, const float* merged) {
   auto& w = s.value.mutate();
-  core::apply_update(opt, w.data(), merged, s.opt_state.data(), w.size(),
-                     s.step);
+  // The rule runs outside any lock of the hooks (it may take Python's).
+  if (auto rule = own_rule())
+    (*rule)(cfg.hooks->key_name(key_of(s.id)), merged, w.data(), w.size());
+  else
+    core::apply_update(opt, w.data(), merged, s.opt_state.data(), w.size(),
+                       s.step);
   ++s.step;
   ++stats.updates;
 }
 
 void shard_state::apply(slice_state& s, std::vector<float>&& merged) {
-  if (!replaces) {
+  if (!replaces || (cfg.hooks && cfg.hooks->has_rule())) {
     apply(s, merged.data());
     return;
   }
@@ -118,12 +129,23 @@ void shard_state::apply_round(slice_state& s, round_sum& r) {
     return;
   }
   // Only the rows some worker pushed this round change (lazy update).
-  if (!r.rows.rows().empty()) {
-    auto& w = s.value.mutate();
-    core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(),
-                     s.dim, r.rows.rows(), r.rows.values());
-  }
+  if (!r.rows.rows().empty())
+    apply_rows(s, r.rows.rows(), r.rows.values());
   ++stats.updates;
+}
+
+void shard_state::apply_rows(slice_state& s, const std::vector<uint64_t>& rows,
+                             const float* g) {
+  auto& w = s.value.mutate();
+  if (auto rule = own_rule()) {
+    // Row by row, as a lazy optimizer updates them.
+    auto name = cfg.hooks->key_name(key_of(s.id));
+    for (size_t i = 0; i < rows.size(); ++i)
+      (*rule)(name, g + i * s.dim, w.data() + rows[i] * s.dim, s.dim);
+    return;
+  }
+  core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(), s.dim,
+                   rows, g);
 }
 
 uint64_t shard_state::slowest_clock(const slice_state& s) const {

@@ -25,6 +25,7 @@
 #include "actors/trust.hpp"
 #include "core/restore.hpp"
 #include "core/rows.hpp"
+#include "core/update_rule.hpp"
 #include "messages/types.hpp"
 
 /// The state of a shard actor (internal: not installed): its slices, the
@@ -406,6 +407,13 @@ struct shard_state {
   void set_optimizer(const optimizer_config& x);
 
   void apply(slice_state& s, const float* merged);
+
+  // A table's pushed rows (each row's gradient in `g`, row after row).
+  void apply_rows(slice_state& s, const std::vector<uint64_t>& rows,
+                  const float* g);
+
+  // The local store's own update rule while one is set (else null).
+  std::shared_ptr<const core::update_rule> own_rule() const;
 
   // Applies a merged push held in `merged`, which may be taken over: under
   // "assign" it becomes the value without a copy (readers of the old value

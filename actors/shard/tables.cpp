@@ -122,9 +122,7 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
   if (cfg.ssp())
     ++s.pushes_of[worker];
   // Nobody else holds a table's buffer: pulls get copies of their rows.
-  auto& w = s.value.mutate();
-  core::apply_rows(opt, w.data(), s.opt_state.data(), s.row_steps.data(), s.dim,
-                   rows, g);
+  apply_rows(s, rows, g);
   ++stats.updates;
   return caf::none;
 }

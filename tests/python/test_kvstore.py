@@ -268,6 +268,57 @@ def test_optimizer_states_load_as_mxnet_and_checkpoints_load_whole(tmp_path):
         np.testing.assert_array_equal(out, saved)
 
 
+def test_set_updater_runs_python_on_every_push_as_mxnet(monkeypatch):
+    # MXNet's test_updater: four devices' copies of three keys, pushed
+    # three times, through updater(key, recv, local): local += recv.
+    raised = []
+    monkeypatch.setattr("sys.unraisablehook", lambda u: raised.append(u))
+    with actorps.KVStore.create("local") as kv:
+        keys = [5, 7, 11]
+        kv.init(keys, [np.zeros(16, np.float32)] * 3)
+        kv.init("name", np.zeros(2, np.float32))
+        seen = set()
+
+        def updater(key, recv, local):
+            seen.add(key)
+            local += recv
+
+        kv._set_updater(updater)
+        vals = [np.ones(16, np.float32) for _ in range(4)]
+        for _ in range(3):
+            kv.push(keys, [vals] * 3)
+        kv.push("name", f32(1, 2))
+        outs = [np.empty(16, np.float32) for _ in range(4)]
+        for k in keys:
+            kv.wait(kv.pull(k, out=outs))
+            for o in outs:
+                assert np.array_equal(o, np.full(16, 12, np.float32))
+        # Keys come back as given: ints as ints, names as str.
+        assert seen == {5, 7, 11, "name"}
+        assert not raised
+
+        # A rule that raises (here: one that calls the store, which waits
+        # for it) is reported as Python reports an exception it cannot
+        # raise anywhere, and the weights stay.
+        def calls_the_store(key, recv, local):
+            kv.pull(key, out=np.zeros(2, np.float32))
+
+        kv._set_updater(calls_the_store)
+        kv.push("name", f32(5, 5))
+        out = np.zeros(2, np.float32)
+        kv.wait(kv.pull("name", out=out))
+        assert np.array_equal(out, f32(1, 2))
+        assert len(raised) == 1
+        assert "must not call the store" in str(raised[0].exc_value)
+        # None gives the optimizer back (none set: a push assigns).
+        kv._set_updater(None)
+        kv.push("name", f32(3, 4))
+        kv.wait(kv.pull("name", out=out))
+        assert np.array_equal(out, f32(3, 4))
+        with pytest.raises(TypeError, match="callable"):
+            kv._set_updater(3)
+
+
 def test_context_manager_closes():
     with actorps.KVStore.create("local") as kv:
         kv.init("w", np.zeros(2, np.float32))

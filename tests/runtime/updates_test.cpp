@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// load_optimizer_states as MXNet's (the states come back, the weights stay)
-// against load_checkpoint (everything comes back), and dump_optimizer.
+// Update rules of a local store as MXNet's: load_optimizer_states (the
+// states come back, the weights stay) against load_checkpoint (everything
+// comes back), dump_optimizer, and the store's own rule (_set_updater).
 #include "runtime/kvstore.hpp"
 
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <unistd.h>
@@ -15,19 +20,21 @@ using namespace actorps;
 
 namespace {
 
-store_options options() {
+store_options options(uint32_t workers = 1) {
   store_options opts;
-  opts.num_workers = 1;
+  opts.num_workers = workers;
   opts.num_shards = 2;
   opts.threads = 2;
   opts.bigarray_bound = 64;
   opts.slice_floats = 40;
   opts.timeout = std::chrono::milliseconds{30000};
+  opts.barrier_timeout = std::chrono::milliseconds{30000};
   return opts;
 }
 
-kvstore make_store(const store_options& opts = options()) {
-  auto kv = kvstore::create("local_async", opts);
+kvstore make_store(const std::string& type = "local_async",
+                   uint32_t workers = 1) {
+  auto kv = kvstore::create(type, options(workers));
   if (!kv)
     FAIL(render(kv.error()));
   return std::move(*kv);
@@ -68,6 +75,24 @@ bool near(const Eigen::VectorXf& a, const Eigen::VectorXf& b) {
 std::string temp_path(const std::string& name) {
   return "/tmp/actorps-test-" + std::to_string(::getpid()) + "-" + name;
 }
+
+// What the rule saw: floats per key name.
+struct seen {
+  std::mutex mtx;
+  std::map<std::string, size_t> floats;
+
+  core::update_rule doubling() {
+    return [this](const std::string& key, const float* grad, float* weight,
+                  std::size_t n) {
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        floats[key] += n;
+      }
+      for (std::size_t i = 0; i < n; ++i)
+        weight[i] += 2.0f * grad[i];
+    };
+  }
+};
 
 } // namespace
 
@@ -168,4 +193,94 @@ TEST_CASE("kvstore: load_optimizer_states brings the optimizer states back "
   }
   std::remove(path.c_str());
   std::remove(dumped.c_str());
+}
+
+TEST_CASE("kvstore: set_updater runs the store's own rule on every push, "
+          "by key name\\, slice by slice",
+          "[integration]") {
+  auto kv = make_store("local");
+  // 100 floats: three slices over both shards; 5 floats: whole on one.
+  Eigen::VectorXf big = Eigen::VectorXf::LinSpaced(100, -1.0f, 1.0f);
+  Eigen::VectorXf small = Eigen::VectorXf::Constant(5, 3.0f);
+  require_ok(kv.init("big", big));
+  require_ok(kv.init("small", small));
+  seen s;
+  require_ok(kv.set_updater(s.doubling()));
+  Eigen::VectorXf g = Eigen::VectorXf::LinSpaced(100, 0.5f, 2.0f);
+  require_ok(kv.push("big", g));
+  require_ok(kv.push("small", Eigen::VectorXf::Ones(5)));
+  CHECK(pulled(kv, "big", 100) == big + 2.0f * g);
+  CHECK(pulled(kv, "small", 5) == Eigen::VectorXf::Constant(5, 5.0f));
+  {
+    std::lock_guard<std::mutex> guard{s.mtx};
+    CHECK(s.floats
+          == std::map<std::string, size_t>{{"big", 100}, {"small", 5}});
+  }
+  SECTION("set_optimizer ends the rule") {
+    optimizer_config sgd;
+    sgd.name = "sgd";
+    sgd.learning_rate = 1.0f;
+    require_ok(kv.set_optimizer(sgd));
+    require_ok(kv.push("small", Eigen::VectorXf::Ones(5)));
+    CHECK(pulled(kv, "small", 5) == Eigen::VectorXf::Constant(5, 4.0f));
+  }
+  SECTION("an empty rule gives the optimizer back") {
+    require_ok(kv.set_updater({}));
+    // No optimizer set: a push assigns.
+    require_ok(kv.push("small", Eigen::VectorXf::Constant(5, 9.0f)));
+    CHECK(pulled(kv, "small", 5) == Eigen::VectorXf::Constant(5, 9.0f));
+  }
+}
+
+TEST_CASE("kvstore: set_updater sees a sync round's sum once, and a table's "
+          "pushed rows only",
+          "[integration]") {
+  SECTION("sync rounds") {
+    auto kv = make_store("local_sync", 2);
+    require_ok(kv.init("w", Eigen::VectorXf::Zero(3)));
+    seen s;
+    require_ok(kv.set_updater(s.doubling()));
+    std::vector<kvstore> hs;
+    for (uint32_t r = 0; r < 2; ++r) {
+      auto h = kv.worker(r);
+      REQUIRE(h);
+      hs.push_back(std::move(*h));
+    }
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (uint32_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        if (auto err = hs[r].push("w", Eigen::VectorXf::Constant(3, r + 1.0f)))
+          errors[r] = render(err);
+        else if (auto e2 = hs[r].wait_all())
+          errors[r] = render(e2);
+      });
+    for (auto& t : threads)
+      t.join();
+    CHECK(errors == std::vector<std::string>(2));
+    // Once, with the round's sum 1 + 2.
+    CHECK(pulled(hs[0], "w", 3) == Eigen::VectorXf::Constant(3, 6.0f));
+    std::lock_guard<std::mutex> guard{s.mtx};
+    CHECK(s.floats["w"] == 3);
+  }
+  SECTION("row tables") {
+    auto kv = make_store("local");
+    require_ok(kv.init_table("t", 6, 2, table_fill{}));
+    seen s;
+    require_ok(kv.set_updater(s.doubling()));
+    Eigen::VectorXf g(4);
+    g << 1.0f, 2.0f, 3.0f, 4.0f;
+    require_ok(kv.push_rows("t", {4, 1}, g));
+    require_ok(kv.wait_all());
+    Eigen::VectorXf rows(12);
+    auto t = kv.pull_rows("t", {0, 1, 2, 3, 4, 5}, rows);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    Eigen::VectorXf want = Eigen::VectorXf::Zero(12);
+    want.segment(2, 2) << 6.0f, 8.0f;
+    want.segment(8, 2) << 2.0f, 4.0f;
+    CHECK(rows == want);
+    std::lock_guard<std::mutex> guard{s.mtx};
+    CHECK(s.floats["t"] == 4);
+  }
 }
