@@ -29,10 +29,15 @@ bool parse_kind(const std::string& name, kind& out) {
     kind value;
   };
   static constexpr entry entries[] = {
-    {"assign", kind::assign},   {"accumulate", kind::accumulate},
-    {"sgd", kind::sgd},         {"nesterov", kind::nesterov},
-    {"adagrad", kind::adagrad}, {"adam", kind::adam},
+    {"assign", kind::assign},
+    {"accumulate", kind::accumulate},
+    {"sgd", kind::sgd},
+    {"nesterov", kind::nesterov},
+    {"adagrad", kind::adagrad},
+    {"adam", kind::adam},
     {"rmsprop", kind::rmsprop},
+    // MXNet's Test optimizer: weight += rescale_grad * grad.
+    {"test", kind::accumulate},
   };
   for (const auto& e : entries) {
     if (name == e.name) {
@@ -216,7 +221,7 @@ status validate(const optimizer_config& cfg) {
     return status{errc::bad_optimizer,
                   "set_optimizer: unknown optimizer '" + cfg.name
                     + "' (expected one of assign, accumulate, sgd, nesterov, "
-                      "adagrad, adam, rmsprop)"};
+                      "adagrad, adam, rmsprop, test)"};
   // assign and accumulate ignore the learning rate, so any finite number is
   // fine there; NaN and infinities are never deliberate settings (and CAF
   // 0.17 cannot send an infinity: its float encoder never returns).
@@ -290,7 +295,14 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
     return;
   }
   if (k == kind::accumulate) {
-    wm += gm;
+    // Gradients are rescaled (and clipped) before anything else, here too.
+    const float clip = cfg.clip_gradient;
+    if (clip > 0.0f)
+      wm += (cfg.rescale_grad * gm).max(-clip).min(clip);
+    else if (cfg.rescale_grad != 1.0f)
+      wm += cfg.rescale_grad * gm;
+    else
+      wm += gm;
     return;
   }
   // Negating the scale flips the sign exactly, so this equals rescaling and

@@ -22,7 +22,8 @@
 /// Then, with lr = scheduled_learning_rate(cfg, t) (learning_rate unless a
 /// schedule is set), wd = weight_decay, mu = momentum:
 /// - assign:     w = merged push                (MXNet without optimizer)
-/// - accumulate: w = w + merged push            (ps-lite's default)
+/// - accumulate: w = w + clip(rescale_grad * merged push) (ps-lite's
+///   default; no ascent; "test" is the same, MXNet's Test optimizer)
 /// - sgd, mu = 0: w = w - lr * (g + wd * w)
 /// - sgd, mu > 0: m = mu * m - lr * (g + wd * w);  w = w + m      (state: m)
 /// - nesterov:   d = g + wd * w;  m = mu * m + d;  w = w - lr * (d + mu * m)

@@ -79,8 +79,12 @@ outcome run_reference(const optimizer_config& cfg) {
         w[i] = raw[i];
         continue;
       }
-      if (cfg.name == "accumulate") {
-        w[i] += raw[i];
+      if (cfg.name == "accumulate" || cfg.name == "test") {
+        // Rescaled and clipped, never negated (MXNet's Test optimizer).
+        double x = cfg.rescale_grad * static_cast<double>(raw[i]);
+        if (clip > 0)
+          x = std::min(std::max(x, -clip), clip);
+        w[i] += x;
         continue;
       }
       double g = cfg.rescale_grad * static_cast<double>(raw[i]);
@@ -165,11 +169,21 @@ TEST_CASE("optimizer: updates follow the documented formulas", "[core]") {
        c.rescale_grad = 2.0f;
        c.clip_gradient = 0.1f;
      }},
-    {"accumulate (ignores rescale and clip)",
+    {"accumulate (rescales and clips)",
      [](optimizer_config& c) {
        c.name = "accumulate";
        c.rescale_grad = 0.5f;
        c.clip_gradient = 0.1f;
+     }},
+    {"accumulate (rescales)",
+     [](optimizer_config& c) {
+       c.name = "accumulate";
+       c.rescale_grad = 2.0f;
+     }},
+    {"test (MXNet's Test optimizer: rescales)",
+     [](optimizer_config& c) {
+       c.name = "test";
+       c.rescale_grad = 2.0f;
      }},
     {"sgd",
      [](optimizer_config& c) {

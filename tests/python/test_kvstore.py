@@ -317,6 +317,12 @@ def test_set_updater_runs_python_on_every_push_as_mxnet(monkeypatch):
         assert np.array_equal(out, f32(3, 4))
         with pytest.raises(TypeError, match="callable"):
             kv._set_updater(3)
+        # MXNet's Test optimizer (its nightly dist test's): weight +=
+        # rescale_grad * grad.
+        kv.set_optimizer("test", rescale_grad=2)
+        kv.push("name", f32(1, 0.5))
+        kv.wait(kv.pull("name", out=out))
+        assert np.array_equal(out, f32(5, 5))
 
 
 def test_context_manager_closes():
