@@ -84,11 +84,12 @@ bool unit_interval(float x) {
 // a materialized array avoids a temporary as large as the slice (up to
 // max_slice_floats). Statements that reuse `d` re-evaluate the same
 // expression, which yields bit-identical values.
+// `state` holds this part's first state block; further blocks (Adam's second
+// moment) lie `stride` floats after it.
 template <class G>
 void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
-                float* state, std::size_t n, uint64_t step) {
-  const auto size = static_cast<Eigen::Index>(n);
-  const float lr = scheduled_learning_rate(cfg, step);
+                float* state, std::size_t stride, float lr, uint64_t step) {
+  const auto size = w.size();
   const float wd = cfg.weight_decay;
   const float mu = cfg.momentum;
   // Adam and RMSProp clip here, after weight decay (see apply_update).
@@ -123,7 +124,7 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
     }
     case kind::adam: {
       array_map m{state, size};
-      array_map v{state + n, size};
+      array_map v{state + stride, size};
       const float b1 = cfg.beta1;
       const float b2 = cfg.beta2;
       // As MXNet: weight decay joins the gradient before clipping.
@@ -312,10 +313,22 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
   // MXNet clips `rescale * g + wd * w` for Adam and RMSProp, and
   // `rescale * g` alone for the others.
   const bool clips_with_decay = k == kind::adam || k == kind::rmsprop;
-  if (clip > 0.0f && !clips_with_decay)
-    apply_rule(k, cfg, wm, (scale * gm).max(-clip).min(clip), state, n, step);
-  else
-    apply_rule(k, cfg, wm, scale * gm, state, n, step);
+  const float lr = scheduled_learning_rate(cfg, step);
+  // Part by part, each small enough to stay in the first-level cache: the
+  // rules that pass over their arrays twice (the state, then the weights)
+  // then read memory once. Every element's arithmetic is the same.
+  constexpr std::size_t part = 2048;
+  for (std::size_t at = 0; at < n; at += part) {
+    const auto len = static_cast<Eigen::Index>(std::min(part, n - at));
+    array_map wp{w + at, len};
+    const_array_map gp{g + at, len};
+    float* sp = state != nullptr ? state + at : nullptr;
+    if (clip > 0.0f && !clips_with_decay)
+      apply_rule(k, cfg, wp, (scale * gp).max(-clip).min(clip), sp, n, lr,
+                 step);
+    else
+      apply_rule(k, cfg, wp, scale * gp, sp, n, lr, step);
+  }
 }
 
 } // namespace
