@@ -15,6 +15,8 @@ written in place. Errors raise actorps.Error subclasses (UnknownKey,
 ShapeMismatch, DeadNode, Unauthorized, Timeout, Closed, ...).
 """
 
+import numpy as np
+
 from ._actorps import (  # noqa: F401
     AlreadyInitialized,
     BadConfig,
@@ -47,6 +49,17 @@ def _key_list(key, values, call):
         raise ValueError(f"{call}: {len(key)} keys need as many values "
                          "(a list, one per key)")
     return zip(key, values)
+
+
+def _write(out, values):
+    """Copies `values` into the caller's array or tensor `out` (same number
+    of elements)."""
+    if hasattr(out, "numpy") and not isinstance(out, np.ndarray):
+        out = out.numpy()  # a CPU torch.Tensor shares its memory
+    if out.size != values.size:
+        raise ShapeMismatch(f"row_sparse_pull: out holds {out.size} floats, "
+                            f"the rows {values.size}")
+    np.copyto(out, values.reshape(out.shape))
 
 
 def _mxnet_forms(cls):
@@ -115,12 +128,70 @@ def _mxnet_forms(cls):
         return one(key, value, out)
 
     def row_sparse_pull(self, key, out=None, priority=0, row_ids=None):
-        """MXNet's row_sparse_pull on a row table: fills `out` with the
-        rows `row_ids`, one row per id in the order given (repeated ids
-        repeat their row; MXNet returns each row once, in row order)."""
+        """MXNet's row_sparse_pull. With `out` of the key's full shape
+        [rows, ...] (MXNet's form), the rows named in `row_ids` are filled
+        and every other row is zeroed, as MXNet's row_sparse output reads
+        densely; otherwise `out` gets one row per id in the order given
+        (repeated ids repeat their row). `out` may be a list of outputs,
+        with one list of ids for all or one per output; a key or a list
+        of keys may be a row table (init_table) or a dense key (its rows
+        taken from a whole pull). Returns a ticket to wait on (None when
+        the pull already completed: MXNet's form, or a dense key)."""
         if out is None or row_ids is None:
             raise ValueError("row_sparse_pull: out= and row_ids= are needed")
-        return self.pull_rows(key, row_ids, out, priority)
+        if isinstance(key, (list, tuple)):
+            return [row_sparse_pull(self, k, o, priority, r)
+                    for (k, o), (_, r) in zip(
+                        _key_list(key, out, "row_sparse_pull"),
+                        _key_list(key, row_ids, "row_sparse_pull"))]
+        if isinstance(out, (list, tuple)):
+            per_out = (isinstance(row_ids, (list, tuple)) and len(row_ids) > 0
+                       and not np.isscalar(row_ids[0]))
+            if per_out and len(row_ids) != len(out):
+                raise ValueError(f"row_sparse_pull: {len(out)} outputs need "
+                                 "one list of row ids or one per output")
+            return [row_sparse_pull(self, key, o, priority,
+                                    row_ids[i] if per_out else row_ids)
+                    for i, o in enumerate(out)]
+        shape = self.shape(key)
+        rows = shape[0]
+        dim = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        ids = np.asarray(row_ids, dtype=np.int64).ravel()
+        full = tuple(getattr(out, "shape", ())) == tuple(shape)
+        if not full:
+            # One row per id, in the order given.
+            try:
+                return self.pull_rows(key, ids, out, priority)
+            except ShapeMismatch as e:
+                if "not a row table" not in str(e):
+                    raise
+            whole = np.empty(rows * dim, np.float32)
+            wait(self, pull(self, key, whole, priority))
+            if np.any((ids < 0) | (ids >= rows)):
+                raise UnknownKey(f"row_sparse_pull: a row id out of range "
+                                 f"(key {key!r} has {rows} rows)")
+            picked = whole.reshape(rows, dim)[ids]
+            _write(out, picked)
+            return None
+        # MXNet's form: the rows named, each once, in place; zeros elsewhere.
+        wanted = np.unique(ids)
+        if wanted.size and (wanted[0] < 0 or wanted[-1] >= rows):
+            raise UnknownKey(f"row_sparse_pull: a row id out of range "
+                             f"(key {key!r} has {rows} rows)")
+        got = np.empty(wanted.size * dim, np.float32)
+        if wanted.size:
+            try:
+                wait(self, self.pull_rows(key, wanted, got, priority))
+            except ShapeMismatch as e:
+                if "not a row table" not in str(e):
+                    raise
+                whole = np.empty(rows * dim, np.float32)
+                wait(self, pull(self, key, whole, priority))
+                got = whole.reshape(rows, dim)[wanted].ravel()
+        dense = np.zeros((rows, dim), np.float32)
+        dense[wanted] = got.reshape(wanted.size, dim)
+        _write(out, dense)
+        return None
 
     def broadcast(self, key, value, out, priority=0):
         """MXNet's broadcast: initializes `key` (or each key of a list) with
@@ -157,11 +228,12 @@ def _mxnet_forms(cls):
         raise ValueError(f"Unknown capability: {capability}")
 
     def wait_(self, ticket):
-        """Waits for a ticket (or each of a list of tickets)."""
+        """Waits for a ticket (or each of a list of tickets; None: a call
+        that completed before it returned)."""
         if isinstance(ticket, (list, tuple)):
             for t in ticket:
-                wait(self, t)
-        else:
+                wait_(self, t)
+        elif ticket is not None:
             wait(self, ticket)
 
     cls.init, cls.push, cls.pull, cls.wait = init_, push_, pull_, wait_

@@ -325,6 +325,40 @@ def test_set_updater_runs_python_on_every_push_as_mxnet(monkeypatch):
         assert np.array_equal(out, f32(5, 5))
 
 
+def test_row_sparse_pull_in_mxnet_form_fills_rows_in_place():
+    # MXNet's check_row_sparse_pull: outputs of the table's full shape get
+    # the rows named (repeated, 2-D ids) and zeros elsewhere, one list of ids
+    # for several outputs or one per output; on a table and on a dense key.
+    rows, dim = 8, 3
+    rng = np.random.default_rng(7)
+    with actorps.KVStore.create("local") as kv:
+        kv.init_table("e", rows, dim, fill="constant", low=1, high=1)
+        kv.init("d", np.ones((rows, dim), np.float32))
+        for key in ("e", "d"):
+            for count in (1, 3):
+                vals = [np.full((rows, dim), 5, np.float32)
+                        for _ in range(count)]
+                ids = [rng.integers(rows, size=rows).reshape(2, rows // 2)
+                       for _ in range(count)]
+                same = count == 1 or key == "d"
+                kv.wait(kv.row_sparse_pull(
+                    key, out=vals[0] if count == 1 else vals,
+                    row_ids=ids[0] if same else ids))
+                for val, row_id in zip(vals, ids if not same else
+                                       [ids[0]] * count):
+                    for row in range(rows):
+                        want = 1 if row in row_id else 0
+                        assert np.all(val[row] == want), (key, count, row)
+        # The per-id form keeps its order and repeats.
+        out = np.zeros(3 * dim, np.float32)
+        kv.push_rows("e", [2], np.full(dim, 4, np.float32))
+        kv.wait(kv.row_sparse_pull("e", out=out, row_ids=[2, 0, 2]))
+        assert out.tolist() == [4] * dim + [1] * dim + [4] * dim
+        with pytest.raises(actorps.UnknownKey, match="out of range"):
+            kv.row_sparse_pull("e", out=np.zeros((rows, dim), np.float32),
+                               row_ids=[rows])
+
+
 def test_context_manager_closes():
     with actorps.KVStore.create("local") as kv:
         kv.init("w", np.zeros(2, np.float32))
