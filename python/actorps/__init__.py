@@ -244,6 +244,9 @@ def _mxnet_forms(cls):
     cls.set_gradient_compression = set_gradient_compression_
     cls.is_capable = is_capable
     cls.OPTIMIZER = "optimizer"
+    # MXNet 1.x's underscore names for these calls.
+    cls._barrier = cls.barrier
+    cls._send_command_to_servers = cls.send_command_to_servers
 
 
 _mxnet_forms(KVStore)

@@ -120,6 +120,8 @@ def test_mxnet_list_forms_and_names():
         with pytest.raises(actorps.AlreadyInitialized):
             kv.broadcast("c", f32(1, 1), out=got)
         assert kv.is_capable(actorps.KVStore.OPTIMIZER)
+        kv._barrier()  # MXNet 1.x's name (one worker: returns at once)
+        kv._send_command_to_servers(0, "name=accumulate")
         with pytest.raises(ValueError, match="capability"):
             kv.is_capable("teleport")
         # MXNet's dict form of gradient compression (threshold 0.5 unless
