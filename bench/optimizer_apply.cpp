@@ -26,8 +26,8 @@ int main(int argc, char** argv) {
       grads[b][i] = static_cast<float>((i + b) % 13) * 0.01f - 0.06f;
   std::printf("floats %llu, rounds %d\n", static_cast<unsigned long long>(n),
               rounds);
-  for (std::string name : {"sgd", "sgd+momentum", "nesterov", "adagrad", "adam",
-                           "rmsprop"}) {
+  for (std::string name :
+       {"sgd", "sgd+momentum", "nesterov", "adagrad", "adam", "rmsprop"}) {
     optimizer_config cfg;
     cfg.name = name == "sgd+momentum" ? "sgd" : name;
     cfg.momentum = name == "sgd+momentum" || name == "nesterov" ? 0.9f : 0.0f;

@@ -135,9 +135,11 @@ void write_optimizer(writer& out, const optimizer_config& x, bool settings) {
   out.u64(x.lr_updates);
   out.f32(x.lr_factor);
   out.f32(x.lr_final);
-  // Added with load_optimizer_states' MXNet rule: whether the file was saved
-  // with dump_optimizer (its settings replace the store's on that load).
-  out.u8(settings ? 1 : 0);
+  // Added with load_optimizer_states' MXNet rule: the file was saved with
+  // dump_optimizer (its settings replace the store's on that load). Written
+  // only then, so that files saved without it read in older builds too.
+  if (settings)
+    out.u8(1);
 }
 
 void write_slice(writer& out, const slice_record& x) {
@@ -286,6 +288,7 @@ private:
 };
 
 bool read_optimizer(reader& in, optimizer_config& x, bool& settings) {
+  settings = false;
   uint8_t ascent = 0;
   bool ok = in.str(x.name) && in.f32(x.learning_rate) && in.f32(x.momentum)
             && in.f32(x.weight_decay) && in.f32(x.rescale_grad)
@@ -302,9 +305,8 @@ bool read_optimizer(reader& in, optimizer_config& x, bool& settings) {
   if (!(in.str(x.lr_schedule) && in.u64(x.lr_updates) && in.f32(x.lr_factor)
         && in.f32(x.lr_final)))
     return false;
-  settings = false;
   if (in.remaining() == 0)
-    return true; // written before dump_optimizer existed
+    return true; // saved without dump_optimizer (or before it existed)
   uint8_t flag = 0;
   if (!in.u8(flag))
     return false;

@@ -23,8 +23,8 @@
 /// float as its 32-bit pattern, as a u32), ascent (u8, 0 or 1), then
 /// lr_schedule, u64 lr_updates, lr_factor, lr_final (a record that ends after
 /// ascent, as written before schedules existed, reads as the defaults), then
-/// u8 dump_optimizer (1: load_optimizer_states takes these settings too; a
-/// record that ends before it reads as 0);
+/// u8 dump_optimizer, written only as 1 (load_optimizer_states takes these
+/// settings too; a record that ends before it reads as 0);
 /// slice_record is u32 key_id, key, u32 part, u64 offset, u64 step, value,
 /// state, row_steps (u64 count + u64 each; a record that ends after state,
 /// as written before row tables existed, has none). The end record's count is

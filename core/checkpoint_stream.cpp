@@ -132,6 +132,8 @@ int read_fully(readable_file& f, char* buf, std::size_t n, std::size_t& got) {
 status checkpoint_reader::open(const std::string& path, file_system& fs) {
   path_ = path;
   index_ = 0;
+  optimizer_ = optimizer_config{};
+  dumped_ = false;
   if (int err = fs.open(path, file_); err != 0) {
     file_.reset();
     return {errc::checkpoint_io,

@@ -278,6 +278,13 @@ std::size_t state_size(const optimizer_config& cfg, std::size_t n) {
   return 0;
 }
 
+bool same_rule(const optimizer_config& a, const optimizer_config& b) {
+  kind x;
+  kind y;
+  return parse_kind(a.name, x) && parse_kind(b.name, y) && x == y
+         && state_size(a, 1) == state_size(b, 1);
+}
+
 float epsilon_of(const optimizer_config& cfg) {
   if (cfg.epsilon > 0.0f)
     return cfg.epsilon;

@@ -60,6 +60,10 @@ std::string to_string(const optimizer_config& cfg);
 /// so a shard may take the push's buffer over instead of copying it.
 bool replaces_value(const optimizer_config& cfg);
 
+/// Whether `a` and `b` name the same rule with the same state layout
+/// ("test" and "accumulate" do; sgd with and without momentum do not).
+bool same_rule(const optimizer_config& a, const optimizer_config& b);
+
 /// Number of state floats an optimizer keeps for `n` weights (0, n or 2n).
 /// Precondition: `validate(cfg).ok()`.
 std::size_t state_size(const optimizer_config& cfg, std::size_t n);

@@ -316,17 +316,22 @@ core::update_rule rule_of(const py::handle& x) {
       return;
     py::gil_scoped_acquire locked;
     shard_callback scope;
-    // Copies in and out: an array the rule keeps never points into a shard.
-    auto count = static_cast<py::ssize_t>(n);
-    py::array_t<float> g{count, grad};
-    py::array_t<float> w{count, weight};
+    // Printed as Python prints an exception it cannot raise anywhere; this
+    // part keeps its weights.
+    const char* where = "the update rule of _set_updater";
     try {
+      // Copies in and out: an array the rule keeps never points into a
+      // shard.
+      auto count = static_cast<py::ssize_t>(n);
+      py::array_t<float> g{count, grad};
+      py::array_t<float> w{count, weight};
       (*fn)(key_object(key), g, w);
       std::copy_n(w.data(), n, weight);
     } catch (py::error_already_set& e) {
-      // Printed as Python prints an exception it cannot raise anywhere;
-      // this slice keeps its weights.
-      e.discard_as_unraisable("the update rule of _set_updater");
+      e.discard_as_unraisable(where);
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      py::error_already_set().discard_as_unraisable(where);
     }
   };
 }

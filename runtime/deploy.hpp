@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -44,6 +45,9 @@ struct store_runtime {
   std::vector<caf::actor> local_shards;
   /// Local stores: the hooks its own update rule is set through.
   std::shared_ptr<core::local_hooks> hooks;
+  /// Handles not closed yet: the last one to close ends the update rule
+  /// (which may hold a handle itself, as a Python closure over the store).
+  std::atomic<uint32_t> open_handles{0};
   // Long-lived actors of this process, sent an exit in this order.
   std::vector<caf::actor> owned;
   // Distributed stores: the node agent the coordinator watches (also in

@@ -84,6 +84,7 @@ struct kvstore::impl {
     : rt(std::move(runtime)), type(std::move(t)), rank(r) {
     worker = rt->workers.at(r);
     self = std::make_unique<caf::scoped_actor>(rt->sys, true);
+    ++rt->open_handles;
   }
 
   ~impl() {

@@ -439,9 +439,14 @@ caf::error kvstore::send_command_to_servers(int head, const std::string& body) {
                         + std::to_string(max_command_bytes) + " are sent");
   if (auto err = wait_all())
     return err;
-  return d.call(
-    d.timeout(), [](caf::ok_atom) {}, command_atom::value,
-    static_cast<int32_t>(head), body);
+  if (auto err = d.call(
+        d.timeout(), [](caf::ok_atom) {}, command_atom::value,
+        static_cast<int32_t>(head), body))
+    return err;
+  // Head 0 sets the optimizer, as set_optimizer does (ending a rule).
+  if (head == 0 && d.rt->hooks)
+    d.rt->hooks->set_rule({});
+  return caf::none;
 }
 
 caf::error kvstore::clear_pending() {
@@ -490,6 +495,10 @@ caf::error kvstore::close() {
     err = std::move(lerr);
   d.closed = true;
   d.pending.clear();
+  // The last handle of a local store ends its update rule, and with it
+  // whatever the rule holds (perhaps this very store).
+  if (--d.rt->open_handles == 0 && d.rt->hooks)
+    d.rt->hooks->set_rule({});
   // Once it left, the node has nothing more to say: its agent goes, and the
   // coordinator, which waits for every node to go down before it ends the
   // job (or a grace period of 5 s), sees it go now.

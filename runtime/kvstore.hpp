@@ -308,11 +308,12 @@ public:
   /// MXNet's `_set_updater` (local stores only): from now on the shards
   /// run `rule(key, grad, weight, n)` on every merged push instead of the
   /// optimizer, updating the weights in place (a sliced key slice by slice,
-  /// a row table row by row; a sync round once, with its sum). It runs on a
-  /// shard's thread and must not call the store. An empty rule, or
-  /// set_optimizer, gives the optimizer back. Waits for this handle's
-  /// operations first. `bad_config` on a dist store (its servers run the
-  /// optimizer: set_optimizer).
+  /// a row table row by row, each call with that part only; a sync round
+  /// once, with its sum). Several shards call it at once: it must be
+  /// thread-safe, and must not call the store. An empty rule, set_optimizer,
+  /// a command of head 0 or closing the store's last handle ends it. Waits
+  /// for this handle's operations first. `bad_config` on a dist store (its
+  /// servers run the optimizer: set_optimizer).
   caf::error set_updater(core::update_rule rule);
 
   /// Compresses this handle's later pushes (MXNet's

@@ -271,8 +271,7 @@ caf::result<uint64_t> load_next(coordinator_ptr self, load_piece& piece) {
     auto weights = piece.what == load_piece::everything;
     auto opt = piece.optimizer;
     if (piece.what == load_piece::states && st.optimizer.name != "assign") {
-      if (st.optimizer.name != opt.name
-          || core::state_size(st.optimizer, 1) != core::state_size(opt, 1))
+      if (!core::same_rule(st.optimizer, opt))
         return make_error(
           errc::checkpoint_mismatch,
           "load_optimizer_states: the checkpoint holds the state of '"

@@ -72,6 +72,31 @@ def _mxnet_forms(cls):
     init, push, pull = cls.init, cls.push, cls.pull
     push_pull, wait = cls.push_pull, cls.wait
     compression = cls.set_gradient_compression
+    save_states, load_states = cls.save_optimizer_states, cls.load_optimizer_states
+    load_whole = cls.load_checkpoint
+
+    def file_of(fname, path, call):
+        if (fname is None) == (path is None):
+            raise TypeError(f"{call}: give the file as fname (MXNet's name) "
+                            "or path, once")
+        return fname if fname is not None else path
+
+    def save_optimizer_states(self, fname=None, dump_optimizer=False,
+                              path=None):
+        """Writes a checkpoint: weights, optimizer states and settings
+        (dump_optimizer: load_optimizer_states takes the settings too)."""
+        save_states(self, file_of(fname, path, "save_optimizer_states"),
+                    dump_optimizer)
+
+    def load_optimizer_states(self, fname=None, path=None):
+        """MXNet's: loads the optimizer states of a checkpoint; the weights
+        stay as they are (README)."""
+        load_states(self, file_of(fname, path, "load_optimizer_states"))
+
+    def load_checkpoint(self, fname=None, path=None):
+        """Loads a checkpoint whole (weights, states, optimizer): an exact
+        resume."""
+        load_whole(self, file_of(fname, path, "load_checkpoint"))
 
     def init_(self, key, value):
         """Initializes `key` (rank 0's value is stored), or each key of a
@@ -244,6 +269,9 @@ def _mxnet_forms(cls):
     cls.set_gradient_compression = set_gradient_compression_
     cls.is_capable = is_capable
     cls.OPTIMIZER = "optimizer"
+    cls.save_optimizer_states = save_optimizer_states
+    cls.load_optimizer_states = load_optimizer_states
+    cls.load_checkpoint = load_checkpoint
     # MXNet 1.x's underscore names for these calls.
     cls._barrier = cls.barrier
     cls._send_command_to_servers = cls.send_command_to_servers

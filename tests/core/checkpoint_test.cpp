@@ -346,9 +346,9 @@ TEST_CASE("checkpoint: byte layout follows the documentation", "[core]") {
     auto payload = payload_of(bytes, records[0]);
     // name (4 + 4) + 9 floats + ascent, then the schedule's 4 + 6 + 8 + 4 + 4.
     const size_t old_size = 8 + 9 * 4 + 1;
-    // Then the dump_optimizer flag (0 here).
-    REQUIRE(payload.size() == old_size + 4 + 6 + 8 + 4 + 4 + 1);
-    CHECK(payload.back() == 0);
+    // The dump_optimizer flag is written only as 1 (not here), so that
+    // older readers read the file.
+    REQUIRE(payload.size() == old_size + 4 + 6 + 8 + 4 + 4);
     CHECK(get_u32(payload, old_size) == 6u);
     CHECK(std::string(payload.data() + old_size + 4, 6) == "cosine");
     CHECK(get_u64(payload, old_size + 10) == snap.optimizer.lr_updates);
@@ -363,16 +363,18 @@ TEST_CASE("checkpoint: byte layout follows the documentation", "[core]") {
     CHECK(out.optimizer.lr_schedule == "constant");
     CHECK(out.optimizer.lr_updates == 0u);
     CHECK(out.optimizer.lr_factor == 1.0f);
-    SECTION("a record that ends before the dump_optimizer flag reads") {
+    SECTION("a dump_optimizer flag of 1 reads") {
+      auto flagged = payload;
+      flagged.push_back(1);
       built = magic_bytes();
-      put_record(built, std::vector<char>(payload.begin(), payload.end() - 1));
+      put_record(built, flagged);
       put_record(built, end_payload(0));
       REQUIRE(core::decode_checkpoint(built, out).ok());
       CHECK(out.optimizer.lr_schedule == "cosine");
     }
     SECTION("a dump_optimizer flag other than 0 or 1 is corrupt") {
       auto flagged = payload;
-      flagged.back() = 2;
+      flagged.push_back(2);
       built = magic_bytes();
       put_record(built, flagged);
       put_record(built, end_payload(0));

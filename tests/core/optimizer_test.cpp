@@ -654,3 +654,66 @@ TEST_CASE("optimizer: learning-rate schedules", "[core]") {
     }
   }
 }
+
+TEST_CASE("optimizer: a slice longer than one part updates as its pieces "
+          "would alone",
+          "[core]") {
+  // Updates run in parts of 2048 floats; a rule's second state block
+  // (Adam's) lies a whole slice after the first, in every part. Pieces of
+  // 1000 floats, each with state of its own, take the same vectorized
+  // arithmetic: the same bits.
+  const std::size_t n = 5000;
+  const std::size_t dim = 3000;
+  for (std::string name : {"sgd", "nesterov", "adagrad", "adam", "rmsprop"}) {
+    DYNAMIC_SECTION(name) {
+      optimizer_config cfg;
+      cfg.name = name;
+      cfg.momentum = name == "sgd" || name == "nesterov" ? 0.9f : 0.0f;
+      cfg.weight_decay = 0.01f;
+      auto blocks = core::state_size(cfg, 1);
+      std::vector<float> w(n);
+      std::vector<float> g(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        w[i] = 0.001f * static_cast<float>(i % 97) - 0.05f;
+        g[i] = 0.01f * static_cast<float>(i % 31) - 0.15f;
+      }
+      auto alone = w;
+      const std::size_t piece = 1000;
+      std::vector<float> state(core::state_size(cfg, n), 0.0f);
+      std::vector<float> own(n * blocks, 0.0f);
+      for (uint64_t step = 0; step < 3; ++step) {
+        core::apply_update(cfg, w.data(), g.data(), state.data(), n, step);
+        for (std::size_t at = 0; at < n; at += piece)
+          core::apply_update(cfg, alone.data() + at, g.data() + at,
+                             own.data() + at * blocks, piece, step);
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        INFO("float " << i);
+        REQUIRE(w[i] == alone[i]);
+        auto at = i / piece * piece;
+        for (std::size_t b = 0; b < blocks; ++b)
+          REQUIRE(state[b * n + i] == own[at * blocks + b * piece + (i - at)]);
+      }
+      // A table's rows longer than a part: each row's state lies with it.
+      std::vector<float> table(2 * dim);
+      for (std::size_t i = 0; i < table.size(); ++i)
+        table[i] = 0.002f * static_cast<float>(i % 53) - 0.05f;
+      auto rows_alone = table;
+      std::vector<float> row_state(2 * core::state_size(cfg, dim), 0.0f);
+      std::vector<uint64_t> steps(2, 0);
+      std::vector<float> grads(2 * dim);
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        grads[i] = 0.01f * static_cast<float>(i % 29) - 0.14f;
+      core::apply_rows(cfg, table.data(), row_state.data(), steps.data(), dim,
+                       {1, 0}, grads.data());
+      std::vector<float> one_state(core::state_size(cfg, dim), 0.0f);
+      // Row 1 got the first dim gradients.
+      core::apply_update(cfg, rows_alone.data() + dim, grads.data(),
+                         one_state.data(), dim, 0);
+      for (std::size_t i = 0; i < dim; ++i)
+        REQUIRE(table[dim + i] == rows_alone[dim + i]);
+      for (std::size_t i = 0; i < one_state.size(); ++i)
+        REQUIRE(row_state[one_state.size() + i] == one_state[i]);
+    }
+  }
+}

@@ -265,9 +265,11 @@ def test_optimizer_states_load_as_mxnet_and_checkpoints_load_whole(tmp_path):
         out = np.empty(8, np.float32)
         kv.wait(kv.pull("w", out))
         np.testing.assert_array_equal(out, now)
-        kv.load_checkpoint(path)
+        kv.load_checkpoint(path=path)  # the name before MXNet's fname
         kv.wait(kv.pull("w", out))
         np.testing.assert_array_equal(out, saved)
+        with pytest.raises(TypeError, match="once"):
+            kv.load_checkpoint(path, path=path)
 
 
 def test_set_updater_runs_python_on_every_push_as_mxnet(monkeypatch):

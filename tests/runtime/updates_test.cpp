@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -223,6 +224,16 @@ TEST_CASE("kvstore: set_updater runs the store's own rule on every push, "
     require_ok(kv.set_optimizer(sgd));
     require_ok(kv.push("small", Eigen::VectorXf::Ones(5)));
     CHECK(pulled(kv, "small", 5) == Eigen::VectorXf::Constant(5, 4.0f));
+  }
+  SECTION("the last handle to close ends the rule and what it holds") {
+    auto held = std::make_shared<int>(1);
+    std::weak_ptr<int> watch = held;
+    require_ok(kv.set_updater(
+      [held](const std::string&, const float*, float*, std::size_t) {}));
+    held.reset();
+    CHECK_FALSE(watch.expired());
+    require_ok(kv.close());
+    CHECK(watch.expired());
   }
   SECTION("an empty rule gives the optimizer back") {
     require_ok(kv.set_updater({}));
