@@ -85,10 +85,11 @@ bool unit_interval(float x) {
 // max_slice_floats). Statements that reuse `d` re-evaluate the same
 // expression, which yields bit-identical values.
 // `state` holds this part's first state block; further blocks (Adam's second
-// moment) lie `stride` floats after it.
+// moment) lie `stride` floats after it. `lr` is the update's step size
+// (step_size: for Adam, bias-corrected).
 template <class G>
 void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
-                float* state, std::size_t stride, float lr, uint64_t step) {
+                float* state, std::size_t stride, float lr) {
   const auto size = w.size();
   const float wd = cfg.weight_decay;
   const float mu = cfg.momentum;
@@ -130,15 +131,7 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
       // As MXNet: weight decay joins the gradient before clipping.
       m = b1 * m + (1.0f - b1) * (g + wd * w).max(-clip).min(clip);
       v = b2 * v + (1.0f - b2) * (g + wd * w).max(-clip).min(clip).square();
-      // The bias correction is one scalar per update; computing it in double
-      // keeps 1 - beta^t accurate for large t at no measurable cost. The
-      // element-wise work stays float32.
-      const double t = static_cast<double>(step) + 1.0;
-      const double c1 = 1.0 - std::pow(static_cast<double>(b1), t);
-      const double c2 = 1.0 - std::pow(static_cast<double>(b2), t);
-      const auto lr_t
-        = static_cast<float>(static_cast<double>(lr) * std::sqrt(c2) / c1);
-      w -= lr_t * m / (v.sqrt() + epsilon_of(cfg));
+      w -= lr * m / (v.sqrt() + epsilon_of(cfg));
       break;
     }
     case kind::rmsprop: {
@@ -293,6 +286,20 @@ float epsilon_of(const optimizer_config& cfg) {
 
 namespace {
 
+// The scalar step size of one update: the scheduled learning rate, and for
+// Adam its bias correction (once per update, not per part). Computing the
+// correction in double keeps 1 - beta^t accurate for large t at no
+// measurable cost; the element-wise work stays float32.
+float step_size(kind k, const optimizer_config& cfg, uint64_t step) {
+  const float lr = scheduled_learning_rate(cfg, step);
+  if (k != kind::adam)
+    return lr;
+  const double t = static_cast<double>(step) + 1.0;
+  const double c1 = 1.0 - std::pow(static_cast<double>(cfg.beta1), t);
+  const double c2 = 1.0 - std::pow(static_cast<double>(cfg.beta2), t);
+  return static_cast<float>(static_cast<double>(lr) * std::sqrt(c2) / c1);
+}
+
 void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
                 float* state, std::size_t n, uint64_t step) {
   const auto size = static_cast<Eigen::Index>(n);
@@ -307,10 +314,8 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
     const float clip = cfg.clip_gradient;
     if (clip > 0.0f)
       wm += (cfg.rescale_grad * gm).max(-clip).min(clip);
-    else if (cfg.rescale_grad != 1.0f)
-      wm += cfg.rescale_grad * gm;
     else
-      wm += gm;
+      wm += cfg.rescale_grad * gm;
     return;
   }
   // Negating the scale flips the sign exactly, so this equals rescaling and
@@ -320,7 +325,7 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
   // MXNet clips `rescale * g + wd * w` for Adam and RMSProp, and
   // `rescale * g` alone for the others.
   const bool clips_with_decay = k == kind::adam || k == kind::rmsprop;
-  const float lr = scheduled_learning_rate(cfg, step);
+  const float lr = step_size(k, cfg, step);
   // Part by part, each small enough to stay in the first-level cache: the
   // rules that pass over their arrays twice (the state, then the weights)
   // then read memory once. Every element's arithmetic is the same.
@@ -331,10 +336,9 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
     const_array_map gp{g + at, len};
     float* sp = state != nullptr ? state + at : nullptr;
     if (clip > 0.0f && !clips_with_decay)
-      apply_rule(k, cfg, wp, (scale * gp).max(-clip).min(clip), sp, n, lr,
-                 step);
+      apply_rule(k, cfg, wp, (scale * gp).max(-clip).min(clip), sp, n, lr);
     else
-      apply_rule(k, cfg, wp, scale * gp, sp, n, lr, step);
+      apply_rule(k, cfg, wp, scale * gp, sp, n, lr);
   }
 }
 

@@ -91,6 +91,13 @@ struct kvstore::impl {
     self.reset();
   }
 
+  // A local store's own update rule (set_updater) ends: the optimizer
+  // applies again. Nothing in a dist store.
+  void end_rule() {
+    if (rt->hooks)
+      rt->hooks->set_rule({});
+  }
+
   // The facade waits a little longer than the actors' own request timeouts,
   // so that their more precise errors arrive before the facade gives up.
   static std::chrono::milliseconds outer(std::chrono::milliseconds inner) {

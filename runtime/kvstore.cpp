@@ -377,8 +377,7 @@ caf::error kvstore::set_optimizer(const optimizer_config& cfg) {
         d.timeout(), [](caf::ok_atom) {}, set_opt_atom::value, cfg))
     return err;
   // MXNet: set_optimizer sets the updater, ending one set before.
-  if (d.rt->hooks)
-    d.rt->hooks->set_rule({});
+  d.end_rule();
   return caf::none;
 }
 
@@ -444,8 +443,8 @@ caf::error kvstore::send_command_to_servers(int head, const std::string& body) {
         static_cast<int32_t>(head), body))
     return err;
   // Head 0 sets the optimizer, as set_optimizer does (ending a rule).
-  if (head == 0 && d.rt->hooks)
-    d.rt->hooks->set_rule({});
+  if (head == 0)
+    d.end_rule();
   return caf::none;
 }
 
@@ -497,8 +496,8 @@ caf::error kvstore::close() {
   d.pending.clear();
   // The last handle of a local store ends its update rule, and with it
   // whatever the rule holds (perhaps this very store).
-  if (--d.rt->open_handles == 0 && d.rt->hooks)
-    d.rt->hooks->set_rule({});
+  if (--d.rt->open_handles == 0)
+    d.end_rule();
   // Once it left, the node has nothing more to say: its agent goes, and the
   // coordinator, which waits for every node to go down before it ends the
   // job (or a grace period of 5 s), sees it go now.

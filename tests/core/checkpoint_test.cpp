@@ -363,22 +363,21 @@ TEST_CASE("checkpoint: byte layout follows the documentation", "[core]") {
     CHECK(out.optimizer.lr_schedule == "constant");
     CHECK(out.optimizer.lr_updates == 0u);
     CHECK(out.optimizer.lr_factor == 1.0f);
-    SECTION("a dump_optimizer flag of 1 reads") {
+    // The optimizer record with a dump_optimizer flag byte after it.
+    auto decode_flagged = [&](char flag) {
       auto flagged = payload;
-      flagged.push_back(1);
+      flagged.push_back(flag);
       built = magic_bytes();
       put_record(built, flagged);
       put_record(built, end_payload(0));
-      REQUIRE(core::decode_checkpoint(built, out).ok());
+      return core::decode_checkpoint(built, out);
+    };
+    SECTION("a dump_optimizer flag of 1 reads") {
+      REQUIRE(decode_flagged(1).ok());
       CHECK(out.optimizer.lr_schedule == "cosine");
     }
     SECTION("a dump_optimizer flag other than 0 or 1 is corrupt") {
-      auto flagged = payload;
-      flagged.push_back(2);
-      built = magic_bytes();
-      put_record(built, flagged);
-      put_record(built, end_payload(0));
-      auto st = core::decode_checkpoint(built, out);
+      auto st = decode_flagged(2);
       CHECK(st.code == errc::checkpoint_corrupt);
       CHECK_THAT(st.message, Catch::Contains("dump_optimizer"));
     }
