@@ -1,47 +1,133 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// actorps-optimizer-bench: how long a shard's update of one slice takes
-// (core::apply_update alone, no actors), per optimizer, for a slice of N
-// floats, cycling through 8 gradient buffers as a shard sees fresh pushes.
+// actorps-optimizer-bench: how long a shard's optimizer update takes (core
+// alone, no actors), per optimizer.
 //   build/bench/actorps-optimizer-bench [N] [ROUNDS]
+// updates one slice of N floats (core::apply_update), cycling through 8
+// gradient buffers as a shard sees fresh pushes;
+//   build/bench/actorps-optimizer-bench rows [ROWS] [BATCH] [ROUNDS]
+// updates BATCH random rows of a table of ROWS rows of 16 floats
+// (core::apply_rows, a lazy update as push_rows makes), fresh rows each
+// round from a fixed seed.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/optimizer.hpp"
 
-int main(int argc, char** argv) {
-  using namespace actorps;
-  const auto n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 235146;
-  const int rounds = argc > 2 ? std::atoi(argv[2]) : 2000;
-  if (n == 0 || n > (uint64_t{1} << 28) || rounds <= 0) {
-    std::fprintf(stderr, "usage: actorps-optimizer-bench [N floats in "
-                         "1..2^28] [ROUNDS > 0]\n");
-    return 2;
-  }
+namespace {
+
+using namespace actorps;
+
+const char* const rules[] = {"sgd",     "sgd+momentum", "nesterov",
+                             "adagrad", "adam",         "rmsprop"};
+
+optimizer_config config_of(const std::string& name) {
+  optimizer_config cfg;
+  cfg.name = name == "sgd+momentum" ? "sgd" : name;
+  cfg.momentum = name == "sgd+momentum" || name == "nesterov" ? 0.9f : 0.0f;
+  return cfg;
+}
+
+// Times `rounds` calls of `update(round)`: microseconds per call.
+double time_rounds(int rounds, const std::function<void(int)>& update) {
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < rounds; ++r)
+    update(r);
+  std::chrono::duration<double, std::micro> took
+    = std::chrono::steady_clock::now() - start;
+  return took.count() / rounds;
+}
+
+float gradient(uint64_t i, uint64_t b) {
+  return static_cast<float>((i + b) % 13) * 0.01f - 0.06f;
+}
+
+int dense(uint64_t n, int rounds) {
   std::vector<std::vector<float>> grads(8, std::vector<float>(n));
   for (size_t b = 0; b < grads.size(); ++b)
     for (uint64_t i = 0; i < n; ++i)
-      grads[b][i] = static_cast<float>((i + b) % 13) * 0.01f - 0.06f;
+      grads[b][i] = gradient(i, b);
   std::printf("floats %llu, rounds %d\n", static_cast<unsigned long long>(n),
               rounds);
-  for (std::string name :
-       {"sgd", "sgd+momentum", "nesterov", "adagrad", "adam", "rmsprop"}) {
-    optimizer_config cfg;
-    cfg.name = name == "sgd+momentum" ? "sgd" : name;
-    cfg.momentum = name == "sgd+momentum" || name == "nesterov" ? 0.9f : 0.0f;
+  for (std::string name : rules) {
+    auto cfg = config_of(name);
     std::vector<float> w(n, 0.5f);
     std::vector<float> state(core::state_size(cfg, n), 0.0f);
-    auto start = std::chrono::steady_clock::now();
-    for (int r = 0; r < rounds; ++r)
+    auto us = time_rounds(rounds, [&](int r) {
       core::apply_update(cfg, w.data(), grads[r % grads.size()].data(),
                          state.data(), n, static_cast<uint64_t>(r));
-    std::chrono::duration<double, std::micro> took
-      = std::chrono::steady_clock::now() - start;
-    auto us = took.count() / rounds;
+    });
     std::printf("%-13s %9.1f us per update  %6.2f ns per float  (w[1] %g)\n",
                 name.c_str(), us, us * 1000.0 / static_cast<double>(n), w[1]);
   }
   return 0;
+}
+
+int rows(uint64_t rows, uint64_t batch, int rounds) {
+  constexpr uint64_t dim = 16;
+  std::vector<float> grads(batch * dim);
+  for (uint64_t i = 0; i < grads.size(); ++i)
+    grads[i] = gradient(i, 0);
+  std::printf("table %llu x %llu, %llu rows a round, rounds %d\n",
+              static_cast<unsigned long long>(rows),
+              static_cast<unsigned long long>(dim),
+              static_cast<unsigned long long>(batch), rounds);
+  for (std::string name : rules) {
+    auto cfg = config_of(name);
+    std::vector<float> table(rows * dim, 0.5f);
+    std::vector<float> state(rows * core::state_size(cfg, dim), 0.0f);
+    std::vector<uint64_t> steps(rows, 0);
+    std::mt19937_64 gen{42};
+    std::vector<std::vector<uint64_t>> ids(16, std::vector<uint64_t>(batch));
+    for (auto& round : ids)
+      for (auto& id : round)
+        id = gen() % rows;
+    auto us = time_rounds(rounds, [&](int r) {
+      core::apply_rows(cfg, table.data(), state.data(), steps.data(), dim,
+                       ids[static_cast<size_t>(r) % ids.size()], grads.data());
+    });
+    double sum = 0;
+    for (auto x : table)
+      sum += x;
+    std::printf("%-13s %9.1f us per update  %6.1f ns per row  (sum %.6g)\n",
+                name.c_str(), us, us * 1000.0 / static_cast<double>(batch),
+                sum);
+  }
+  return 0;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: actorps-optimizer-bench [N floats in 1..2^28] [ROUNDS "
+               "> 0]\n       actorps-optimizer-bench rows [ROWS in 1..2^26] "
+               "[BATCH in 1..ROWS] [ROUNDS > 0]\n");
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto arg = [&](int i, uint64_t fallback) {
+    return argc > i ? std::strtoull(argv[i], nullptr, 10) : fallback;
+  };
+  if (argc > 1 && std::strcmp(argv[1], "rows") == 0) {
+    const auto n = arg(2, 1000000);
+    const auto batch = arg(3, 1000);
+    const auto rounds = arg(4, 2000);
+    if (n == 0 || n > (uint64_t{1} << 26) || batch == 0 || batch > n
+        || rounds == 0 || rounds > (uint64_t{1} << 30))
+      return usage();
+    return rows(n, batch, static_cast<int>(rounds));
+  }
+  const auto n = arg(1, 235146);
+  const auto rounds = arg(2, 2000);
+  if (n == 0 || n > (uint64_t{1} << 28) || rounds == 0
+      || rounds > (uint64_t{1} << 30))
+    return usage();
+  return dense(n, static_cast<int>(rounds));
 }

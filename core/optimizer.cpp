@@ -2,6 +2,7 @@
 #include "core/optimizer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -300,8 +301,43 @@ float step_size(kind k, const optimizer_config& cfg, uint64_t step) {
   return static_cast<float>(static_cast<double>(lr) * std::sqrt(c2) / c1);
 }
 
+// Whether rule `k` reads its step size (the others add or assign).
+bool uses_step_size(kind k) {
+  return k != kind::assign && k != kind::accumulate;
+}
+
+// The step sizes of one update of a table's rows, by step count. Rows
+// pushed together often share their count (a table's rows start at 0), and
+// one costs the schedule's arithmetic and, for Adam, two pow calls: each is
+// computed once per call here. An entry holds what step_size returns, so
+// the weights stay the same bit for bit.
+class step_sizes {
+public:
+  step_sizes(kind k, const optimizer_config& cfg) : k_(k), cfg_(cfg) {
+  }
+
+  float operator()(uint64_t step) {
+    auto& e = entries_[step % entries_.size()];
+    if (e.step != step) {
+      e.step = step;
+      e.size = step_size(k_, cfg_, step);
+    }
+    return e.size;
+  }
+
+private:
+  struct entry {
+    uint64_t step = ~uint64_t{0};
+    float size = 0.0f;
+  };
+  kind k_;
+  const optimizer_config& cfg_;
+  std::array<entry, 64> entries_{};
+};
+
+// Applies one update of rule `k` with step size `lr` (step_size's).
 void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
-                float* state, std::size_t n, uint64_t step) {
+                float* state, std::size_t n, float lr) {
   const auto size = static_cast<Eigen::Index>(n);
   array_map wm{w, size};
   const_array_map gm{g, size};
@@ -325,7 +361,6 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
   // MXNet clips `rescale * g + wd * w` for Adam and RMSProp, and
   // `rescale * g` alone for the others.
   const bool clips_with_decay = k == kind::adam || k == kind::rmsprop;
-  const float lr = step_size(k, cfg, step);
   // Part by part, each small enough to stay in the first-level cache: the
   // rules that pass over their arrays twice (the state, then the weights)
   // then read memory once. Every element's arithmetic is the same.
@@ -348,7 +383,8 @@ void apply_update(const optimizer_config& cfg, float* w, const float* g,
                   float* state, std::size_t n, uint64_t step) {
   kind k = kind::assign;
   parse_kind(cfg.name, k);
-  apply_kind(k, cfg, w, g, state, n, step);
+  apply_kind(k, cfg, w, g, state, n,
+             uses_step_size(k) ? step_size(k, cfg, step) : 0.0f);
 }
 
 void apply_rows(const optimizer_config& cfg, float* table, float* state,
@@ -358,6 +394,8 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   kind k = kind::assign;
   parse_kind(cfg.name, k);
   const auto per_row = state_size(cfg, dim);
+  const bool sized = uses_step_size(k);
+  step_sizes sizes{k, cfg};
   // Rows lie far apart in a large table: fetch a few ahead.
   constexpr std::size_t ahead = 8;
   for (std::size_t i = 0; i < count; ++i) {
@@ -370,7 +408,7 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
     }
     auto r = rows[i];
     apply_kind(k, cfg, table + r * dim, grads + i * dim, state + r * per_row,
-               dim, steps[r]);
+               dim, sized ? sizes(steps[r]) : 0.0f);
     ++steps[r];
   }
 }

@@ -112,6 +112,55 @@ TEST_CASE("rows: the lazy update touches only the rows pushed, each with its "
       CHECK(state[r * per_row + j] == 0.0f);
 }
 
+TEST_CASE("rows: rows of one update with different step counts each get "
+          "their own step size",
+          "[core]") {
+  // Adam's bias correction and a factor schedule both depend on the step:
+  // counts 64 apart (and repeated ones) in one call must not share a step
+  // size computed for another count.
+  for (auto name : {"adam", "sgd"}) {
+    INFO(name);
+    optimizer_config cfg;
+    cfg.name = name;
+    cfg.learning_rate = 0.1f;
+    cfg.lr_schedule = "factor";
+    cfg.lr_updates = 3;
+    cfg.lr_factor = 0.5f;
+    const uint64_t dim = 2;
+    std::vector<uint64_t> counts{0, 64, 128, 1, 65, 0, 7, 200, 64};
+    const auto rows = counts.size();
+    auto per_row = core::state_size(cfg, dim);
+    std::vector<float> table(rows * dim);
+    for (std::size_t i = 0; i < table.size(); ++i)
+      table[i] = 0.01f * static_cast<float>(i) - 0.05f;
+    std::vector<float> state(rows * per_row, 0.25f);
+    auto expected = table;
+    auto expected_state = state;
+    std::vector<float> g(rows * dim);
+    for (std::size_t i = 0; i < g.size(); ++i)
+      g[i] = 0.3f - 0.02f * static_cast<float>(i);
+    // Pushed in reverse order, each row once.
+    std::vector<uint64_t> ids;
+    std::vector<float> grads;
+    for (auto r = rows; r-- > 0;) {
+      ids.push_back(r);
+      grads.insert(grads.end(), g.begin() + r * dim, g.begin() + (r + 1) * dim);
+    }
+    auto steps = counts;
+    core::apply_rows(cfg, table.data(), state.data(), steps.data(), dim, ids,
+                     grads.data());
+    for (uint64_t r = 0; r < rows; ++r) {
+      INFO("row " << r << ", step " << counts[r]);
+      core::apply_update(cfg, expected.data() + r * dim, g.data() + r * dim,
+                         expected_state.data() + r * per_row, dim, counts[r]);
+      CHECK(steps[r] == counts[r] + 1);
+      for (uint64_t j = 0; j < dim; ++j)
+        CHECK(table[r * dim + j] == expected[r * dim + j]);
+    }
+    CHECK(state == expected_state);
+  }
+}
+
 TEST_CASE("rows: a saved table is cut anew for another number of shards, "
           "each row keeping its values, state and step",
           "[core]") {
