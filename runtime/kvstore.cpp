@@ -184,6 +184,24 @@ caf::error kvstore::init(const std::string& key,
     std::move(payload));
 }
 
+caf::error
+kvstore::init(const std::string& key,
+              const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+              std::vector<uint64_t> shape) {
+  if (impl_->closed)
+    return closed_error("init");
+  if (values.empty())
+    return make_error(errc::shape_mismatch,
+                      "init: no value given for key '" + key + "'");
+  for (auto& v : values)
+    if (v.size() != values[0].size())
+      return make_error(errc::shape_mismatch,
+                        "init: the copies of key '" + key + "' differ in size ("
+                          + std::to_string(values[0].size()) + " and "
+                          + std::to_string(v.size()) + " floats)");
+  return init(key, values[0], std::move(shape));
+}
+
 caf::error kvstore::push(const std::string& key,
                          const Eigen::Ref<const Eigen::VectorXf>& value,
                          int priority) {
@@ -265,6 +283,31 @@ kvstore::push_pull(const std::string& key,
                    const Eigen::Ref<const Eigen::VectorXf>& value,
                    Eigen::Ref<Eigen::VectorXf> out, int priority) {
   return push_pull_many({key}, {value}, {out}, priority);
+}
+
+caf::error
+kvstore::update(const std::string& key,
+                const std::vector<Eigen::Ref<const Eigen::VectorXf>>& grads,
+                std::vector<Eigen::Ref<Eigen::VectorXf>> params, int priority) {
+  if (impl_->closed)
+    return closed_error("update");
+  if (params.empty())
+    return make_error(errc::shape_mismatch,
+                      "update: no parameter array given for key '" + key + "'");
+  // Checked before the push leaves: a wrong output must not cost a push.
+  auto info = impl_->meta(key);
+  if (!info)
+    return std::move(info.error());
+  for (auto& p : params)
+    if (auto st = core::check_size("update", *info, p.size(), "parameter");
+        !st.ok())
+      return to_error(st);
+  if (auto err = push(key, grads, priority))
+    return err;
+  auto ticket = pull(key, std::move(params), priority);
+  if (!ticket)
+    return std::move(ticket.error());
+  return wait(*ticket);
 }
 
 caf::error

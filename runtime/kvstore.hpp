@@ -208,6 +208,12 @@ public:
                   const Eigen::Ref<const Eigen::VectorXf>& value,
                   std::vector<uint64_t> shape = {});
 
+  /// DJL's `init(parameterId, NDArray[] value)`: one copy of the value per
+  /// device, all of one size (checked); the first is the value stored.
+  caf::error init(const std::string& key,
+                  const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+                  std::vector<uint64_t> shape = {});
+
   /// Pushes a value (a gradient, once an optimizer is set). Higher
   /// `priority` is sent first. Returns at once.
   caf::error push(const std::string& key,
@@ -275,6 +281,16 @@ public:
   caf::expected<pull_ticket>
   pull_many(const std::vector<std::string>& keys,
             std::vector<Eigen::Ref<Eigen::VectorXf>> outs, int priority = 0);
+
+  /// DJL's `update(parameterId, grads, params)`: pushes the sum of `grads`
+  /// (one per device), then pulls the updated value into every array of
+  /// `params` and waits for it (and for this handle's earlier calls, as
+  /// `wait`). In a sync store it returns once every worker's push of the
+  /// round is applied.
+  caf::error update(const std::string& key,
+                    const std::vector<Eigen::Ref<const Eigen::VectorXf>>& grads,
+                    std::vector<Eigen::Ref<Eigen::VectorXf>> params,
+                    int priority = 0);
 
   /// `push_pull` on every key, in one request.
   caf::expected<pull_ticket>

@@ -62,6 +62,11 @@ def _write(out, values):
     np.copyto(out, values.reshape(out.shape))
 
 
+def _size(x):
+    """The number of elements of a numpy array or torch tensor."""
+    return x.numel() if hasattr(x, "numel") else np.asarray(x).size
+
+
 def _mxnet_forms(cls):
     """MXNet's list forms and names on top of the module's calls: init,
     push and pull take a list of keys with one value (or list of values)
@@ -100,12 +105,38 @@ def _mxnet_forms(cls):
 
     def init_(self, key, value):
         """Initializes `key` (rank 0's value is stored), or each key of a
-        list with its value."""
+        list with its value. A list of values for one key is DJL's form
+        (one copy per device, all of one size): the first is stored."""
         if isinstance(key, (list, tuple)):
             for k, v in _key_list(key, value, "init"):
-                init(self, k, v)
+                init_(self, k, v)
+        elif isinstance(value, (list, tuple)):
+            if not value:
+                raise ShapeMismatch(f"init: no value given for key {key!r}")
+            sizes = {_size(v) for v in value}
+            if len(sizes) > 1:
+                raise ShapeMismatch(f"init: the copies of key {key!r} differ "
+                                    f"in size ({sorted(sizes)})")
+            init(self, key, value[0])
         else:
             init(self, key, value)
+
+    def update(self, key, grads, params, priority=0):
+        """DJL's ParameterServer.update: pushes the sum of `grads` (an
+        array, or a list of one per device), then pulls the updated value
+        into `params` (an array or a list) and waits for it. In a sync
+        store it returns once the round of every worker is applied."""
+        outs = params if isinstance(params, (list, tuple)) else [params]
+        if not outs:
+            raise ShapeMismatch(f"update: no parameter array given for key "
+                                f"{key!r}")
+        want = int(np.prod(self.shape(key)))
+        for p in outs:
+            if _size(p) != want:
+                raise ShapeMismatch(f"update: key {key!r} holds {want} floats "
+                                    f"but a parameter array {_size(p)}")
+        push(self, key, grads, priority)
+        wait(self, pull(self, key, params, priority))
 
     def push_(self, key, value, priority=0):
         """Pushes `value` (or the sum of a list of values) to `key`, or to
@@ -266,6 +297,7 @@ def _mxnet_forms(cls):
     cls.push_pull = pushpull_
     cls.row_sparse_pull = row_sparse_pull
     cls.broadcast = broadcast
+    cls.update = update
     cls.set_gradient_compression = set_gradient_compression_
     cls.is_capable = is_capable
     cls.OPTIMIZER = "optimizer"

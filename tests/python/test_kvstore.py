@@ -157,6 +157,35 @@ def test_optimizer_and_priority_keep_the_order():
         kv.wait_all()
 
 
+def test_djl_init_and_update_with_several_devices():
+    # DJL's ParameterServer: init with one copy per device, update with
+    # each device's gradient; the optimizer runs once on their sum and
+    # every copy (numpy or torch) gets the result.
+    with actorps.KVStore.create("local") as kv:
+        kv.init("w", [f32(1, 2, 3), f32(1, 2, 3)])
+        kv.set_optimizer("sgd", learning_rate=0.5)
+        a = np.zeros(3, np.float32)
+        b = torch.zeros(3)
+        kv.update("w", [f32(1, 1, 1), f32(1, 3, 5)], [a, b])
+        want = f32(1, 2, 3) - 0.5 * f32(2, 4, 6)
+        assert np.array_equal(a, want)
+        assert np.array_equal(b.numpy(), want)
+        # One array each is the single-device form.
+        kv.update("w", f32(2, 2, 2), a)
+        assert np.array_equal(a, want - 1)
+        # Refused before anything is pushed.
+        with pytest.raises(actorps.ShapeMismatch):
+            kv.init("v", [f32(1, 2), f32(1, 2, 3)])
+        with pytest.raises(actorps.ShapeMismatch):
+            kv.update("w", f32(1, 1, 1), [a, np.zeros(2, np.float32)])
+        with pytest.raises(actorps.ShapeMismatch):
+            kv.update("w", f32(1, 1, 1), [])
+        with pytest.raises(actorps.UnknownKey):
+            kv.update("nope", f32(1, 1, 1), a)
+        kv.wait(kv.pull("w", a))
+        assert np.array_equal(a, want - 1)
+
+
 def test_refuses_wrong_arrays_before_sending():
     with actorps.KVStore.create("local") as kv:
         kv.init("w", np.zeros(6, np.float32))

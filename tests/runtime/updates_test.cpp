@@ -295,3 +295,60 @@ TEST_CASE("kvstore: set_updater sees a sync round's sum once, and a table's "
     CHECK(s.floats["t"] == 4);
   }
 }
+
+TEST_CASE("kvstore: DJL's init and update: the optimizer runs once on the sum "
+          "of every device's and worker's gradient, every copy gets the "
+          "result",
+          "[integration]") {
+  auto kv = make_store("local_sync", 2);
+  optimizer_config sgd;
+  sgd.name = "sgd";
+  sgd.learning_rate = 0.5f;
+  require_ok(kv.set_optimizer(sgd));
+  std::vector<kvstore> hs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto h = kv.worker(r);
+    REQUIRE(h);
+    hs.push_back(std::move(*h));
+  }
+  // 100 floats: sliced over both shards (options(): slices of 40).
+  const Eigen::Index n = 100;
+  Eigen::VectorXf start = ramp(n, 1.0f);
+  std::vector<std::string> errors(2);
+  std::vector<Eigen::VectorXf> first(2, Eigen::VectorXf(n));
+  std::vector<Eigen::VectorXf> second(2, Eigen::VectorXf(n));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto& h = hs[r];
+      // Two devices' copies of the initial value.
+      if (auto err = h.init("w", {start, start})) {
+        errors[r] = render(err);
+        return;
+      }
+      // Device d of rank r computed the gradient (r + 1) * (d + 1).
+      Eigen::VectorXf g0 = Eigen::VectorXf::Constant(n, r + 1.0f);
+      Eigen::VectorXf g1 = Eigen::VectorXf::Constant(n, 2.0f * (r + 1.0f));
+      if (auto err = h.update("w", {g0, g1}, {first[r], second[r]}))
+        errors[r] = render(err);
+    });
+  for (auto& t : threads)
+    t.join();
+  CHECK(errors == std::vector<std::string>(2));
+  // The round's gradient: (1 + 2) from rank 0 and (2 + 4) from rank 1.
+  Eigen::VectorXf want = start - Eigen::VectorXf::Constant(n, 0.5f * 9.0f);
+  for (uint32_t r = 0; r < 2; ++r) {
+    CHECK(near(first[r], want));
+    CHECK(second[r] == first[r]);
+  }
+  CHECK(near(pulled(hs[0], "w", n), want));
+  // Bad copies and outputs are refused before anything is pushed.
+  Eigen::VectorXf short_copy(n - 1);
+  CHECK(code_of(kv.init("v", {start, short_copy})) == errc::shape_mismatch);
+  Eigen::VectorXf ones = Eigen::VectorXf::Ones(n);
+  CHECK(code_of(hs[0].update("w", {ones}, {})) == errc::shape_mismatch);
+  CHECK(code_of(hs[0].update("w", {ones}, {short_copy}))
+        == errc::shape_mismatch);
+  CHECK(code_of(hs[0].update("nope", {ones}, {first[0]})) == errc::unknown_key);
+  CHECK(near(pulled(hs[0], "w", n), want));
+}
