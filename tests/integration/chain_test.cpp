@@ -46,9 +46,9 @@ void two_deaths(const std::string& transport, const std::string& mode) {
   // At most one round every 2 ms: both deaths take a second or two; few
   // slices, so that a round under the sanitizers takes little more.
   auto& w = job.add_summing_workers("2000", {"--round-ms", "2"});
-  REQUIRE(w.wait_for("round 200\n", job_time));
+  require_printed(job, w, "round 200\n", job_time);
   a.kill9();
-  REQUIRE(job.coordinator->wait_for("took over its shards", job_time));
+  require_printed(job, *job.coordinator, "took over its shards", job_time);
   // Every shard is left with one complete backup: the ones whose second
   // copy died too, and those whose first copy died (their primary sent the
   // second its whole state).
@@ -93,11 +93,11 @@ TEST_CASE("dist: with --replicas 3 a server that joins after a death rebuilds "
   auto& w = job.add_worker({"--keys", "3", "--size", "300", "--rounds", "3000",
                             "--round-ms", "2", "--timeout-ms", "20000",
                             "--progress"});
-  REQUIRE(w.wait_for("round 200\n", job_time));
+  require_printed(job, w, "round 200\n", job_time);
   a.kill9();
-  REQUIRE(job.coordinator->wait_for("took over its shards", job_time));
+  require_printed(job, *job.coordinator, "took over its shards", job_time);
   auto& rebuilder = job.add_server(1);
-  REQUIRE(job.coordinator->wait_for("rejoined", job_time));
+  require_printed(job, *job.coordinator, "rejoined", job_time);
   // It holds a copy of each of the 3 shards (each server's one), and every
   // shard has both backups again.
   CHECK_THAT(job.coordinator->output(),

@@ -107,6 +107,29 @@ struct dist_job {
   }
 };
 
+// What every process of `job` printed so far, each under its name.
+inline std::string report(dist_job& job) {
+  std::string out = "-- coordinator:\n" + job.coordinator->drained();
+  for (size_t i = 0; i < job.servers.size(); ++i)
+    out += "\n-- server " + std::to_string(i) + ":\n"
+           + job.servers[i]->drained();
+  for (size_t i = 0; i < job.workers.size(); ++i)
+    out += "\n-- worker " + std::to_string(i) + ":\n"
+           + job.workers[i]->drained();
+  return out;
+}
+
+// REQUIREs that `p` prints `text` within `timeout`. On failure the message
+// holds what every process of `job` printed, so that a wait that failed in
+// CI can be understood from its log alone.
+inline void require_printed(dist_job& job, process& p, const std::string& text,
+                            std::chrono::milliseconds timeout) {
+  if (p.wait_for(text, timeout))
+    return;
+  FAIL("no \"" << text << "\" within " << timeout.count() << " ms\n"
+               << report(job));
+}
+
 // Heartbeats every 100 ms and a 3 s connection timeout: a hung process
 // (SIGSTOP keeps its connections open) is cut off within seconds.
 inline const std::vector<std::string> quick_timeouts{

@@ -77,6 +77,16 @@ bool process::wait_for(const std::string& text,
   return true;
 }
 
+const std::string& process::drained() {
+  while (!eof_) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0)
+      break;
+    read_some(std::chrono::milliseconds{0});
+  }
+  return output_;
+}
+
 std::optional<int> process::wait_exit(std::chrono::milliseconds timeout) {
   if (status_)
     return status_;

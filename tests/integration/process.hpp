@@ -38,6 +38,10 @@ public:
   /// Sends SIGSTOP: the process hangs without closing its connections.
   void stop();
 
+  /// Reads what the process printed so far without waiting; everything
+  /// read.
+  const std::string& drained();
+
   /// Everything read so far.
   const std::string& output() const {
     return output_;

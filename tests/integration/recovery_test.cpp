@@ -61,9 +61,9 @@ void replaced(const std::string& transport, const std::string& mode) {
                                 "--timeout-ms",
                                 "20000"};
   auto& w = job.add_workers(workers, args);
-  REQUIRE(w.wait_for("round 300\n", job_time));
+  require_printed(job, w, "round 300\n", job_time);
   doomed.kill9();
-  REQUIRE(job.coordinator->wait_for("waiting up to 60000 ms", job_time));
+  require_printed(job, *job.coordinator, "waiting up to 60000 ms", job_time);
   // A replacement must run as many shards as the dead server.
   auto& wrong = job.add_server(2);
   CHECK_EXIT(wrong, 1, job_time);
@@ -146,7 +146,7 @@ TEST_CASE("dist: without a replacement in time the workers' calls fail, and "
     auto& w
       = job.add_worker({"--keys", "4", "--size", "10", "--rounds", "1000000",
                         "--progress", "--timeout-ms", "20000"});
-    REQUIRE(w.wait_for("round 3\n", job_time));
+    require_printed(job, w, "round 3\n", job_time);
     doomed.kill9();
     auto killed = std::chrono::steady_clock::now();
     CHECK_EXIT(w, 3, job_time);
@@ -186,7 +186,7 @@ TEST_CASE("dist: a worker killed in the middle of large pushes over UCX takes "
   survivor_args.push_back("--progress");
   auto& survivor = job.add_worker(survivor_args);
   auto& victim = job.add_worker(args);
-  REQUIRE(survivor.wait_for("round 10\n", job_time));
+  require_printed(job, survivor, "round 10\n", job_time);
   victim.kill9();
   // The survivor's rounds go on to the end, and the server ends with the
   // job, not before.

@@ -27,7 +27,7 @@ void takeover(const std::string& transport, const std::string& mode) {
   auto& survivor = job.add_server(1);
   auto& doomed = job.add_server(1);
   auto& w = job.add_summing_workers(mode == "dist_sync" ? "600" : "2000");
-  REQUIRE(w.wait_for("round 200\n", job_time));
+  require_printed(job, w, "round 200\n", job_time);
   doomed.kill9();
   for (auto& p : job.workers) {
     CHECK_EXIT(*p, 0, job_time);
@@ -130,7 +130,7 @@ TEST_CASE("dist: with --replicas 2 a hung server is cut off and its backups "
   auto args = with_quick_timeouts({"--keys", "4", "--size", "1000", "--rounds",
                                    "1500", "--timeout-ms", "20000"});
   auto& w = job.add_workers(2, args);
-  REQUIRE(w.wait_for("round 200\n", job_time));
+  require_printed(job, w, "round 200\n", job_time);
   b.stop();
   // Cut off after about the connection timeout, not a request timeout.
   CHECK(w.wait_for("moved to its promoted backup", 15s));
@@ -163,12 +163,12 @@ void rebuild(const std::string& transport, const std::string& mode) {
   // the suite's load) 5000 rounds took longer than the test waits (seen in
   // clean-clone CI: the job ended exact, 2 s late).
   auto& w = job.add_summing_workers("2500", {"--round-ms", "2"});
-  REQUIRE(w.wait_for("round 200\n", job_time));
+  require_printed(job, w, "round 200\n", job_time);
   first_server.kill9();
-  REQUIRE(job.coordinator->wait_for("took over its shards", job_time));
+  require_printed(job, *job.coordinator, "took over its shards", job_time);
   // A new server joins: every shard lives on the survivor, none has a copy.
   auto& rebuilder = job.add_server(1);
-  REQUIRE(job.coordinator->wait_for("rejoined", job_time));
+  require_printed(job, *job.coordinator, "rejoined", job_time);
   CHECK_THAT(job.coordinator->output(),
              Catch::Contains("holds copies of 2 of 2 shards"));
   auto moved = count_of(w.output(), "moved to its promoted backup");
