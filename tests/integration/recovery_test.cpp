@@ -20,7 +20,11 @@ using namespace actorps::test;
 
 namespace {
 
-constexpr uint32_t rounds = 3000;
+// The kill comes at round 300; 1500 leave the replacement a long run
+// after it. (3000 took over the two minutes a worker's exit is waited for
+// under the sanitizers on a loaded machine: seen in clean-clone CI, the
+// worker at round 2274 and still going.)
+constexpr uint32_t rounds = 1500;
 
 // The records of the newest checkpoint in `dir`.
 actorps::state_snapshot newest_checkpoint(const std::string& dir) {
