@@ -38,8 +38,6 @@ caf::expected<uint16_t> publish_actor(caf::actor_system& sys,
 template <class Handle>
 caf::expected<Handle>
 connect_actor(caf::actor_system& sys, const std::string& host, uint16_t port) {
-  if (!shakes_hands(sys))
-    return sys.middleman().remote_actor<Handle>(host, port);
   caf::detail::type_list<Handle> tk;
   auto ptr = connect_linked(sys, host, port, sys.message_types(tk));
   if (!ptr)

@@ -54,14 +54,12 @@ caf::expected<uint16_t> publish_guarded(caf::actor_system& sys,
 /// Thread-safe.
 std::string peer_address(const caf::node_id& node);
 
-/// True if the connections of `sys` shake hands before BASP: TLS, or the
-/// proof of the job's token (`system_options::token`).
-bool shakes_hands(const caf::actor_system& sys);
-
-/// Connects over TLS or with the proof of the token to the actor published
-/// at `host`:`port`, which must implement `sigs` (a handle type's message
-/// types). A peer that closes the connection during the proof gives
-/// `unauthorized`.
+/// Connects over TLS, with the proof of the token, or (a system with
+/// neither) over plain TCP to the actor published at `host`:`port`, which
+/// must implement `sigs` (a handle type's message types). A peer that
+/// closes the connection during the proof gives `unauthorized`. Unlike
+/// CAF's remote_actor, the connection is given the whole connection timeout
+/// for its handshake (see guard.cpp).
 caf::expected<caf::strong_actor_ptr>
 connect_linked(caf::actor_system& sys, const std::string& host, uint16_t port,
                const std::set<std::string>& sigs);

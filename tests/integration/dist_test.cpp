@@ -324,15 +324,14 @@ TEST_CASE("dist: a hung worker is cut off after the connection timeout",
   job.add_worker(args);
   args.push_back("--progress");
   auto& victim = job.add_worker(args);
-  // (Once seen failing under the sanitizers with the suite's load: the
-  // worker's output then tells why it ended before round 5.)
-  bool reached = victim.wait_for("round 5\n", job_time);
-  INFO(victim.output());
-  REQUIRE(reached);
+  require_printed(job, victim, "round 5\n", job_time);
   victim.stop();
   auto stopped = std::chrono::steady_clock::now();
   for (size_t i = 0; i < 2; ++i) {
-    CHECK_EXIT(*job.workers[i], 0, job_time);
+    auto rc = job.workers[i]->wait_exit(job_time);
+    INFO(report(job));
+    REQUIRE(rc);
+    CHECK(*rc == 0);
     CHECK(job.workers[i]->output().find("num_dead_node: workers=1")
           != std::string::npos);
   }
@@ -361,8 +360,8 @@ TEST_CASE("dist: a killed or hung coordinator fails the workers' calls at "
     with_net({"--keys", "2", "--size", "100", "--rounds", "3", "--progress"}));
   auto& busy = job.add_worker(with_net(
     {"--keys", "2", "--size", "100", "--rounds", "1000000000", "--progress"}));
-  REQUIRE(waiting.wait_for("round 2\n", job_time));
-  REQUIRE(busy.wait_for("round 3\n", job_time));
+  require_printed(job, waiting, "round 2\n", job_time);
+  require_printed(job, busy, "round 3\n", job_time);
   if (how == "kill")
     job.coordinator->kill9();
   else

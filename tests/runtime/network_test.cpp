@@ -1397,6 +1397,152 @@ TEST_CASE("network: only a refused proof is a wrong token", "[integration]") {
   CHECK(code_of(got.error()) != errc::unauthorized);
 }
 
+namespace {
+
+// A loopback listener on a free port; -1 if none could be opened.
+int listen_loopback(uint16_t& port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
+      || ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0
+      || ::listen(fd, 4) != 0) {
+    if (fd >= 0)
+      ::close(fd);
+    return -1;
+  }
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// Relays one connection to 127.0.0.1:`to`, holding back what the far end
+// sends for `delay` after the connection came (a slow network or a loaded
+// peer), until either end closes.
+class slow_relay {
+public:
+  slow_relay(uint16_t to, std::chrono::milliseconds delay) {
+    listener_ = listen_loopback(port_);
+    if (listener_ >= 0)
+      thread_ = std::thread{[this, to, delay] { run(to, delay); }};
+  }
+
+  ~slow_relay() {
+    done_ = true;
+    if (thread_.joinable())
+      thread_.join();
+    if (listener_ >= 0)
+      ::close(listener_);
+  }
+
+  uint16_t port() const {
+    return listener_ >= 0 ? port_ : 0;
+  }
+
+private:
+  void run(uint16_t to, std::chrono::milliseconds delay) {
+    pollfd wait_accept{listener_, POLLIN, 0};
+    while (!done_ && ::poll(&wait_accept, 1, 50) == 0)
+      ; // until a client comes or the test ends
+    if (done_)
+      return;
+    int near = ::accept(listener_, nullptr, nullptr);
+    auto release = std::chrono::steady_clock::now() + delay;
+    int far = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(to);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (near >= 0 && far >= 0
+        && ::connect(far, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+      pump(near, far, release);
+    if (near >= 0)
+      ::close(near);
+    if (far >= 0)
+      ::close(far);
+  }
+
+  void pump(int near, int far, std::chrono::steady_clock::time_point release) {
+    char buf[65536];
+    while (!done_) {
+      bool held = std::chrono::steady_clock::now() < release;
+      pollfd ps[2] = {{near, POLLIN, 0},
+                      {far, static_cast<short>(held ? 0 : POLLIN), 0}};
+      if (::poll(ps, 2, 10) < 0)
+        return;
+      for (int i = 0; i < 2; ++i) {
+        if ((ps[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0)
+          continue;
+        auto n = ::recv(ps[i].fd, buf, sizeof buf, 0);
+        if (n <= 0)
+          return;
+        int out = i == 0 ? far : near;
+        for (ssize_t sent = 0; sent < n;) {
+          auto k = ::send(out, buf + sent, static_cast<size_t>(n - sent),
+                          MSG_NOSIGNAL);
+          if (k <= 0)
+            return;
+          sent += k;
+        }
+      }
+    }
+  }
+
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+} // namespace
+
+TEST_CASE("network: a peer slower to answer than the heartbeat still "
+          "connects, and a silent one is cut off",
+          "[integration]") {
+  // CAF 0.17 starts the clock of a connection it opens at the epoch: the
+  // first heartbeat before the peer's handshake closed it
+  // (connection_timeout), so under load connects failed at random.
+  auto token = GENERATE(as<std::string>{}, "", "tok");
+  INFO("token: " << token);
+  auto server_opts = net_options();
+  server_opts.token = token;
+  system_config server_cfg{server_opts};
+  caf::actor_system server{server_cfg};
+  exit_guard guard;
+  caf::scoped_actor done{server};
+  auto job = small_job(done);
+  if (!token.empty())
+    job.token = core::join_proof(token);
+  auto coord = guard(spawn_coordinator(server, job));
+  auto gate = guard(spawn_gate(server, coord));
+  auto port = publish_actor(server, gate, 0, "127.0.0.1");
+  REQUIRE(port);
+  auto opts = net_options();
+  opts.token = token;
+  opts.heartbeat = std::chrono::milliseconds{100};
+  opts.connection_timeout = std::chrono::milliseconds{5000};
+  system_config cfg{opts};
+  caf::actor_system sys{cfg};
+  {
+    // Answers after 5 heartbeats, well within the connection timeout.
+    slow_relay relay{*port, std::chrono::milliseconds{500}};
+    REQUIRE(relay.port() != 0);
+    auto got = connect_actor<gate_actor>(sys, "127.0.0.1", relay.port());
+    INFO((got ? std::string{"connected"} : render(got.error())));
+    CHECK(got);
+  }
+  // A peer that accepts and never answers is still cut off (by the
+  // connection timeout, before the connect's own 30 s).
+  uint16_t silent_port = 0;
+  int silent = listen_loopback(silent_port);
+  REQUIRE(silent >= 0);
+  auto got = connect_actor<gate_actor>(sys, "127.0.0.1", silent_port);
+  ::close(silent);
+  REQUIRE_FALSE(got);
+  CHECK(got.error() == caf::sec::connection_timeout);
+}
+
 TEST_CASE("network: a priority pull overtakes a remote shard's backlog",
           "[integration]") {
   // System A has one scheduler thread, which the test blocks while the
