@@ -112,7 +112,7 @@ public:
   }
 
   void configure_read(caf::io::receive_policy::config config) override {
-    if (!capped_)
+    if (!capped_ && !clock_started_)
       start_clock();
     auto cap = message_cap_in_process();
     if (config.second > cap) {
@@ -158,14 +158,17 @@ private:
   // 100 ms heartbeat and a 3 s timeout; under load a connect then fails at
   // random). Its connect handler asks for the handshake's header right after
   // creating that state: the clock starts there, so a peer has the whole
-  // connection timeout to answer and a hung one is still cut off.
+  // connection timeout to answer and a hung one is still cut off. Once
+  // found, BASP keeps that state's clock itself.
   void start_clock() {
     auto* broker = dynamic_cast<caf::io::basp_broker*>(this->parent());
     if (broker == nullptr)
       return;
     auto i = broker->ctx.find(this->hdl());
-    if (i != broker->ctx.end()
-        && i->second.last_seen == caf::actor_clock::time_point{})
+    if (i == broker->ctx.end())
+      return;
+    clock_started_ = true;
+    if (i->second.last_seen == caf::actor_clock::time_point{})
       i->second.last_seen = broker->system().clock().now();
   }
 
@@ -257,6 +260,7 @@ private:
   bool refused_ = false;
   bool closed_ = false;
   bool recorded_ = false;
+  bool clock_started_ = false;
 };
 
 // What a system's connections speak under BASP: TLS with a context, else

@@ -1366,37 +1366,6 @@ TEST_CASE("network: strangers hold a bounded number of handshakes open",
   check_joins_with_token(*port, "tok");
 }
 
-TEST_CASE("network: only a refused proof is a wrong token", "[integration]") {
-  // A peer that accepts and closes at once (a node restarting, another
-  // program) is no reason to give up for good: not `unauthorized`.
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr)
-          == 0);
-  socklen_t len = sizeof addr;
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len)
-          == 0);
-  REQUIRE(::listen(listener, 4) == 0);
-  std::thread closer{[listener] {
-    int fd = ::accept(listener, nullptr, nullptr);
-    if (fd >= 0)
-      ::close(fd);
-  }};
-  auto opts = net_options();
-  opts.token = "tok";
-  system_config cfg{opts};
-  caf::actor_system sys{cfg};
-  auto got = connect_actor<gate_actor>(sys, "127.0.0.1", ntohs(addr.sin_port));
-  closer.join();
-  ::close(listener);
-  REQUIRE_FALSE(got);
-  INFO(render(got.error()));
-  CHECK(code_of(got.error()) != errc::unauthorized);
-}
-
 namespace {
 
 // A loopback listener on a free port; -1 if none could be opened.
@@ -1416,6 +1385,33 @@ int listen_loopback(uint16_t& port) {
   port = ntohs(addr.sin_port);
   return fd;
 }
+
+} // namespace
+
+TEST_CASE("network: only a refused proof is a wrong token", "[integration]") {
+  // A peer that accepts and closes at once (a node restarting, another
+  // program) is no reason to give up for good: not `unauthorized`.
+  uint16_t port = 0;
+  int listener = listen_loopback(port);
+  REQUIRE(listener >= 0);
+  std::thread closer{[listener] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    if (fd >= 0)
+      ::close(fd);
+  }};
+  auto opts = net_options();
+  opts.token = "tok";
+  system_config cfg{opts};
+  caf::actor_system sys{cfg};
+  auto got = connect_actor<gate_actor>(sys, "127.0.0.1", port);
+  closer.join();
+  ::close(listener);
+  REQUIRE_FALSE(got);
+  INFO(render(got.error()));
+  CHECK(code_of(got.error()) != errc::unauthorized);
+}
+
+namespace {
 
 // Relays one connection to 127.0.0.1:`to`, holding back what the far end
 // sends for `delay` after the connection came (a slow network or a loaded
