@@ -371,6 +371,35 @@ static int run_receiver(int count, int gen, int verify, int print_ep)
 
 static const char *st_s(ucs_status_t s) { return ucs_status_string(s); }
 
+/* Statuses of the busy slots into hist ("PENDING" for those not done),
+ * with the counts of done and pending ones. */
+static void census(char *hist, size_t cap, int *done, int *pending)
+{
+    int i;
+    hist[0] = 0; *done = 0; *pending = 0;
+    for (i = 0; i < g_window; i++) if (slots[i].busy) {
+        char b[64];
+        if (slots[i].done) { (*done)++; snprintf(b, sizeof(b), "%s ", st_s(slots[i].status)); }
+        else { (*pending)++; snprintf(b, sizeof(b), "PENDING "); }
+        strncat(hist, b, cap - strlen(hist) - 1);
+    }
+}
+
+/* Closes ep with the flags of p (its callback sets *status) and progresses
+ * until the close completed or limit_ms passed; returns the close request
+ * (or NULL or an error pointer, as ucp_ep_close_nbx). */
+static void *close_and_wait(ucp_request_param_t *p, ucs_status_t *status,
+                            double limit_ms)
+{
+    double t0 = now_ms();
+    void *r = ucp_ep_close_nbx(ep, p);
+    if (r == NULL) *status = UCS_OK;
+    else if (UCS_PTR_IS_ERR(r)) *status = UCS_PTR_STATUS(r);
+    while (*status == UCS_INPROGRESS && now_ms() - t0 < limit_ms)
+        ucp_worker_progress(worker);
+    return r;
+}
+
 /* after the control plane told us the peer died */
 static void survive(int is_sender, const char *dir, const char *fresh_peer,
                     int peer_mode, int gen)
@@ -433,13 +462,7 @@ static void survive(int is_sender, const char *dir, const char *fresh_peer,
                 ucp_request_cancel(worker, slots[i].req);
         t0 = now_ms();
         while (now_ms() - t0 < 500) ucp_worker_progress(worker);
-        hist[0] = 0; done_in_wait = 0; outstanding = 0;
-        for (i = 0; i < W; i++) if (slots[i].busy) {
-            char b[64];
-            if (slots[i].done) { done_in_wait++; snprintf(b, sizeof(b), "%s ", st_s(slots[i].status)); }
-            else { outstanding++; snprintf(b, sizeof(b), "PENDING "); }
-            strncat(hist, b, sizeof(hist) - strlen(hist) - 1);
-        }
+        census(hist, sizeof(hist), &done_in_wait, &outstanding);
         LOG("after ucp_request_cancel of recvs + 0.5s: completed=%d still_pending=%d (%s)",
             done_in_wait, outstanding, hist);
     }
@@ -457,11 +480,7 @@ static void survive(int is_sender, const char *dir, const char *fresh_peer,
         p.cb.send = close_cb;
         p.user_data = &close_status;
         t0 = now_ms();
-        r = ucp_ep_close_nbx(ep, &p);
-        if (r == NULL) close_status = UCS_OK;
-        else if (UCS_PTR_IS_ERR(r)) close_status = UCS_PTR_STATUS(r);
-        while (close_status == UCS_INPROGRESS && now_ms() - t0 < 2000)
-            ucp_worker_progress(worker);
+        r = close_and_wait(&p, &close_status, 2000);
         tc = now_ms() - t0;
         LOG("FORCE CLOSE: %s after %.2f ms (returned %s)",
             close_status == UCS_INPROGRESS ? "NOT COMPLETED" : st_s(close_status), tc,
@@ -472,11 +491,7 @@ static void survive(int is_sender, const char *dir, const char *fresh_peer,
             close_status = UCS_INPROGRESS;
             p.flags = 0;
             t0 = now_ms();
-            r = ucp_ep_close_nbx(ep, &p);
-            if (r == NULL) close_status = UCS_OK;
-            else if (UCS_PTR_IS_ERR(r)) close_status = UCS_PTR_STATUS(r);
-            while (close_status == UCS_INPROGRESS && now_ms() - t0 < 2000)
-                ucp_worker_progress(worker);
+            r = close_and_wait(&p, &close_status, 2000);
             LOG("FLUSH CLOSE (fallback): %s after %.2f ms",
                 close_status == UCS_INPROGRESS ? "NOT COMPLETED" : st_s(close_status),
                 now_ms() - t0);
@@ -486,13 +501,7 @@ static void survive(int is_sender, const char *dir, const char *fresh_peer,
         /* progress a bit more and report requests */
         t0 = now_ms();
         while (now_ms() - t0 < 200) ucp_worker_progress(worker);
-        hist[0] = 0; done_in_wait = 0; outstanding = 0;
-        for (i = 0; i < W; i++) if (slots[i].busy) {
-            char b[64];
-            if (slots[i].done) { done_in_wait++; snprintf(b, sizeof(b), "%s ", st_s(slots[i].status)); }
-            else { outstanding++; snprintf(b, sizeof(b), "PENDING "); }
-            strncat(hist, b, sizeof(hist) - strlen(hist) - 1);
-        }
+        census(hist, sizeof(hist), &done_in_wait, &outstanding);
         LOG("after force close: request statuses: completed=%d still_pending=%d (%s)",
             done_in_wait, outstanding, hist);
         for (i = 0; i < 2; i++)
