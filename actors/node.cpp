@@ -63,6 +63,12 @@ caf::result<job_info> join(self_ptr self, uint8_t role_id,
         if (first)
           self->monitor(coordinator);
         st.coordinator = coordinator;
+        // What this node's connections to the servers prove from now on
+        // (a worker), or what it checks of those it accepts (a server).
+        if (!info.rank_secret.empty())
+          set_worker_identity(self->node(), info.rank, info.rank_secret);
+        if (!info.rank_key.empty())
+          set_rank_key(self->node(), info.rank_key);
         st.job = info;
         st.joined = true;
         if (first && info.heartbeat_ms > 0)

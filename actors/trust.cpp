@@ -2,6 +2,7 @@
 #include "actors/trust.hpp"
 
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "caf/scheduled_actor.hpp"
 #include "caf/system_messages.hpp"
 
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -26,7 +28,97 @@ std::set<caf::node_id> routers;  // guarded by admitted_mtx
 // (receiver, node): guarded by admitted_mtx.
 std::set<std::pair<caf::node_id, caf::node_id>> outbound;
 
+// Worker identities (guarded by admitted_mtx).
+constexpr uint32_t no_rank = core::identity_proof::no_rank;
+std::map<caf::node_id, std::pair<uint32_t, std::string>> identities;
+std::map<caf::node_id, std::string> rank_keys;
+std::set<caf::node_id> identity_links;
+struct proven_entry {
+  uint32_t rank;
+  const void* owner;
+};
+// (receiver, peer): what the connection that speaks for peer proved.
+std::map<std::pair<caf::node_id, caf::node_id>, proven_entry> proven;
+// receiver: workers[r] as its actors were told.
+std::map<caf::node_id, std::vector<caf::node_id>> bound;
+
+bool checked_locked(const caf::node_id& node) {
+  return rank_keys.count(node) > 0 && identity_links.count(node) > 0;
+}
+
 } // namespace
+
+void set_worker_identity(const caf::node_id& node, uint32_t rank,
+                         std::string secret) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  identities[node] = {rank, std::move(secret)};
+}
+
+std::pair<uint32_t, std::string> worker_identity(const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  auto i = identities.find(node);
+  if (i == identities.end())
+    return {no_rank, std::string{}};
+  return i->second;
+}
+
+void set_rank_key(const caf::node_id& node, std::string key) {
+  if (key.empty())
+    return;
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  rank_keys[node] = std::move(key);
+}
+
+std::string rank_key_of(const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  auto i = rank_keys.find(node);
+  return i == rank_keys.end() ? std::string{} : i->second;
+}
+
+void links_carry_identity(const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  identity_links.insert(node);
+}
+
+bool identities_checked(const caf::node_id& node) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  return checked_locked(node);
+}
+
+void record_proven(const caf::node_id& to, const caf::node_id& peer,
+                   uint32_t rank, const void* owner) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  proven[{to, peer}] = proven_entry{rank, owner};
+}
+
+void forget_proven(const caf::node_id& to, const caf::node_id& peer,
+                   const void* owner) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  auto i = proven.find({to, peer});
+  if (i != proven.end() && i->second.owner == owner)
+    proven.erase(i);
+}
+
+bool proven_worker(const caf::node_id& to, const caf::node_id& peer,
+                   uint32_t rank) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  if (!checked_locked(to))
+    return true;
+  auto i = proven.find({to, peer});
+  return i != proven.end() && i->second.rank == rank;
+}
+
+uint32_t bound_worker(const caf::node_id& to, const caf::node_id& peer) {
+  std::lock_guard<std::mutex> guard{admitted_mtx};
+  auto i = bound.find(to);
+  if (i == bound.end() || !peer)
+    return no_rank;
+  auto& workers = i->second;
+  for (size_t r = 0; r < workers.size(); ++r)
+    if (workers[r] == peer)
+      return static_cast<uint32_t>(r);
+  return no_rank;
+}
 
 bool sent_by_source(const caf::strong_actor_ptr& sender,
                     const caf::actor_addr& source) {
@@ -103,7 +195,12 @@ std::vector<caf::node_id> trusted_nodes::list() const {
   return {nodes_.begin(), nodes_.end()};
 }
 
-void trusted_nodes::bind_workers(std::vector<caf::node_id> workers) {
+void trusted_nodes::bind_workers(const caf::node_id& at,
+                                 std::vector<caf::node_id> workers) {
+  {
+    std::lock_guard<std::mutex> guard{admitted_mtx};
+    bound[at] = workers;
+  }
   workers_ = std::move(workers);
 }
 
@@ -112,8 +209,15 @@ caf::error trusted_nodes::check_rank(caf::local_actor* self, const char* op,
   auto sender = self->current_sender();
   if (sender == nullptr || sender->node() == self->node() || workers_.empty())
     return caf::none;
-  if (worker < workers_.size() && workers_[worker] == sender->node())
-    return caf::none;
+  if (worker < workers_.size() && workers_[worker] == sender->node()) {
+    if (proven_worker(self->node(), sender->node(), worker))
+      return caf::none;
+    return make_error(errc::unauthorized,
+                      std::string{op} + ": node " + to_string(sender->node())
+                        + " joined as worker " + std::to_string(worker)
+                        + ", but its connection did not prove that worker's "
+                          "identity");
+  }
   return make_error(errc::unauthorized,
                     std::string{op} + ": node " + to_string(sender->node())
                       + " did not join as worker " + std::to_string(worker));

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "caf/error.hpp"
@@ -55,6 +57,59 @@ void never_connects_in(const caf::node_id& to, const caf::node_id& node);
 /// Thread-safe.
 bool may_connect_in(const caf::node_id& to, const caf::node_id& node);
 
+// -- which worker a connection speaks for ----------------------------------
+//
+// A worker's connections to the servers prove its rank (core::identity_proof
+// after the proof of the token or TLS: runtime/guard.cpp), so that a token
+// holder on a connection of its own cannot name another worker's node and
+// act in its name. Each registry below is per node of this process.
+
+/// Node `node` of this process joined as worker `rank` with that rank's
+/// secret (job_info::rank_secret): the connections it opens from now on
+/// speak for that worker. Thread-safe.
+void set_worker_identity(const caf::node_id& node, uint32_t rank,
+                         std::string secret);
+
+/// The worker rank and secret `node`'s connections speak for (a rank of
+/// core::identity_proof::no_rank and "" for none). Thread-safe.
+std::pair<uint32_t, std::string> worker_identity(const caf::node_id& node);
+
+/// Node `node` of this process (a server) holds the job's rank key
+/// (job_info::rank_key), from which every worker's secret derives: it
+/// checks the claims of the connections it accepts. Thread-safe.
+void set_rank_key(const caf::node_id& node, std::string key);
+
+/// The rank key of `node` ("" if none). Thread-safe.
+std::string rank_key_of(const caf::node_id& node);
+
+/// Node `node`'s connections shake hands (TLS, or the proof of a token),
+/// and so carry the identity exchange. Thread-safe.
+void links_carry_identity(const caf::node_id& node);
+
+/// True if `node` checks the worker identity of what it takes in a
+/// worker's name: it holds a rank key and its connections carry identities.
+bool identities_checked(const caf::node_id& node);
+
+/// The connection `owner` that `to` accepted now speaks for node `peer`
+/// (CAF took its handshake's name), having proven worker `rank` (no_rank:
+/// none). Replaces what an earlier connection of `peer` recorded.
+void record_proven(const caf::node_id& to, const caf::node_id& peer,
+                   uint32_t rank, const void* owner);
+
+/// Forgets what connection `owner` recorded (it closed).
+void forget_proven(const caf::node_id& to, const caf::node_id& peer,
+                   const void* owner);
+
+/// True if `to` takes a message in worker `rank`'s name from node `peer`:
+/// `to` checks no identities, or the connection that speaks for `peer`
+/// proved that rank. Thread-safe.
+bool proven_worker(const caf::node_id& to, const caf::node_id& peer,
+                   uint32_t rank);
+
+/// The worker rank the coordinator said node `peer` joined as, as an actor
+/// of `to` was told (trusted_nodes::bind_workers); no_rank if none.
+uint32_t bound_worker(const caf::node_id& to, const caf::node_id& peer);
+
 /// The set of remote nodes an actor accepts messages from.
 class trusted_nodes {
 public:
@@ -85,12 +140,15 @@ public:
   /// (one line; at most `max_reported` nodes per actor).
   caf::error check(caf::local_actor* self, const char* op) const;
 
-  /// `workers[r]` is the node that joined as worker r (none: not known).
-  void bind_workers(std::vector<caf::node_id> workers);
+  /// `workers[r]` is the node that joined as worker r (none: not known),
+  /// as the coordinator told an actor of node `at` (recorded for
+  /// bound_worker too).
+  void bind_workers(const caf::node_id& at, std::vector<caf::node_id> workers);
 
   /// `none` if the message `self` is handling now may act as worker
   /// `worker`: it comes from this process, or no binding was given yet,
-  /// or from the node bound to that rank; `errc::unauthorized` naming `op`
+  /// or from the node bound to that rank over a connection that proved
+  /// that rank (proven_worker); `errc::unauthorized` naming `op`
   /// otherwise. An admitted node acts only as itself.
   caf::error check_rank(caf::local_actor* self, const char* op,
                         uint32_t worker) const;

@@ -18,6 +18,8 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,8 +47,42 @@ std::string link_secret(std::string_view token);
 /// so that the token never travels, even inside TLS.
 std::string join_proof(std::string_view token);
 
+namespace detail {
+
+/// What both exchanges below keep: the bytes to send, those read, and why
+/// the exchange failed.
+class exchange {
+public:
+  /// Bytes to send now, in order.
+  const std::vector<unsigned char>& pending() const noexcept {
+    return out_;
+  }
+
+  /// The first `n` pending bytes left.
+  void sent(std::size_t n);
+
+  /// Why it failed ("" unless failed).
+  const std::string& failure() const noexcept {
+    return failure_;
+  }
+
+protected:
+  /// Fails for good (the first reason stays); nothing more goes out.
+  void fail(std::string why);
+
+  std::vector<unsigned char> out_;
+  std::vector<unsigned char> in_;
+  std::string failure_;
+};
+
+/// HMAC-SHA256 of the `size` bytes at `msg` under `key`.
+std::array<unsigned char, 32>
+hmac_sha256(std::string_view key, const unsigned char* msg, std::size_t size);
+
+} // namespace detail
+
 /// One side of the handshake on one connection.
-class link_proof {
+class link_proof : public detail::exchange {
 public:
   /// Bytes of a hello: magic and nonce.
   static constexpr std::size_t hello_size = 36;
@@ -63,14 +99,6 @@ public:
   /// Starts with the given nonce (tests, fuzzing).
   link_proof(std::string secret, bool client,
              const std::array<unsigned char, 32>& nonce);
-
-  /// Bytes to send now, in order.
-  const std::vector<unsigned char>& pending() const noexcept {
-    return out_;
-  }
-
-  /// The first `n` pending bytes left.
-  void sent(std::size_t n);
 
   /// How many bytes to read next: never more than the handshake has left
   /// to read, so that what the peer sends after it stays in the socket for
@@ -95,26 +123,86 @@ public:
     return wrong_proof_;
   }
 
-  /// Why it failed ("" unless failed).
-  const std::string& failure() const noexcept {
-    return failure_;
-  }
-
 private:
   std::array<unsigned char, 32> mac(bool client_side,
                                     const unsigned char* first_nonce,
                                     const unsigned char* second_nonce) const;
 
-  void fail(std::string why);
-
   std::string secret_;
   bool client_;
   std::array<unsigned char, 32> nonce_{};
-  std::vector<unsigned char> out_;
-  std::vector<unsigned char> in_;
   bool peer_proved_ = false;
   bool wrong_proof_ = false;
-  std::string failure_;
+};
+
+/// After a connection's handshake (the proof of the token, or TLS), which
+/// worker rank the connecting side speaks for: the accepting side sends a
+/// challenge ("AID1" and a fresh 32-byte nonce), the connecting side
+/// answers with a claim: its rank (4 bytes, little endian; `no_rank` for
+/// none) and HMAC-SHA256 under that rank's worker secret
+/// (core::worker_secret) of a label, the nonce and the rank (zeros for
+/// none). Only the coordinator and the servers hold the rank key from
+/// which every rank's secret derives, and a worker is handed its own
+/// rank's only, so a token holder cannot speak for another worker. A claim
+/// answers one nonce: it is of no use on another connection. Fixed sizes
+/// each way, as link_proof's.
+class identity_proof : public detail::exchange {
+public:
+  /// Bytes of the accepting side's challenge: magic and nonce.
+  static constexpr std::size_t challenge_size = 36;
+  /// Bytes of the connecting side's claim: rank and MAC.
+  static constexpr std::size_t claim_size = 36;
+  /// The rank of a side that speaks for no worker.
+  static constexpr uint32_t no_rank = 0xffffffffu;
+
+  /// Worker r's secret, or "" where this side cannot check claims.
+  using secret_fn = std::function<std::string(uint32_t)>;
+
+  using state = link_proof::state;
+
+  /// The connecting side, speaking for worker `rank` whose secret is
+  /// `secret` (no_rank and "": for none).
+  static identity_proof claimant(uint32_t rank, std::string secret);
+
+  /// The accepting side: `secret_of` checks claims (a claim it has no
+  /// secret for counts as none); its challenge is pending at once.
+  static identity_proof verifier(secret_fn secret_of);
+
+  /// The same with the given nonce (tests, fuzzing).
+  static identity_proof verifier(secret_fn secret_of,
+                                 const std::array<unsigned char, 32>& nonce);
+
+  /// How many bytes to read next: never more than the exchange has left.
+  std::size_t wanted() const noexcept;
+
+  /// Takes `n` bytes read (at most `wanted()`; more are a failure).
+  void received(const unsigned char* data, std::size_t n);
+
+  /// Done once the claim arrived and checked (accepting side) or left
+  /// (connecting side); failed for good on a foreign challenge or a claim
+  /// whose MAC is wrong.
+  state status() const noexcept;
+
+  /// Accepting side, once done: the rank the peer proved, or no_rank.
+  uint32_t proven_rank() const noexcept {
+    return proven_;
+  }
+
+  /// The MAC of a claim for `rank` under `secret` answering `nonce`.
+  static std::array<unsigned char, 32> claim_mac(const std::string& secret,
+                                                 const unsigned char* nonce,
+                                                 uint32_t rank);
+
+private:
+  identity_proof() = default;
+
+  bool client_ = false;
+  uint32_t rank_ = no_rank;
+  std::string secret_;
+  secret_fn secret_of_;
+  std::array<unsigned char, 32> nonce_{};
+  bool done_ = false;
+  uint32_t proven_ = no_rank;
 };
 
 } // namespace actorps::core

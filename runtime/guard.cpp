@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,7 @@
 
 #include "actors/trust.hpp"
 #include "core/layout.hpp"
+#include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "runtime/link.hpp"
 #include "runtime/proof.hpp"
@@ -109,6 +111,11 @@ public:
   explicit guarded(bool capped, Ts&&... xs)
     : Base(std::forward<Ts>(xs)...), capped_(capped) {
     // nop
+  }
+
+  ~guarded() override {
+    if (named_)
+      forget_proven(local_, named_, this);
   }
 
   void configure_read(caf::io::receive_policy::config config) override {
@@ -243,17 +250,51 @@ private:
   // its copies) is closed before BASP takes the name: it would route that
   // node's traffic to the connection, and drop the real node's when closed.
   bool handshake_allowed(const caf::node_id& claimed) {
-    if (may_connect_in(this->parent()->system().node(), claimed))
-      return true;
-    std::fprintf(stderr,
-                 "actorps: closed a connection from %s:%u: its handshake named "
-                 "node %s, which never connects to this process\n",
-                 this->addr().c_str(), static_cast<unsigned>(this->port()),
-                 to_string(claimed).c_str());
-    return false;
+    auto local = this->parent()->system().node();
+    if (!may_connect_in(local, claimed)) {
+      std::fprintf(stderr,
+                   "actorps: closed a connection from %s:%u: its handshake "
+                   "named node %s, which never connects to this process\n",
+                   this->addr().c_str(), static_cast<unsigned>(this->port()),
+                   to_string(claimed).c_str());
+      return false;
+    }
+    if constexpr (std::is_base_of_v<link_scribe, Base>) {
+      // A worker's node over a connection that did not prove that worker.
+      auto proven = this->proven_rank();
+      auto bound = bound_worker(local, claimed);
+      if (bound != core::identity_proof::no_rank && bound != proven
+          && identities_checked(local)) {
+        std::fprintf(stderr,
+                     "actorps: closed a connection from %s:%u: its handshake "
+                     "named node %s, which joined as worker %u, without "
+                     "proving that worker's identity\n",
+                     this->addr().c_str(), static_cast<unsigned>(this->port()),
+                     to_string(claimed).c_str(), bound);
+        return false;
+      }
+      // CAF takes the name unless a connection of that node is up (then it
+      // ignores this handshake, and the guard refuses what comes on it).
+      if (!taken(claimed)) {
+        record_proven(local, claimed, proven, this);
+        local_ = local;
+        named_ = claimed;
+      }
+    }
+    return true;
+  }
+
+  // True if BASP already routes `node` over a connection of its own.
+  bool taken(const caf::node_id& node) {
+    auto* broker = dynamic_cast<caf::io::basp_broker*>(this->parent());
+    return broker != nullptr
+           && static_cast<bool>(broker->instance.tbl().lookup_direct(node));
   }
 
   const bool capped_;
+  // The node this accepted connection speaks for, once recorded.
+  caf::node_id local_;
+  caf::node_id named_;
   bool expect_header_ = true;
   bool routed_ = false;
   bool handshake_ = false;
@@ -265,20 +306,39 @@ private:
 
 // What a system's connections speak under BASP: TLS with a context, else
 // the proof of the token with a secret, else plain TCP.
+// Each such session then tells which worker the connecting side speaks for
+// (core::identity_proof): the identity the node of this system joined with,
+// checked against the rank key it holds (actors/trust.hpp).
 struct link_config {
   tls_context tls;
   std::string secret;
   std::chrono::milliseconds handshake_timeout{10000};
   // Connecting: set when the peer refused this node's proof.
   std::shared_ptr<std::atomic<bool>> refused;
+  // This system's node.
+  caf::node_id self;
 
   // The session of a new connection; null for plain TCP.
   std::unique_ptr<link_session> session(bool client) const {
+    std::unique_ptr<link_session> inner;
     if (tls)
-      return make_tls_session(tls, client);
-    if (!secret.empty())
-      return make_proof_session(secret, client);
-    return nullptr;
+      inner = make_tls_session(tls, client);
+    else if (!secret.empty())
+      inner = make_proof_session(secret, client);
+    else
+      return nullptr;
+    if (client) {
+      auto [rank, rank_secret] = worker_identity(self);
+      return with_identity(std::move(inner), core::identity_proof::claimant(
+                                               rank, std::move(rank_secret)));
+    }
+    // (The rank key comes with the join: looked up when a claim comes.)
+    return with_identity(
+      std::move(inner),
+      core::identity_proof::verifier([node = self](uint32_t rank) {
+        auto key = rank_key_of(node);
+        return key.empty() ? std::string{} : core::worker_secret(key, rank);
+      }));
   }
 };
 
@@ -417,6 +477,9 @@ caf::expected<link_config> links_of(caf::actor_system& sys) {
     return links;
   links.secret = cfg->link_secret();
   links.handshake_timeout = cfg->handshake_timeout();
+  links.self = sys.node();
+  if (!links.secret.empty() || tls_enabled(sys))
+    links_carry_identity(links.self);
   if (!tls_enabled(sys))
     return links;
   auto tls = make_tls_context(cfg->tls());

@@ -12,6 +12,8 @@
 #include "caf/io/network/operation.hpp"
 #include "caf/io/network/stream.hpp"
 
+#include "core/link_proof.hpp"
+
 namespace actorps {
 
 namespace net = caf::io::network;
@@ -24,6 +26,10 @@ bool link_session::buffered() const {
 
 bool link_session::refused() const {
   return false;
+}
+
+uint32_t link_session::proven_rank() const {
+  return core::identity_proof::no_rank;
 }
 
 namespace {
@@ -76,6 +82,10 @@ public:
 
   bool shaking() const {
     return !established_ && !policy_.failed;
+  }
+
+  uint32_t proven_rank() const {
+    return policy_.session->proven_rank();
   }
 
   // The handshake took too long: it fails now.
@@ -275,6 +285,10 @@ uint16_t link_scribe::port() const {
 
 bool link_scribe::shaking() const {
   return stream_->shaking();
+}
+
+uint32_t link_scribe::proven_rank() const {
+  return stream_->proven_rank();
 }
 
 void link_scribe::expire() {

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +60,10 @@ public:
   /// After a failed handshake: true if the peer refused this side's proof
   /// or gave a wrong one (a job with another token), not merely went away.
   virtual bool refused() const;
+
+  /// Accepting side, after the handshake: the worker rank the peer proved
+  /// (core::identity_proof), or core::identity_proof::no_rank.
+  virtual uint32_t proven_rank() const;
 };
 
 class link_stream;
@@ -88,6 +93,10 @@ public:
 
   /// True while the handshake neither succeeded nor failed.
   bool shaking() const;
+
+  /// The worker rank the peer proved in the handshake (accepting side;
+  /// link_session::proven_rank).
+  uint32_t proven_rank() const;
 
   /// Gives up on a handshake still going on: the connection closes as if
   /// it had failed.

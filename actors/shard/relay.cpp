@@ -201,7 +201,7 @@ shard_actor::behavior_type relay_impl(relay_ptr self, shard_actor shard,
       if (auto err = self->state.trusted.check_admitter(self, "admit"))
         return err;
       self->state.trusted.add(nodes);
-      self->state.trusted.bind_workers(workers);
+      self->state.trusted.bind_workers(self->node(), workers);
       return self->delegate(shard, a, nodes, workers);
     },
     [=](push_atom a, slice_push& msg, plane_reply& r) {

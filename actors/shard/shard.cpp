@@ -459,7 +459,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (auto err = self->state.trusted.check_admitter(self, "admit"))
         return err;
       self->state.trusted.add(nodes);
-      self->state.trusted.bind_workers(workers);
+      self->state.trusted.bind_workers(self->node(), workers);
       return caf::ok_atom::value;
     },
     [self](replica_atom, caf::actor peer,

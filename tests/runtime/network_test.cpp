@@ -1108,6 +1108,118 @@ TEST_CASE("network: TLS settings are checked before anything starts",
              Catch::Contains("--tls-key") && Catch::Contains("chmod 600"));
 }
 
+TEST_CASE("network: a token holder cannot speak for another worker on a "
+          "connection of its own",
+          "[integration]") {
+  // A job with a token: the coordinator at A, a server at S, workers B (0),
+  // C (1) and E (2). C opens its connection to S's shard before it joins
+  // (as a token holder naming a worker's node would before that worker
+  // connects), so that connection proves no worker; E's connection claims
+  // no worker either, after E joined as worker 2.
+  auto opts = net_options();
+  opts.token = "tok";
+  system_config cfg_a{opts};
+  caf::actor_system sys_a{cfg_a};
+  system_config cfg_s{opts};
+  caf::actor_system sys_s{cfg_s};
+  system_config cfg_b{opts};
+  caf::actor_system sys_b{cfg_b};
+  system_config cfg_c{opts};
+  caf::actor_system sys_c{cfg_c};
+  system_config cfg_e{opts};
+  caf::actor_system sys_e{cfg_e};
+  exit_guard guard_a;
+  exit_guard guard_s;
+  exit_guard guard_b;
+  exit_guard guard_c;
+  exit_guard guard_e;
+  caf::scoped_actor done{sys_a};
+  auto cc = small_job(done);
+  cc.num_workers = 3;
+  cc.token = core::join_proof("tok");
+  auto coord = guard_a(spawn_coordinator(sys_a, cc));
+  auto gate = guard_a(spawn_gate(sys_a, coord));
+  auto gate_port = publish_actor(sys_a, gate, 0, "127.0.0.1");
+  REQUIRE(gate_port);
+  // S joins as the server (it gets the rank key) and serves one shard.
+  auto join = [&](caf::actor_system& sys, exit_guard& guard, uint8_t role_id) {
+    auto g = connect_actor<gate_actor>(sys, "127.0.0.1", *gate_port);
+    REQUIRE(g);
+    auto agent = guard(spawn_node_agent(sys, *g, caf::actor{}));
+    caf::scoped_actor self{sys};
+    self->send(agent, join_atom::value, role_id, core::join_proof("tok"),
+               role_id == role::server ? join_mode::any : join_mode::async);
+    return require_reply<job_info>(self);
+  };
+  auto server = join(sys_s, guard_s, role::server);
+  CHECK_FALSE(server.rank_key.empty());
+  shard_config sc;
+  sc.num_workers = cc.num_workers;
+  sc.trusted = {sys_a.node()};
+  auto shard = guard_s(spawn_shard(sys_s, sc));
+  auto relay = guard_s(
+    spawn_priority_relay(sys_s, shard, caf::actor{}, false, {sys_a.node()}));
+  auto shard_port = publish_actor(sys_s, shard, 0, "127.0.0.1");
+  REQUIRE(shard_port);
+  {
+    caf::scoped_actor self{sys_s};
+    self->send(coord, shards_atom::value, server.node_id,
+               std::vector<caf::actor>{caf::actor_cast<caf::actor>(shard)},
+               std::vector<caf::actor>{caf::actor_cast<caf::actor>(relay)},
+               "127.0.0.1:" + std::to_string(*shard_port), std::string{});
+    require_reply<caf::ok_atom>(self);
+  }
+  auto early = connect_actor<shard_actor>(sys_c, "127.0.0.1", *shard_port);
+  REQUIRE(early);
+  auto b = join(sys_b, guard_b, role::worker);
+  auto c = join(sys_c, guard_c, role::worker);
+  auto e = join(sys_e, guard_e, role::worker);
+  REQUIRE(b.rank == 0);
+  REQUIRE(c.rank == 1);
+  REQUIRE(e.rank == 2);
+  CHECK_FALSE(b.rank_secret.empty());
+  CHECK(b.rank_key.empty());
+  // The routing table comes once S's shard learned who joined as whom.
+  caf::scoped_actor self_c{sys_c};
+  self_c->send(coord, routing_atom::value);
+  require_reply<routing_table>(self_c);
+  caf::scoped_actor self_b{sys_b};
+  self_b->send(coord, declare_atom::value, std::string{"w"},
+               std::vector<uint64_t>{4}, uint32_t{0});
+  auto w = require_reply<key_info>(self_b);
+  auto id = make_slice_id(w.id, 0);
+  // C's connection proved no worker: nothing in worker 1's name passes.
+  require_refused(self_c, *early, pull_atom::value, slice_pull{id, 1, 0});
+  require_refused(self_c, *early, push_atom::value,
+                  slice_push{id, 1, 0, floats{{1, 1, 1, 1}}});
+  // B connects after its join and proves worker 0: the shard takes up its
+  // request (the slice is not made yet).
+  auto shard_b = connect_actor<shard_actor>(sys_b, "127.0.0.1", *shard_port);
+  REQUIRE(shard_b);
+  self_b->send(*shard_b, pull_atom::value, slice_pull{id, 0, 0});
+  auto own = reply<shared_floats>(self_b);
+  REQUIRE_FALSE(own);
+  CHECK(code_of(own.error()) != errc::unauthorized);
+  // E joined as worker 2; a connection that names E's node without proving
+  // worker 2 (as one naming it from elsewhere would) is closed at its
+  // handshake, and so is one that claims worker 2 with a wrong secret.
+  // (CAF may finish connecting before S closes: E then sees the shard go.)
+  set_worker_identity(sys_e.node(), core::identity_proof::no_rank, "");
+  if (auto cut = connect_actor<shard_actor>(sys_e, "127.0.0.1", *shard_port)) {
+    caf::scoped_actor self_e{sys_e};
+    self_e->monitor(*cut);
+    bool down = false;
+    self_e->receive([&](caf::down_msg&) { down = true; },
+                    caf::after(10s) >> [] {});
+    CHECK(down);
+  }
+  set_worker_identity(sys_e.node(), 2, c.rank_secret);
+  CHECK_FALSE(connect_actor<shard_actor>(sys_e, "127.0.0.1", *shard_port));
+  set_worker_identity(sys_e.node(), 2, e.rank_secret);
+  CHECK(connect_actor<shard_actor>(sys_e, "127.0.0.1", *shard_port));
+  done->send(coord, shutdown_atom::value);
+}
+
 TEST_CASE("network: a job's ports publish only gates", "[integration]") {
   // The coordinator and a server as the apps run them, each on a thread.
   coordinator_options co;
