@@ -242,19 +242,19 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
           local.deltas(params, grads);
       }
       if (exchange) {
-        // One push_pull per layer: the same per-key order as pushing every
-        // layer and then pulling every layer, in half the requests.
-        std::vector<pull_ticket> tickets;
+        // One push_pull of every layer: the small ones travel together,
+        // one message per shard.
+        std::vector<Eigen::Ref<const Eigen::VectorXf>> values;
+        std::vector<Eigen::Ref<Eigen::VectorXf>> outs;
         for (size_t i = 0; i < layers; ++i) {
-          auto t = kv.push_pull(names[i], flat(grads[i]), flat(params[i]),
-                                priority(i));
-          if (!t)
-            return fail("push_pull " + names[i], t.error());
-          tickets.push_back(*t);
+          values.emplace_back(flat(grads[i]));
+          outs.emplace_back(flat(params[i]));
         }
-        for (auto& t : tickets)
-          if (auto err = kv.wait(t))
-            return fail("push_pull", err);
+        auto t = kv.push_pull_many(names, values, std::move(outs));
+        if (!t)
+          return fail("push_pull", t.error());
+        if (auto err = kv.wait(*t))
+          return fail("push_pull", err);
         if (local.on)
           local.exchanged(params);
       }
