@@ -14,7 +14,7 @@ workers=${2:-4}
 shift 2 || shift $# || true
 [[ "${1:-}" == "--" ]] && shift
 extra=("$@")
-bin=build/apps
+bin=${BIN:-build/apps} # BIN: another build's apps (paired runs)
 out=$(mktemp -d)
 pids=()
 cleanup() {
