@@ -97,6 +97,10 @@ std::string join_proof(std::string_view token) {
   return derive_secret(token, "actorps join proof v1");
 }
 
+std::string server_join_proof(std::string_view server_token) {
+  return derive_secret(server_token, "actorps server join proof v1");
+}
+
 link_proof::link_proof(std::string secret, bool client)
   : link_proof(std::move(secret), client, fresh_nonce("link proof")) {
   // nop

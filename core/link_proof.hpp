@@ -47,6 +47,11 @@ std::string link_secret(std::string_view token);
 /// so that the token never travels, even inside TLS.
 std::string join_proof(std::string_view token);
 
+/// What a server presents at join in a job whose servers hold a token of
+/// their own (--server-token-file): the role is then told apart, and a
+/// holder of the job token alone cannot join as a server.
+std::string server_join_proof(std::string_view server_token);
+
 namespace detail {
 
 /// What both exchanges below keep: the bytes to send, those read, and why

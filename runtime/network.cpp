@@ -132,6 +132,8 @@ caf::error run_coordinator(const coordinator_options& opts,
   cc.num_servers = opts.num_servers;
   // Nodes present a proof derived from the token, never the token.
   cc.token = core::join_proof(opts.token);
+  if (!opts.server_token.empty())
+    cc.server_token = core::server_join_proof(opts.server_token);
   cc.sync = opts.sync;
   cc.staleness = opts.sync ? -1 : opts.staleness;
   cc.bigarray_bound = opts.bigarray_bound;
@@ -404,7 +406,9 @@ caf::error run_server(const server_options& opts,
   for (;;) {
     err = detail::ask(
       self.ptr(), agent, opts.timeout, [&](job_info& x) { job = x; },
-      join_atom::value, role::server, core::join_proof(opts.token),
+      join_atom::value, role::server,
+      opts.server_token.empty() ? core::join_proof(opts.token)
+                                : core::server_join_proof(opts.server_token),
       join_mode::any);
     if (!err || std::chrono::steady_clock::now() >= give_up
         || render(err).find("none of them may be replaced")

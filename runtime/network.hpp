@@ -46,6 +46,9 @@ struct coordinator_options {
   uint16_t port = 0;
   /// Token every node must present.
   std::string token;
+  /// A token of the servers' own (empty: none): a server must prove it to
+  /// join, and the job token alone does not let a node join as a server.
+  std::string server_token;
   bool sync = true;
   /// With `sync` off and >= 0: bounded staleness (dist_ssp, see
   /// shard_config::staleness).
@@ -143,6 +146,9 @@ struct server_options {
   /// Port for the workers' direct connections; 0 picks a free one.
   uint16_t port = 0;
   std::string token;
+  /// The servers' own token, if the coordinator asks for one
+  /// (coordinator_options::server_token); it joins with it.
+  std::string server_token;
   /// Shard actors this server hosts.
   uint32_t shards = 1;
   /// Timeout of the join and registration requests.

@@ -239,6 +239,9 @@ struct coordinator_config {
   uint32_t num_servers = 0;
   /// Token a node must present to join (empty: none required).
   std::string token;
+  /// What a server must present to join instead of `token`
+  /// (core::server_join_proof of the servers' own token); empty: `token`.
+  std::string server_token;
   /// Whether the job runs synchronous rounds (told to joining nodes).
   bool sync = false;
   /// Bounded staleness (`sync` off, >= 0: dist_ssp; see shard_config);

@@ -129,10 +129,17 @@ caf::result<job_info> join_job(coordinator_ptr self, uint8_t role_id,
                         + std::to_string(version) + ", the coordinator "
                         + std::to_string(wire_version)
                         + " (run one actorps version on every node)");
-  if (!core::constant_time_equal(token, st.cfg.token))
+  if (role_id == role::server && !st.cfg.server_token.empty()) {
+    if (!core::constant_time_equal(token, st.cfg.server_token))
+      return make_error(errc::unauthorized,
+                        "join: wrong server token (this job's servers prove "
+                        "a token of their own, --server-token-file; the "
+                        "coordinator refused this node)");
+  } else if (!core::constant_time_equal(token, st.cfg.token)) {
     return make_error(errc::unauthorized,
                       "join: wrong job token (the coordinator refused "
                       "this node)");
+  }
   auto ssp = !st.cfg.sync && st.cfg.staleness >= 0;
   auto job_mode = st.cfg.sync ? join_mode::sync
                   : ssp       ? join_mode::ssp

@@ -212,6 +212,29 @@ void add_token_options(po::options_description& desc, token_flags& flags) {
     "prefer --token-file or ACTORPS_TOKEN");
 }
 
+void add_server_token_option(po::options_description& desc, std::string& file) {
+  desc.add_options()("server-token-file", po::value(&file),
+                     "read the servers' own token from this file (owner-only "
+                     "permissions; else the ACTORPS_SERVER_TOKEN environment "
+                     "variable is used): with one, a node joins as a server "
+                     "only if it proves it, so holders of the job token "
+                     "alone join as workers only; give the same on the "
+                     "coordinator and every server");
+}
+
+std::optional<int> resolve_server_token(const std::string& app,
+                                        const std::string& file,
+                                        std::string& out) {
+  if (!file.empty()) {
+    if (auto e = read_token_file(file, out); !e.empty())
+      return fail(app, "--server-token-file: " + e, 2);
+    return std::nullopt;
+  }
+  if (const char* env = std::getenv("ACTORPS_SERVER_TOKEN"))
+    out = env;
+  return std::nullopt;
+}
+
 std::string read_token_file(const std::string& path, std::string& out) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)

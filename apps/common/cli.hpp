@@ -88,6 +88,19 @@ struct token_flags {
 void add_token_options(boost::program_options::options_description& desc,
                        token_flags& flags);
 
+/// Adds --server-token-file to `desc` (the coordinator and server apps):
+/// a token of the servers' own, which a node must prove to join as a
+/// server.
+void add_server_token_option(boost::program_options::options_description& desc,
+                             std::string& file);
+
+/// The servers' token into `out`: from `file` (read_token_file's rules),
+/// else the ACTORPS_SERVER_TOKEN environment variable, else none; exit code
+/// 2, after one line on stderr, if the file is refused.
+std::optional<int> resolve_server_token(const std::string& app,
+                                        const std::string& file,
+                                        std::string& out);
+
 /// Reads a token file into `out`: a regular file of at most 4 KB, readable
 /// by its owner only (as ssh wants of a key), one line (a trailing newline
 /// is dropped). An error text naming the file, or an empty string.

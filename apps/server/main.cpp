@@ -44,6 +44,8 @@ int run(int argc, char** argv) {
   cli::add_threads_option(desc, opts.system.threads);
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
+  std::string server_token_file;
+  cli::add_server_token_option(desc, server_token_file);
   cli::add_network_options(desc, net);
   cli::add_metrics_options(desc, opts.metrics);
   po::variables_map vm;
@@ -59,6 +61,9 @@ int run(int argc, char** argv) {
   if (auto rc = cli::check(app, net))
     return *rc;
   if (auto rc = cli::resolve_token(app, tok, opts.token))
+    return *rc;
+  if (auto rc = cli::resolve_server_token(app, server_token_file,
+                                          opts.server_token))
     return *rc;
   if (auto rc = cli::check_metrics(app, opts.metrics, !opts.token.empty()))
     return *rc;

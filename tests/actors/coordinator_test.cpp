@@ -374,15 +374,17 @@ TEST_CASE("coordinator: save and load fan out over the shards",
 
 namespace {
 
-// A distributed coordinator expecting 2 workers and 1 server, token "tok".
+// A distributed coordinator expecting 2 workers and 1 server, token "tok"
+// (and, if given, a token of the servers' own).
 struct dist_fixture : test::deterministic_fixture {
   coordinator_actor coord;
 
-  dist_fixture() {
+  explicit dist_fixture(std::string server_token = {}) {
     coordinator_config cc;
     cc.num_workers = 2;
     cc.num_servers = 1;
     cc.token = "tok";
+    cc.server_token = std::move(server_token);
     cc.sync = true;
     coord = guard(spawn_coordinator(sys, cc));
   }
@@ -468,6 +470,28 @@ TEST_CASE("coordinator: joining needs the token, the mode, the transport and "
   REQUIRE(s0);
   CHECK(s0->node_id == server_node_id(0));
   require_error(f.join(role::server, "tok", f.agent()), errc::bad_config);
+}
+
+TEST_CASE("coordinator: with a server token, the job token alone joins no "
+          "server",
+          "[coordinator]") {
+  dist_fixture f{"srv"};
+  // A holder of the job token cannot take a server's place (and the rank
+  // key that checks every worker), nor the server token a worker's.
+  CHECK_THAT(require_error(f.join(role::server, "tok", f.agent()),
+                           errc::unauthorized),
+             Catch::Contains("wrong server token"));
+  require_error(f.join(role::server, "srv-guess", f.agent()),
+                errc::unauthorized);
+  require_error(f.join(role::worker, "srv", f.agent()), errc::unauthorized);
+  auto s0 = f.join(role::server, "srv", f.agent());
+  REQUIRE(s0);
+  CHECK(s0->node_id == server_node_id(0));
+  CHECK_FALSE(s0->rank_key.empty());
+  auto w0 = f.join(role::worker, "tok", f.agent());
+  REQUIRE(w0);
+  CHECK(w0->rank == 0);
+  CHECK(w0->rank_key.empty());
 }
 
 TEST_CASE("coordinator: on_done hears every admitted node, no refused one",

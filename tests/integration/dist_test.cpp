@@ -564,6 +564,38 @@ TEST_CASE("dist: the coordinator writes a port file and says whom it waits "
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("dist: with --server-token-file the job token alone joins no server",
+          "[integration]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path()
+             / ("actorps-server-token-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto port_file = (dir / "port").string();
+  auto server_token = (dir / "server-token").string();
+  std::ofstream{server_token} << "servers-" << token() << "\n";
+  fs::permissions(server_token, fs::perms::owner_read | fs::perms::owner_write);
+  process coord{{ACTORPS_COORDINATOR_BIN, "--host", "127.0.0.1", "--port", "0",
+                 "--token", token(), "--server-token-file", server_token,
+                 "--workers", "1", "--servers", "1", "--port-file", port_file}};
+  REQUIRE(coord.wait_for("listening on", startup));
+  std::string port;
+  std::ifstream{port_file} >> port;
+  auto address = "127.0.0.1:" + port;
+  // A holder of the job token (a worker's) is refused as a server.
+  process intruder{
+    {ACTORPS_SERVER_BIN, "--coordinator", address, "--token", token()}};
+  CHECK_EXIT(intruder, 1, job_time);
+  CHECK_THAT(intruder.output(), Catch::Contains("wrong server token"));
+  process server{{ACTORPS_SERVER_BIN, "--coordinator", address, "--token",
+                  token(), "--server-token-file", server_token}};
+  process worker{{ACTORPS_WORKER_BIN, "--coordinator", address, "--token",
+                  token(), "--rounds", "3", "--size", "10"}};
+  CHECK_EXIT(worker, 0, job_time);
+  CHECK_EXIT(server, 0, job_time);
+  CHECK_EXIT(coord, 0, job_time);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("dist: an unreachable coordinator fails fast with a clear message",
           "[integration]") {
   auto address = "127.0.0.1:" + std::to_string(actorps::test::unused_port());
@@ -645,6 +677,9 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     expect({ACTORPS_SERVER_BIN, "--coordinator", "127.0.0.1:1", "--token-file",
             loose.string()},
            "chmod 600");
+    expect({ACTORPS_COORDINATOR_BIN, "--workers", "1", "--servers", "1",
+            "--server-token-file", loose.string()},
+           "--server-token-file: ");
     fs::remove(loose);
     auto out = fs::temp_directory_path()
                / ("actorps-out-" + std::to_string(::getpid()));
