@@ -168,7 +168,7 @@ private:
   // connection timeout to answer and a hung one is still cut off. Once
   // found, BASP keeps that state's clock itself.
   void start_clock() {
-    auto* broker = dynamic_cast<caf::io::basp_broker*>(this->parent());
+    auto* broker = basp();
     if (broker == nullptr)
       return;
     auto i = broker->ctx.find(this->hdl());
@@ -179,9 +179,14 @@ private:
       i->second.last_seen = broker->system().clock().now();
   }
 
+  // The BASP broker that owns this connection (null before it has one).
+  caf::io::basp_broker* basp() {
+    return dynamic_cast<caf::io::basp_broker*>(this->parent());
+  }
+
   // The node at the other end, once its BASP handshake named it.
   caf::node_id peer_node() {
-    auto* broker = dynamic_cast<caf::io::basp_broker*>(this->parent());
+    auto* broker = basp();
     if (broker == nullptr)
       return {};
     return broker->instance.tbl().lookup_direct(this->hdl());
@@ -286,7 +291,7 @@ private:
 
   // True if BASP already routes `node` over a connection of its own.
   bool taken(const caf::node_id& node) {
-    auto* broker = dynamic_cast<caf::io::basp_broker*>(this->parent());
+    auto* broker = basp();
     return broker != nullptr
            && static_cast<bool>(broker->instance.tbl().lookup_direct(node));
   }

@@ -222,17 +222,34 @@ void add_server_token_option(po::options_description& desc, std::string& file) {
                      "coordinator and every server");
 }
 
+namespace {
+
+// A token from the file that flag `flag` named, else `given`, else the
+// environment variable `env`.
+std::optional<int> token_from(const std::string& app, const char* flag,
+                              const std::string& file, const std::string& given,
+                              const char* env, std::string& out) {
+  if (!file.empty()) {
+    if (auto e = read_token_file(file, out); !e.empty())
+      return fail(app, std::string{flag} + ": " + e, 2);
+    return std::nullopt;
+  }
+  if (!given.empty()) {
+    out = given;
+    return std::nullopt;
+  }
+  if (const char* x = std::getenv(env))
+    out = x;
+  return std::nullopt;
+}
+
+} // namespace
+
 std::optional<int> resolve_server_token(const std::string& app,
                                         const std::string& file,
                                         std::string& out) {
-  if (!file.empty()) {
-    if (auto e = read_token_file(file, out); !e.empty())
-      return fail(app, "--server-token-file: " + e, 2);
-    return std::nullopt;
-  }
-  if (const char* env = std::getenv("ACTORPS_SERVER_TOKEN"))
-    out = env;
-  return std::nullopt;
+  return token_from(app, "--server-token-file", file, {},
+                    "ACTORPS_SERVER_TOKEN", out);
 }
 
 std::string read_token_file(const std::string& path, std::string& out) {
@@ -264,18 +281,8 @@ std::optional<int> resolve_token(const std::string& app,
                                  const token_flags& flags, std::string& out) {
   if (!flags.file.empty() && !flags.token.empty())
     return fail(app, "give --token-file or --token, not both", 2);
-  if (!flags.file.empty()) {
-    if (auto e = read_token_file(flags.file, out); !e.empty())
-      return fail(app, "--token-file: " + e, 2);
-    return std::nullopt;
-  }
-  if (!flags.token.empty()) {
-    out = flags.token;
-    return std::nullopt;
-  }
-  if (const char* env = std::getenv("ACTORPS_TOKEN"))
-    out = env;
-  return std::nullopt;
+  return token_from(app, "--token-file", flags.file, flags.token,
+                    "ACTORPS_TOKEN", out);
 }
 
 std::optional<int> check_threads(const std::string& app, uint64_t threads) {

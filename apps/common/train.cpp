@@ -195,7 +195,8 @@ std::string train_worker(kvstore& kv, const dataset& train, const dataset& test,
            + std::to_string(train.size()) + " samples, fewer than one batch "
            + "of " + std::to_string(opts.batch) + " per worker";
   auto layers = params.size();
-  // First layers first: their pushes and pulls get the highest priority.
+  // First layers first: their pulls get the highest priority (a step's
+  // push_pull carries every layer in one request).
   auto priority = [&](size_t i) { return static_cast<int>(layers - i); };
   auto pull_all = [&]() -> std::string {
     std::vector<pull_ticket> tickets;
