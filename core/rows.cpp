@@ -79,11 +79,13 @@ status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
       return {errc::unknown_key, "rows: row " + std::to_string(id)
                                    + " out of range (the table has "
                                    + std::to_string(layout.rows) + " rows)"};
-    auto& r = result[layout.shard_of(id)];
+    // (One shard: no division, a cost on the order of the hashing.)
+    auto one = layout.shards == 1;
+    auto& r = result[one ? 0 : layout.shard_of(id)];
     auto [index, fresh] = seen.insert(id,
                                       static_cast<uint32_t>(r.local.size()));
     if (fresh)
-      r.local.push_back(layout.local_of(id));
+      r.local.push_back(one ? id : layout.local_of(id));
     r.uses.emplace_back(pos, index);
   }
   out = std::move(result);
@@ -102,10 +104,17 @@ bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated) {
 
 std::vector<float> summed_rows(const shard_rows& rows, const float* values,
                                uint64_t dim) {
-  std::vector<float> sum(rows.local.size() * dim, 0.0f);
+  // A row's first use comes before its repeats, and first uses come in
+  // index order: each row is copied once, then added to, with no zero fill.
+  std::vector<float> sum;
+  sum.reserve(rows.local.size() * dim);
   for (auto [pos, idx] : rows.uses) {
-    auto* dst = sum.data() + idx * dim;
     auto* src = values + pos * dim;
+    if (uint64_t{idx} * dim == sum.size()) {
+      sum.insert(sum.end(), src, src + dim);
+      continue;
+    }
+    auto* dst = sum.data() + uint64_t{idx} * dim;
     for (uint64_t j = 0; j < dim; ++j)
       dst[j] += src[j];
   }

@@ -4,6 +4,7 @@
 #include "actors/worker/shard_link.hpp"
 #include "actors/worker/state.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -128,11 +129,18 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
         return;
       }
     }
-  auto out = std::make_shared<std::vector<float>>(pushes ? 0
-                                                         : ids.size() * dim);
+  // Every row on one shard, none named twice (one shard, distinct ids):
+  // that shard's part is the request as it is, so a push sends the values
+  // as given and a pull's answer is the output, with no copy either way.
+  auto whole = !ids.empty()
+               && std::any_of(split.begin(), split.end(), [&](auto& rows) {
+                    return rows.local.size() == ids.size();
+                  });
+  auto out = std::make_shared<std::vector<float>>(
+    pushes || whole ? 0 : ids.size() * dim);
   auto g = std::make_shared<gather>();
-  g->finish = [out, finish = std::move(finish)](float_parts) {
-    finish(float_parts{std::move(*out)});
+  g->finish = [out, whole, finish = std::move(finish)](float_parts x) {
+    finish(whole ? std::move(x) : float_parts{std::move(*out)});
   };
   g->on_error = std::move(on_error);
   std::function<void(caf::error&)> fail = [g](caf::error& err) {
@@ -151,7 +159,9 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
     ++g->remaining;
     auto n = rows.local.size() * dim;
     if (pushes) {
-      floats sum{core::summed_rows(rows, values.data(), dim)};
+      floats sum{whole && rows.local.size() == ids.size()
+                   ? std::move(values)
+                   : core::summed_rows(rows, values.data(), dim)};
       if (r.comp.kind == codec::fp16) {
         // The shard gets the values fp16 holds, whether they cross packed
         // or stay in this process.
@@ -160,13 +170,14 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
       }
       submit<caf::ok_atom>(
         self, s, priority, kind, n, [g](caf::ok_atom) { g->arrive(); }, fail,
-        push_atom::value, rows_push{id, rank, seq, rows.local, std::move(sum)});
+        push_atom::value,
+        rows_push{id, rank, seq, std::move(rows.local), std::move(sum)});
       continue;
     }
-    auto local = rows.local;
+    auto local = std::move(rows.local);
     submit<shared_floats>(
       self, s, priority, kind, n,
-      [g, out, rows = std::move(rows), dim, n](shared_floats& x) {
+      [g, out, whole, rows = std::move(rows), dim, n](shared_floats& x) {
         if (x.size() != n) {
           g->fail(make_error(errc::bad_config, "pull_rows: a shard answered "
                                                  + std::to_string(x.size())
@@ -174,7 +185,10 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
                                                  + std::to_string(n)));
           return;
         }
-        core::scatter_rows(rows, x.data(), dim, out->data());
+        if (whole)
+          g->out.append(std::move(x));
+        else
+          core::scatter_rows(rows, x.data(), dim, out->data());
         g->arrive();
       },
       fail, pull_atom::value, rows_pull{id, rank, seq, std::move(local)});

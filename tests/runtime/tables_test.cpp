@@ -71,6 +71,31 @@ TEST_CASE("tables: rows over 3 shards are pushed, summed when repeated, and "
         == std::vector<float>(16, 1.0f));
 }
 
+TEST_CASE("tables: one shard holding every row of a request takes the "
+          "values and answers as they are, repeats or not",
+          "[tables]") {
+  // One shard: every request lies on it. Distinct ids travel without the
+  // copy a split makes; a repeated id takes the summing and scattering path.
+  auto kv = make_store(1);
+  REQUIRE_FALSE(kv.init_table("emb", 6, 2,
+                              table_fill{table_fill::constant, 1.0f, 0.0f, 0}));
+  Eigen::VectorXf g(4);
+  g << 1, 2, 3, 4;
+  REQUIRE_FALSE(kv.push_rows("emb", {4, 1}, g));
+  REQUIRE_FALSE(kv.wait_all());
+  CHECK(as_vector(pull_rows(kv, "emb", {1, 4, 0}, 2))
+        == std::vector<float>{-2, -3, 0, -1, 1, 1});
+  Eigen::VectorXf h(6);
+  h << 1, 1, 2, 2, 4, 4;
+  REQUIRE_FALSE(kv.push_rows("emb", {0, 5, 0}, h));
+  REQUIRE_FALSE(kv.wait_all());
+  CHECK(as_vector(pull_rows(kv, "emb", {5, 0, 5, 4}, 2))
+        == std::vector<float>{-1, -1, -4, -4, -1, -1, 0, -1});
+  // The caller's values are left alone.
+  CHECK(h[0] == 1);
+  CHECK(as_vector(g) == std::vector<float>{1, 2, 3, 4});
+}
+
 TEST_CASE("tables: a uniform table is the same over 1 and 4 shards",
           "[tables]") {
   table_fill fill{table_fill::uniform, -1.0f, 1.0f, 7};
