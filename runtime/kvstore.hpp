@@ -232,14 +232,19 @@ public:
   /// floats per id, in order; an id named more than once has its rows
   /// summed. Only the rows pushed change, each through the optimizer with
   /// its own state and step (lazy update). Returns at once, as `push`.
+  /// Refused at the call: `unknown_key` (a key never initialized, a row
+  /// out of range), `shape_mismatch` (a dense key, `values` not one row
+  /// per id); a refusal found later (2-bit compression on a table, a dead
+  /// server) comes with the next wait.
   caf::error push_rows(const std::string& key, const std::vector<uint64_t>& ids,
                        const Eigen::Ref<const Eigen::VectorXf>& values,
                        int priority = 0);
 
   /// Pulls rows `ids` of table `key` into `out` (one row per id, in order;
   /// it must stay alive until waited for), MXNet's row_sparse_pull.
-  /// Errors: `unknown_key` (a row out of range), `shape_mismatch` (a dense
-  /// key, `out` not one row per id).
+  /// Errors, at the call: `unknown_key` (a key never initialized, a row
+  /// out of range), `shape_mismatch` (a dense key, `out` not one row per
+  /// id).
   caf::expected<pull_ticket>
   pull_rows(const std::string& key, const std::vector<uint64_t>& ids,
             Eigen::Ref<Eigen::VectorXf> out, int priority = 0);

@@ -14,6 +14,36 @@
 
 namespace actorps {
 
+namespace {
+
+// What a call on the rows of `info` can check before anything is sent: a
+// row table, every id in range, `got` floats (`what`s) for the rows.
+caf::error check_call(const char* op, const key_info& info,
+                      const std::vector<uint64_t>& ids, uint64_t got,
+                      const char* what) {
+  std::string name = op;
+  if (info.dim == 0 || info.shape.empty())
+    return make_error(errc::shape_mismatch,
+                      name + ": key '" + info.name
+                        + "' is not a row table (push and pull it whole)");
+  auto rows = info.shape[0];
+  for (auto id : ids)
+    if (id >= rows)
+      return make_error(errc::unknown_key, name + ": row " + std::to_string(id)
+                                             + " out of range (the table has "
+                                             + std::to_string(rows) + " rows)");
+  auto n = static_cast<uint64_t>(ids.size()) * info.dim;
+  if (got != n)
+    return make_error(errc::shape_mismatch,
+                      name + ": " + std::to_string(ids.size()) + " rows of "
+                        + std::to_string(info.dim) + " floats need "
+                        + std::to_string(n) + " " + what + "s, got "
+                        + std::to_string(got));
+  return caf::none;
+}
+
+} // namespace
+
 caf::error kvstore::init_table(const std::string& key, uint64_t rows,
                                uint64_t dim, const table_fill& fill) {
   auto& d = *impl_;
@@ -41,6 +71,14 @@ caf::error kvstore::push_rows(const std::string& key,
   auto& d = *impl_;
   if (d.closed)
     return closed_error("push_rows");
+  // Refused at the call, as a dense push's bad key or size is (the worker
+  // checks again: the routing may have changed since).
+  auto info = d.meta(key);
+  if (!info)
+    return std::move(info.error());
+  if (auto err = check_call("push_rows", *info, ids,
+                            static_cast<uint64_t>(values.size()), "value"))
+    return err;
   if (auto err = d.throttle())
     return err;
   floats payload;
@@ -59,17 +97,10 @@ kvstore::pull_rows(const std::string& key, const std::vector<uint64_t>& ids,
   auto info = d.meta(key);
   if (!info)
     return std::move(info.error());
-  if (info->dim == 0)
-    return make_error(errc::shape_mismatch,
-                      "pull_rows: key '" + key
-                        + "' is not a row table (pull it whole)");
+  if (auto err = check_call("pull_rows", *info, ids,
+                            static_cast<uint64_t>(out.size()), "output"))
+    return err;
   auto n = static_cast<uint64_t>(ids.size()) * info->dim;
-  if (static_cast<uint64_t>(out.size()) != n)
-    return make_error(errc::shape_mismatch,
-                      "pull_rows: " + std::to_string(ids.size()) + " rows of "
-                        + std::to_string(info->dim) + " floats need "
-                        + std::to_string(n) + " outputs, got "
-                        + std::to_string(out.size()));
   payload::target_list targets{payload::target{0, n, out.data()}};
   return d.start_pull(std::move(targets), n, pull_atom::value, key, ids,
                       static_cast<int32_t>(priority));

@@ -118,19 +118,31 @@ TEST_CASE("tables: bad rows, shapes and keys are refused with clear errors",
   REQUIRE_FALSE(kv.init_table("emb", 4, 2));
   REQUIRE_FALSE(kv.init("dense", Eigen::VectorXf::Zero(3)));
   Eigen::VectorXf out(2);
+  // Refused at the call, as a dense push's or pull's bad key or size is:
+  // a row out of range, a size that does not match the rows, a key never
+  // initialized.
   auto t = kv.pull_rows("emb", {4}, out);
-  if (t) {
-    auto err = kv.wait(*t);
-    INFO(render(err));
-    CHECK(code_of(err) == errc::unknown_key);
-    CHECK(render(err).find("row 4 out of range") != std::string::npos);
-  } else {
-    CHECK(code_of(t.error()) == errc::unknown_key);
-  }
+  REQUIRE_FALSE(t);
+  CHECK(code_of(t.error()) == errc::unknown_key);
+  CHECK(render(t.error()).find("pull_rows: row 4 out of range (the table has "
+                               "4 rows)")
+        != std::string::npos);
+  auto far = kv.push_rows("emb", {0, 9}, Eigen::VectorXf::Ones(4));
+  CHECK(code_of(far) == errc::unknown_key);
+  CHECK(render(far).find("push_rows: row 9 out of range") != std::string::npos);
   // One row of 2 floats, three values.
-  REQUIRE_FALSE(kv.push_rows("emb", {1}, Eigen::VectorXf::Ones(3)));
-  auto err = kv.wait_all();
+  auto err = kv.push_rows("emb", {1}, Eigen::VectorXf::Ones(3));
   CHECK(code_of(err) == errc::shape_mismatch);
+  CHECK(render(err).find("1 rows of 2 floats need 2 values, got 3")
+        != std::string::npos);
+  CHECK(code_of(kv.push_rows("nothing", {0}, Eigen::VectorXf::Ones(2)))
+        == errc::unknown_key);
+  Eigen::VectorXf two(2);
+  auto unknown = kv.pull_rows("nothing", {0}, two);
+  REQUIRE_FALSE(unknown);
+  CHECK(code_of(unknown.error()) == errc::unknown_key);
+  // Nothing refused was left pending.
+  CHECK_FALSE(kv.wait_all());
   // A table is neither pushed nor pulled whole (refused at the call, not
   // by the next call that waits), a dense key not by rows.
   Eigen::VectorXf whole(8);
@@ -145,6 +157,8 @@ TEST_CASE("tables: bad rows, shapes and keys are refused with clear errors",
   auto rows_of_dense = kv.pull_rows("dense", {0}, out);
   REQUIRE_FALSE(rows_of_dense);
   CHECK(code_of(rows_of_dense.error()) == errc::shape_mismatch);
+  CHECK(code_of(kv.push_rows("dense", {0}, Eigen::VectorXf::Ones(3)))
+        == errc::shape_mismatch);
   // The name is a table: declaring it dense fails.
   CHECK(code_of(kv.init("emb", Eigen::VectorXf::Zero(8), {4, 2}))
         == errc::shape_mismatch);
