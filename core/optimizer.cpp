@@ -87,10 +87,11 @@ bool unit_interval(float x) {
 // expression, which yields bit-identical values.
 // `state` holds this part's first state block; further blocks (Adam's second
 // moment) lie `stride` floats after it. `lr` is the update's step size
-// (step_size: for Adam, bias-corrected).
+// (step_size: for Adam, bias-corrected), `eps` the rule's epsilon_of (found
+// once per update: a table's update calls this once per row).
 template <class G>
 void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
-                float* state, std::size_t stride, float lr) {
+                float* state, std::size_t stride, float lr, float eps) {
   const auto size = w.size();
   const float wd = cfg.weight_decay;
   const float mu = cfg.momentum;
@@ -121,7 +122,7 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
     case kind::adagrad: {
       array_map h{state, size};
       h += g.square();
-      w -= lr * (g / (h + epsilon_of(cfg)).sqrt() + wd * w);
+      w -= lr * (g / (h + eps).sqrt() + wd * w);
       break;
     }
     case kind::adam: {
@@ -132,7 +133,7 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
       // As MXNet: weight decay joins the gradient before clipping.
       m = b1 * m + (1.0f - b1) * (g + wd * w).max(-clip).min(clip);
       v = b2 * v + (1.0f - b2) * (g + wd * w).max(-clip).min(clip).square();
-      w -= lr * m / (v.sqrt() + epsilon_of(cfg));
+      w -= lr * m / (v.sqrt() + eps);
       break;
     }
     case kind::rmsprop: {
@@ -141,8 +142,7 @@ void apply_rule(kind k, const optimizer_config& cfg, array_map w, const G& g,
       // As MXNet: weight decay joins the gradient before clipping, and
       // epsilon sits inside the square root.
       r = rho * r + (1.0f - rho) * (g + wd * w).max(-clip).min(clip).square();
-      w -= lr * (g + wd * w).max(-clip).min(clip)
-           / (r + epsilon_of(cfg)).sqrt();
+      w -= lr * (g + wd * w).max(-clip).min(clip) / (r + eps).sqrt();
       break;
     }
   }
@@ -335,9 +335,10 @@ private:
   std::array<entry, 64> entries_{};
 };
 
-// Applies one update of rule `k` with step size `lr` (step_size's).
+// Applies one update of rule `k` with step size `lr` (step_size's) and
+// epsilon `eps` (epsilon_of's).
 void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
-                float* state, std::size_t n, float lr) {
+                float* state, std::size_t n, float lr, float eps) {
   const auto size = static_cast<Eigen::Index>(n);
   array_map wm{w, size};
   const_array_map gm{g, size};
@@ -371,9 +372,9 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
     const_array_map gp{g + at, len};
     float* sp = state != nullptr ? state + at : nullptr;
     if (clip > 0.0f && !clips_with_decay)
-      apply_rule(k, cfg, wp, (scale * gp).max(-clip).min(clip), sp, n, lr);
+      apply_rule(k, cfg, wp, (scale * gp).max(-clip).min(clip), sp, n, lr, eps);
     else
-      apply_rule(k, cfg, wp, scale * gp, sp, n, lr);
+      apply_rule(k, cfg, wp, scale * gp, sp, n, lr, eps);
   }
 }
 
@@ -384,7 +385,8 @@ void apply_update(const optimizer_config& cfg, float* w, const float* g,
   kind k = kind::assign;
   parse_kind(cfg.name, k);
   apply_kind(k, cfg, w, g, state, n,
-             uses_step_size(k) ? step_size(k, cfg, step) : 0.0f);
+             uses_step_size(k) ? step_size(k, cfg, step) : 0.0f,
+             epsilon_of(cfg));
 }
 
 void apply_rows(const optimizer_config& cfg, float* table, float* state,
@@ -396,6 +398,7 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   const auto per_row = state_size(cfg, dim);
   const bool sized = uses_step_size(k);
   step_sizes sizes{k, cfg};
+  const float eps = epsilon_of(cfg);
   // Rows lie far apart in a large table: fetch a few ahead.
   constexpr std::size_t ahead = 8;
   for (std::size_t i = 0; i < count; ++i) {
@@ -408,7 +411,7 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
     }
     auto r = rows[i];
     apply_kind(k, cfg, table + r * dim, grads + i * dim, state + r * per_row,
-               dim, sized ? sizes(steps[r]) : 0.0f);
+               dim, sized ? sizes(steps[r]) : 0.0f, eps);
     ++steps[r];
   }
 }
