@@ -306,6 +306,14 @@ bool uses_step_size(kind k) {
   return k != kind::assign && k != kind::accumulate;
 }
 
+// Rule `k`'s epsilon, for the rules that have one (finding it compares
+// the optimizer's name: not per update of a small key for the others).
+float epsilon_for(kind k, const optimizer_config& cfg) {
+  return k == kind::adagrad || k == kind::adam || k == kind::rmsprop
+           ? epsilon_of(cfg)
+           : 0.0f;
+}
+
 // The step sizes of one update of a table's rows, by step count. Rows
 // pushed together often share their count (a table's rows start at 0), and
 // one costs the schedule's arithmetic and, for Adam, two pow calls: each is
@@ -386,7 +394,7 @@ void apply_update(const optimizer_config& cfg, float* w, const float* g,
   parse_kind(cfg.name, k);
   apply_kind(k, cfg, w, g, state, n,
              uses_step_size(k) ? step_size(k, cfg, step) : 0.0f,
-             epsilon_of(cfg));
+             epsilon_for(k, cfg));
 }
 
 void apply_rows(const optimizer_config& cfg, float* table, float* state,
@@ -398,7 +406,7 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   const auto per_row = state_size(cfg, dim);
   const bool sized = uses_step_size(k);
   step_sizes sizes{k, cfg};
-  const float eps = epsilon_of(cfg);
+  const float eps = epsilon_for(k, cfg);
   // Rows lie far apart in a large table: fetch a few ahead.
   constexpr std::size_t ahead = 8;
   for (std::size_t i = 0; i < count; ++i) {
