@@ -74,8 +74,10 @@ std::vector<replica_state> shard_state::state_parts() const {
     head.value_floats = s.value.size();
     head.state_floats = s.opt_state.size();
     head.step = s.step;
-    head.next_seq = s.next_seq;
-    head.pushes_of = s.pushes_of;
+    for (auto& c : s.clocks) {
+      head.next_seq.push_back(c.next_seq);
+      head.pushes_of.push_back(c.pushes);
+    }
     head.rounds_done = s.rounds_done;
     uint64_t weight = 0;
     for (auto& [number, r] : s.rounds) {
@@ -189,8 +191,8 @@ caf::error shard_state::take_state(replica_state& x) {
     if (h.dim > 0)
       s.row_steps.assign(h.value_floats / h.dim, 0);
     s.step = h.step;
-    s.next_seq = std::move(h.next_seq);
-    s.pushes_of = std::move(h.pushes_of);
+    for (uint32_t w = 0; w < cfg.num_workers; ++w)
+      s.clocks[w] = worker_clock{h.next_seq[w], h.pushes_of[w]};
     s.rounds_done = h.rounds_done;
     for (auto& r : h.rounds) {
       auto& sum = s.rounds[r.number];

@@ -262,8 +262,8 @@ void shard_state::clear_pending() {
     auto& sl = kvp.second;
     sl.rounds.clear();
     // Every worker is back at the first round not applied.
-    for (auto& n : sl.pushes_of)
-      n = sl.rounds_done;
+    for (auto& c : sl.clocks)
+      c.pushes = sl.rounds_done;
     // Pulls that waited for a dropped round get the last applied value.
     release_waiting(sl, std::numeric_limits<uint64_t>::max());
   }
@@ -286,10 +286,10 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
     for (uint32_t w = 0; w < cfg.num_workers; ++w) {
       if (!next[w] || live[w])
         continue;
-      sl.pushes_of[w] = std::max(sl.pushes_of[w], now);
+      sl.clocks[w].pushes = std::max(sl.clocks[w].pushes, now);
       // A new process in the rank (a replacement) numbers its operations
       // from 0; what the dead one left here is dropped.
-      sl.next_seq[w] = 0;
+      sl.clocks[w].next_seq = 0;
       sl.pull_waiting[w] = false;
       for (auto i = sl.stash.begin(); i != sl.stash.end();)
         i = i->first.first == w ? sl.stash.erase(i) : std::next(i);
@@ -366,10 +366,10 @@ shard_state::clocks_of(uint32_t worker) const {
                         + " was restored and waits for the workers' clocks");
   std::pair<std::vector<uint64_t>, std::vector<uint64_t>> out;
   for (auto& [id, s] : slices) {
-    if (s.pushes_of[worker] == 0)
+    if (s.clocks[worker].pushes == 0)
       continue;
     out.first.push_back(id);
-    out.second.push_back(s.pushes_of[worker]);
+    out.second.push_back(s.clocks[worker].pushes);
   }
   return out;
 }
@@ -397,7 +397,7 @@ void shard_state::start_from_clocks() {
       lowest = 0;
     for (uint32_t w = 0; w < cfg.num_workers; ++w) {
       if (!told(w)) {
-        s.pushes_of[w] = std::max(s.pushes_of[w], lowest);
+        s.clocks[w].pushes = std::max(s.clocks[w].pushes, lowest);
         continue;
       }
       // (A sync count far ahead of the others' is no real one: a few
@@ -405,7 +405,7 @@ void shard_state::start_from_clocks() {
       // bounded-staleness clock may lead by the bound.)
       auto lead = cfg.sync ? max_clock_lead : max_seq_gap;
       auto mine = std::min(clock(w), lowest + lead);
-      s.pushes_of[w] = mine;
+      s.clocks[w].pushes = mine;
       // Its pushes to the rounds still open were acknowledged and lost:
       // they count as contributions of nothing.
       if (cfg.sync)

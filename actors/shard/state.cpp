@@ -152,7 +152,7 @@ uint64_t shard_state::slowest_clock(const slice_state& s) const {
   auto lowest = std::numeric_limits<uint64_t>::max();
   for (uint32_t w = 0; w < cfg.num_workers; ++w)
     if (live[w])
-      lowest = std::min(lowest, s.pushes_of[w]);
+      lowest = std::min(lowest, s.clocks[w].pushes);
   return lowest;
 }
 
@@ -225,14 +225,14 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   t.floats_pushed += n;
   if (!cfg.sync) {
     if (cfg.ssp())
-      ++s.pushes_of[worker];
+      ++s.clocks[worker].pushes;
     if (owned != nullptr)
       apply(s, std::move(*owned));
     else
       apply(s, g);
     return caf::none;
   }
-  auto round = s.pushes_of[worker]++;
+  auto round = s.clocks[worker].pushes++;
   auto& r = s.rounds[round];
   // (A round may count contributions of nothing, see start_from_clocks.)
   if (r.sum.empty()) {
@@ -264,10 +264,10 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   uint64_t need = 0;
   bool wait = false;
   if (cfg.sync) {
-    need = s.pushes_of[worker];
+    need = s.clocks[worker].pushes;
     wait = s.rounds_done < need;
   } else if (cfg.ssp()) {
-    auto clock = s.pushes_of[worker];
+    auto clock = s.clocks[worker].pushes;
     auto bound = static_cast<uint64_t>(cfg.staleness);
     need = clock > bound ? clock - bound : 0;
     wait = slowest_clock(s) < need;
@@ -343,12 +343,12 @@ void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
   for (;;) {
     if (cfg.ssp() && s.pull_waiting[worker])
       return;
-    auto i = s.stash.find({worker, s.next_seq[worker]});
+    auto i = s.stash.find({worker, s.clocks[worker].next_seq});
     if (i == s.stash.end())
       return;
     auto op = std::move(i->second);
     s.stash.erase(i);
-    auto seq = s.next_seq[worker]++;
+    auto seq = s.clocks[worker].next_seq++;
     run(s, id, worker, seq, op.grad.data(), op.grad.size(), op.target,
         &op.grad);
   }
@@ -362,7 +362,8 @@ void shard_state::submit(const char* op, slice_state* s, slice_id id,
     t.fail(not_initialized(op, id));
     return;
   }
-  if (promoted && worker < cfg.num_workers && seq < s->next_seq[worker]) {
+  if (promoted && worker < cfg.num_workers
+      && seq < s->clocks[worker].next_seq) {
     // It ran as a forward, which this shard may have passed on to a backup
     // of its own that did not run it yet: answered once it did.
     if (holding()) {
@@ -411,9 +412,9 @@ void shard_state::replay(replica_batch& batch) {
         || op.kind > static_cast<uint8_t>(op_kind::push_pull))
       continue;
     // Seen already: a worker sent it again to the promoted shard first.
-    if (op.seq < s->next_seq[op.worker])
+    if (op.seq < s->clocks[op.worker].next_seq)
       continue;
-    s->next_seq[op.worker] = op.seq + 1;
+    s->clocks[op.worker].next_seq = op.seq + 1;
     if (op.kind == static_cast<uint8_t>(op_kind::pull)) {
       // A backup with a backup of its own passes the pull's number on.
       if (backup)
@@ -439,7 +440,7 @@ caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
                                        uint64_t seq) {
   if (auto err = check_worker(op, id, worker))
     return err;
-  auto expected_seq = s.next_seq[worker];
+  auto expected_seq = s.clocks[worker].next_seq;
   // A gap this large means lost messages or a restarted shard: waiting
   // for the missing operations would only pile up stashed copies.
   if (seq > expected_seq + max_seq_gap)
@@ -458,7 +459,7 @@ caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
   if (awaiting_clocks)
     return false;
   if (seq == expected_seq && !(cfg.ssp() && s.pull_waiting[worker])) {
-    ++s.next_seq[worker];
+    ++s.clocks[worker].next_seq;
     return true;
   }
   ++stats.reordered;
@@ -485,8 +486,7 @@ slice_state& shard_state::add_slice(slice_id id, std::vector<float> value) {
   auto& s = slices[id];
   s.value = shared_floats{std::move(value)};
   s.id = id;
-  s.next_seq.assign(cfg.num_workers, 0);
-  s.pushes_of.assign(cfg.num_workers, 0);
+  s.clocks.assign(cfg.num_workers, worker_clock{});
   s.pull_waiting.assign(cfg.num_workers, false);
   ++stats.slices;
   stats.floats_stored += s.value.size();

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "caf/actor.hpp"
 #include "caf/actor_addr.hpp"
 #include "caf/behavior.hpp"
@@ -234,9 +236,21 @@ struct round_sum {
   }
 };
 
+// A worker's place on one slice: the sequence number its next operation
+// must carry, and the pushes it made (sync: the round its next push joins;
+// bounded staleness: its clock on this slice).
+struct worker_clock {
+  uint64_t next_seq = 0;
+  uint64_t pushes = 0;
+};
+
 struct slice_state {
   slice_id id = 0;
   shared_floats value;
+  // One per worker, held in the slice itself for jobs of up to 4 workers:
+  // every operation reads its worker's, and a batch over many small slices
+  // missed the cache on a heap block of its own for each.
+  boost::container::small_vector<worker_clock, 4> clocks;
   std::vector<float> opt_state;
   uint64_t step = 0;
   // A table slice: its row size (0: a dense slice), and per row its
@@ -244,16 +258,12 @@ struct slice_state {
   // its update count.
   uint64_t dim = 0;
   std::vector<uint64_t> row_steps;
-  // Next expected sequence number per worker.
-  std::vector<uint64_t> next_seq;
   // Operations that arrived early, by (worker, seq).
   std::map<std::pair<uint32_t, uint64_t>, stashed_op> stash;
-  // Sync mode: pushes each worker contributed, rounds applied, open rounds.
-  // Bounded staleness: pushes_of is each worker's clock on this slice, and
-  // a worker whose pull waits has its later operations held (stashed) until
-  // the pull is answered, so that it never sees a push issued after it.
+  // Sync mode: rounds applied, open rounds. Bounded staleness: a worker
+  // whose pull waits has its later operations held (stashed) until the pull
+  // is answered, so that it never sees a push issued after it.
   std::vector<bool> pull_waiting;
-  std::vector<uint64_t> pushes_of;
   uint64_t rounds_done = 0;
   std::map<uint64_t, round_sum> rounds;
   std::vector<waiting_pull> waiting;

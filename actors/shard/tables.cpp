@@ -114,13 +114,13 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
     // The round sums each row over the workers that pushed it; the round
     // completes when every live worker pushed to this slice (no rows is a
     // push too), and only then are the rows updated, once each.
-    auto& r = s.rounds[s.pushes_of[worker]++];
+    auto& r = s.rounds[s.clocks[worker].pushes++];
     r.rows.add(rows, g, owned, s.dim);
     r.add(worker);
     return caf::none;
   }
   if (cfg.ssp())
-    ++s.pushes_of[worker];
+    ++s.clocks[worker].pushes;
   // Nobody else holds a table's buffer: pulls get copies of their rows.
   apply_rows(s, rows, g);
   ++stats.updates;
