@@ -150,7 +150,7 @@ void submit_rows(shard_ptr self, rows_push& msg, op_target t) {
   auto& st = self->state;
   auto& g = msg.values.data;
   st.submit("push_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-            g.data(), g.size(), std::move(t), &g);
+            g.data(), g.size(), t, &g);
   flush(self);
 }
 
@@ -160,7 +160,7 @@ void submit_rows(shard_ptr self, rows_pull& msg, op_target t) {
   t.rows = std::move(msg.rows);
   auto& st = self->state;
   st.submit("pull_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-            nullptr, 0, std::move(t));
+            nullptr, 0, t);
   flush(self);
 }
 
@@ -211,7 +211,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       auto rp = t.pull_rp;
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-                nullptr, 0, std::move(t));
+                nullptr, 0, t);
       flush(self);
       return rp;
     },
@@ -245,7 +245,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       t.direct = std::move(r);
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-                nullptr, 0, std::move(t));
+                nullptr, 0, t);
       flush(self);
     },
     [self](batch_atom, const slice_batch& msg, plane_reply& r) {

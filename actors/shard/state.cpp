@@ -356,7 +356,7 @@ void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
 
 void shard_state::submit(const char* op, slice_state* s, slice_id id,
                          uint32_t worker, uint64_t seq, const float* g,
-                         std::size_t n, op_target t,
+                         std::size_t n, op_target& t,
                          std::vector<float>* owned) {
   if (s == nullptr) {
     t.fail(not_initialized(op, id));
@@ -395,7 +395,7 @@ void shard_state::submit(const char* op, slice_state* s, slice_id id,
 void shard_state::submit(const char* op, slice_push& msg, op_target t) {
   auto& g = msg.grad.data;
   submit(op, find(msg.slice), msg.slice, msg.worker, msg.seq, g.data(),
-         g.size(), std::move(t), &g);
+         g.size(), t, &g);
 }
 
 void shard_state::answer_again(slice_state& s, uint32_t worker, op_target& t) {
@@ -554,17 +554,25 @@ caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
   }
   core::parts_cursor cursor{msg.parts};
   uint64_t offset = 0;
+  // One target for every slice that runs at once (a copy of the reply's
+  // pointer per slice cost two atomic operations each on 10000-slice
+  // batches); one that waits takes it, and the next slice gets a new one.
+  op_target t;
   for (std::size_t i = 0; i < n; ++i) {
     auto len = found[i]->value.size();
-    op_target t;
-    t.kind = kind;
-    t.batch = reply;
+    if (!t.batch) {
+      t = op_target{};
+      t.kind = kind;
+      t.batch = reply;
+    }
     t.offset = offset;
+    t.gate.reset();
+    t.forward = 0;
     const float* g = nullptr;
     if (pushes)
       g = in_parts ? cursor.read(offset, len) : flat.data() + offset;
     submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
-           pushes ? len : 0, std::move(t));
+           pushes ? len : 0, t);
     offset += len;
   }
   return caf::none;

@@ -491,9 +491,11 @@ struct shard_state {
   // Orders one operation on slice `id` (`s`, null if the slice does not
   // exist here) among those of its worker: runs it now, or stashes it (with
   // its pushed values) until its predecessors ran. `owned`, if set, holds the
-  // pushed values and may be taken over. Errors go to the operation's target.
+  // pushed values and may be taken over. Errors go to the operation's target,
+  // which is moved from when the operation waits (else left as it was, so
+  // that a batch reuses it without touching its reference counts).
   void submit(const char* op, slice_state* s, slice_id id, uint32_t worker,
-              uint64_t seq, const float* g, std::size_t n, op_target t,
+              uint64_t seq, const float* g, std::size_t n, op_target& t,
               std::vector<float>* owned = nullptr);
 
   // Submits a push or push_pull; the message's buffer may be taken over.

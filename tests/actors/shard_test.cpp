@@ -553,6 +553,45 @@ TEST_CASE_METHOD(sync_fixture,
   CHECK(second->flatten() == std::vector<float>{22});
 }
 
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a batch whose slices run now, wait for their turn "
+                 "and wait for their round answers each in its place",
+                 "[shard][batch]") {
+  auto c = make_slice_id(9, 0);
+  REQUIRE(init(slice_a, {0}));
+  REQUIRE(init(slice_b, {0}));
+  REQUIRE(init(c, {0}));
+  // Round 0 of slice_a completes: 1 + 10.
+  REQUIRE(push(slice_a, 0, 0, {1}));
+  REQUIRE(push(slice_a, 1, 0, {10}));
+  // slice_a's pull runs now, slice_b's waits for worker 0's push of
+  // sequence 0, slice_c's runs now (round 0 of it needs no push).
+  send_batch(op_kind::pull, 0, {slice_a, slice_b, c}, {1, 1, 0});
+  run();
+  CHECK(no_reply());
+  // The push runs, then the pull behind it, which waits for the round.
+  REQUIRE(push(slice_b, 0, 0, {2}));
+  CHECK(no_reply());
+  REQUIRE(push(slice_b, 1, 0, {20}));
+  auto value = reply<float_parts>();
+  REQUIRE(value);
+  CHECK(value->flatten() == std::vector<float>{11, 22, 0});
+  // A batch of pushes where the middle one comes before its turn: each
+  // lands on its own slice once its turn came.
+  send_batch(op_kind::push, 1, {slice_a, slice_b, c}, {1, 2, 0}, {3, 4, 5});
+  run();
+  CHECK(no_reply());
+  REQUIRE(push(slice_b, 1, 1, {6}));
+  REQUIRE(reply<float_parts>());
+  REQUIRE(push(slice_a, 0, 2, {30}));
+  REQUIRE(push(slice_b, 0, 2, {40}));
+  REQUIRE(push(slice_b, 0, 3, {60}));
+  REQUIRE(push(c, 0, 1, {50}));
+  CHECK(pull(slice_a, 0, 3) == std::vector<float>{33});
+  CHECK(pull(slice_b, 0, 4) == std::vector<float>{64});
+  CHECK(pull(c, 0, 2) == std::vector<float>{55});
+}
+
 TEST_CASE("shard: a sync round of 70 workers waits for the ranks past 64 too",
           "[shard]") {
   // Ranks below 64 and beyond are recorded differently (round_sum).
