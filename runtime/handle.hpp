@@ -21,6 +21,7 @@
 #include "caf/sec.hpp"
 
 #include "core/layout.hpp"
+#include "core/list_memo.hpp"
 #include "messages/errors.hpp"
 #include "runtime/blocking.hpp"
 #include "runtime/deploy.hpp"
@@ -67,6 +68,9 @@ struct kvstore::impl {
   worker_actor worker;
   std::unique_ptr<caf::scoped_actor> self;
   std::unordered_map<std::string, key_info> keys;
+  // The last key lists resolved, found again without hashing each name
+  // (entries only ever join `keys`, which keeps them in place).
+  core::list_memo<const key_info*> resolved;
   // Operations in flight, by ticket number; each finisher receives the reply.
   std::map<uint64_t, std::function<caf::error()>> pending;
   uint64_t next_ticket = 1;
@@ -240,6 +244,9 @@ struct kvstore::impl {
   key_infos(const char* op, const std::vector<std::string>& names) {
     if (names.empty())
       return make_error(errc::bad_config, std::string{op} + ": no keys given");
+    // (Kept only once every key passed dense_only, which never changes.)
+    if (auto known = resolved.find(names))
+      return *known;
     std::vector<const key_info*> out;
     out.reserve(names.size());
     for (auto& name : names) {
@@ -254,6 +261,7 @@ struct kvstore::impl {
       if (auto err = dense_only(op, *out.back()))
         return err;
     }
+    resolved.keep(names, out);
     return out;
   }
 

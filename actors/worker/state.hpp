@@ -18,6 +18,7 @@
 
 #include "actors/trust.hpp"
 #include "actors/worker/worker.hpp"
+#include "core/list_memo.hpp"
 #include "core/send_queue.hpp"
 
 /// The state of a worker actor and the functions its files share (internal:
@@ -74,6 +75,9 @@ struct worker_state {
   std::unordered_map<uint64_t, channel_wait> channel_waiting;
   /// Calls on several keys so far (see route::named_in).
   uint64_t calls = 0;
+  /// The routes of the last key lists that named each key once (routes
+  /// only ever join `routes`, which keeps them in place).
+  core::list_memo<route*> distinct;
   /// Set once the coordinator went down: every call that needs it fails at
   /// once with `dead_node` from then on.
   bool coordinator_down = false;

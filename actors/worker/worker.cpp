@@ -155,6 +155,8 @@ via_coordinator(worker_ptr self, caf::duration timeout, Ts&&... xs) {
 std::optional<std::vector<route*>>
 distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
   auto& st = self->state;
+  if (auto known = st.distinct.find(keys))
+    return *known;
   auto call = ++st.calls;
   std::vector<route*> rs;
   rs.reserve(keys.size());
@@ -165,6 +167,7 @@ distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
     i->second.named_in = call;
     rs.push_back(&i->second);
   }
+  st.distinct.keep(keys, rs);
   return rs;
 }
 

@@ -795,6 +795,66 @@ TEST_CASE("kvstore: a key named twice in one call is merged, as MXNet",
   }
 }
 
+TEST_CASE("kvstore: a long key list named again is checked again when one "
+          "name changes",
+          "[integration]") {
+  // Lists of 16 names and more are found again by their names (the facade
+  // and the worker keep the last ones they resolved).
+  auto kv = make_store("local_async", local_options(1, 3));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    require_ok(kv.init(keys.back(), Eigen::VectorXf::Zero(2)));
+  }
+  require_ok(kv.init_table("table", 4, 2));
+  auto values = [](const std::vector<std::string>& ks, float base) {
+    std::vector<Eigen::VectorXf> out;
+    for (std::size_t i = 0; i < ks.size(); ++i)
+      out.push_back(Eigen::VectorXf::Constant(2, base + static_cast<float>(i)));
+    return out;
+  };
+  auto pull_all = [&](const std::vector<std::string>& ks) {
+    std::vector<Eigen::VectorXf> outs(ks.size(), Eigen::VectorXf::Zero(2));
+    std::vector<Eigen::Ref<Eigen::VectorXf>> refs(outs.begin(), outs.end());
+    auto t = kv.pull_many(ks, refs);
+    REQUIRE(t);
+    require_ok(kv.wait(*t));
+    return outs;
+  };
+  auto push_all = [&](const std::vector<std::string>& ks,
+                      const std::vector<Eigen::VectorXf>& vs) {
+    std::vector<Eigen::Ref<const Eigen::VectorXf>> refs(vs.begin(), vs.end());
+    return kv.push_many(ks, refs);
+  };
+  // The same list three times: each push lands on its own keys.
+  for (float base : {10.0f, 20.0f, 30.0f}) {
+    require_ok(push_all(keys, values(keys, base)));
+    auto got = pull_all(keys);
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      CHECK(got[i]
+            == Eigen::VectorXf::Constant(2, base + static_cast<float>(i)));
+  }
+  // The last name replaced by the first: its values are summed into one
+  // push and both outputs get the key's value.
+  auto repeated = keys;
+  repeated.back() = keys.front();
+  require_ok(push_all(repeated, values(repeated, 100.0f)));
+  auto got = pull_all(repeated);
+  CHECK(got.front() == Eigen::VectorXf::Constant(2, 100.0f + 119.0f));
+  CHECK(got.back() == got.front());
+  CHECK(pull_all(keys).back() == Eigen::VectorXf::Constant(2, 49.0f));
+  // An unknown name, then a row table, in place of the last one: refused.
+  auto unknown = keys;
+  unknown.back() = "nope";
+  require_code(push_all(unknown, values(unknown, 0.0f)), errc::unknown_key);
+  auto table = keys;
+  table.back() = "table";
+  require_code(push_all(table, values(table, 0.0f)), errc::shape_mismatch);
+  // The list as it was still works.
+  require_ok(push_all(keys, values(keys, 50.0f)));
+  CHECK(pull_all(keys).front() == Eigen::VectorXf::Constant(2, 50.0f));
+}
+
 TEST_CASE("kvstore: a repeated key counts once in a sync round",
           "[integration]") {
   auto kv = make_store("local_sync", local_options(2, 2));
