@@ -33,15 +33,27 @@ target_list targets(const std::vector<const key_info*>& infos,
 // Copies every piece of `x` into the outputs whose range holds it (on two
 // threads when large enough, see core::split_in_two).
 void copy_out(const float_parts& x, const target_list& dst) {
+  // The first output that ends after `at`. Pieces mostly come in the order
+  // of their place (a shard's reply at a time, its keys in call order): the
+  // search starts from the output the last piece went to, and steps a few
+  // outputs before it halves the rest (10000 one-float keys took 14 steps
+  // of a binary search each, apart in memory).
+  auto first_after = [&](uint64_t at, target_list::const_iterator from) {
+    auto ends_before = [at](const target& y) { return y.at + y.n <= at; };
+    if (from != dst.begin() && !ends_before(*std::prev(from)))
+      return std::partition_point(dst.begin(), from, ends_before);
+    for (int step = 0; step < 8 && from != dst.end(); ++step, ++from)
+      if (!ends_before(*from))
+        return from;
+    return std::partition_point(from, dst.end(), ends_before);
+  };
   // Calls `f(to, from, n)` for every copy to make.
   auto each_copy = [&](auto&& f) {
+    auto last = dst.begin();
     for (auto& p : x.pieces) {
       auto src = x.buffers[p.buffer].data() + p.from;
-      // The first output that ends after the piece's start.
-      auto t = std::partition_point(dst.begin(), dst.end(),
-                                    [&](const target& y) {
-                                      return y.at + y.n <= p.at;
-                                    });
+      auto t = first_after(p.at, last);
+      last = t;
       for (; t != dst.end() && t->at <= p.at; ++t)
         if (p.at + p.length <= t->at + t->n)
           f(t->dst + (p.at - t->at), src, p.length);

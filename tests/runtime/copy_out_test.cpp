@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/payload.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+using actorps::float_parts;
+using actorps::float_piece;
+using actorps::shared_floats;
+using namespace actorps::payload;
+
+namespace {
+
+// Outputs of `sizes` floats back to back, each in a vector of its own.
+struct outputs {
+  std::vector<std::vector<float>> data;
+  target_list list;
+
+  explicit outputs(const std::vector<uint64_t>& sizes) {
+    data.reserve(sizes.size());
+    uint64_t at = 0;
+    for (auto n : sizes) {
+      data.emplace_back(n, -1.0f);
+      list.push_back(target{at, n, data.back().data()});
+      at += n;
+    }
+  }
+};
+
+// A value of `total` floats (float i holds i) in one buffer, cut into
+// pieces at `cuts` and listed in `order`.
+float_parts cut(uint64_t total, std::vector<uint64_t> cuts,
+                const std::vector<size_t>& order) {
+  std::vector<float> all(total);
+  std::iota(all.begin(), all.end(), 0.0f);
+  float_parts x;
+  x.size = total;
+  x.buffers.push_back(shared_floats{std::move(all)});
+  cuts.insert(cuts.begin(), 0);
+  cuts.push_back(total);
+  std::vector<float_piece> pieces;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i)
+    pieces.push_back(float_piece{0, cuts[i], cuts[i], cuts[i + 1] - cuts[i]});
+  for (auto i : order)
+    x.pieces.push_back(pieces[i]);
+  return x;
+}
+
+} // namespace
+
+TEST_CASE("copy_out: pieces in any order reach the outputs that hold them",
+          "[payload]") {
+  // 40 one-float keys, then two keys of 10 floats each cut into pieces.
+  std::vector<uint64_t> sizes(40, 1);
+  sizes.push_back(10);
+  sizes.push_back(10);
+  std::vector<uint64_t> cuts;
+  for (uint64_t i = 1; i <= 40; ++i)
+    cuts.push_back(i);
+  for (uint64_t c : {43, 47, 50, 55})
+    cuts.push_back(c);
+  std::vector<size_t> order(cuts.size() + 1);
+  std::iota(order.begin(), order.end(), size_t{0});
+  SECTION("in order") {
+  }
+  SECTION("backwards") {
+    std::reverse(order.begin(), order.end());
+  }
+  SECTION("two shards' replies, each in order") {
+    std::stable_partition(order.begin(), order.end(),
+                          [](size_t i) { return i % 2 == 0; });
+  }
+  SECTION("shuffled") {
+    std::mt19937 gen{7};
+    std::shuffle(order.begin(), order.end(), gen);
+  }
+  outputs out{sizes};
+  copy_out(cut(60, cuts, order), out.list);
+  float want = 0.0f;
+  for (auto& v : out.data)
+    for (auto f : v)
+      CHECK(f == want++);
+}
+
+TEST_CASE("copy_out: a key pulled into two outputs fills both", "[payload]") {
+  // Outputs: key a (2 floats) twice, then key b (3 floats).
+  std::vector<float> a1(2, -1.0f), a2(2, -1.0f), b(3, -1.0f);
+  target_list list{target{0, 2, a1.data()}, target{0, 2, a2.data()},
+                   target{2, 3, b.data()}};
+  copy_out(cut(5, {2}, {1, 0}), list);
+  CHECK(a1 == std::vector<float>{0, 1});
+  CHECK(a2 == std::vector<float>{0, 1});
+  CHECK(b == std::vector<float>{2, 3, 4});
+}
