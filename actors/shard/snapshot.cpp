@@ -234,16 +234,24 @@ caf::error shard_state::end_load(uint64_t session, bool commit) {
   loads.erase(i);
   if (!commit)
     return caf::none;
-  for (auto& [id, a] : x.slices)
+  for (auto& [id, a] : x.slices) {
+    // (A backup that took a new state since the pieces came may not hold
+    // the slice any more.)
+    auto* s = find(id);
+    if (s == nullptr)
+      return make_error(errc::unknown_key, "load_state: " + slice_name(id)
+                                             + " is no longer on shard "
+                                             + std::to_string(cfg.index));
     if (!a.complete())
       return make_error(errc::checkpoint_mismatch,
                         "load_state: the checkpoint leaves "
                           + std::to_string(a.missing())
-                          + (find(id)->dim > 0 ? " rows" : " floats") + " of "
+                          + (s->dim > 0 ? " rows" : " floats") + " of "
                           + slice_name(id) + " out");
+  }
   set_optimizer(x.opt);
   for (auto& [id, a] : x.slices) {
-    auto& s = slices[id];
+    auto& s = *find(id);
     // load_optimizer_states leaves the weights as they are (MXNet).
     if (x.weights)
       s.value = shared_floats{std::move(a.value)};

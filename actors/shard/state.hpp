@@ -492,8 +492,10 @@ struct shard_state {
   // exist here) among those of its worker: runs it now, or stashes it (with
   // its pushed values) until its predecessors ran. `owned`, if set, holds the
   // pushed values and may be taken over. Errors go to the operation's target,
-  // which is moved from when the operation waits (else left as it was, so
-  // that a batch reuses it without touching its reference counts).
+  // which is moved from when the operation waits (stashed, or a pull waiting
+  // for its round); otherwise at most its gate and forward number change (a
+  // backup's hold takes the gate), so that a batch resets those and reuses
+  // it without touching its reference counts.
   void submit(const char* op, slice_state* s, slice_id id, uint32_t worker,
               uint64_t seq, const float* g, std::size_t n, op_target& t,
               std::vector<float>* owned = nullptr);

@@ -8,6 +8,7 @@
 #include "caf/exit_reason.hpp"
 
 #include "actors/shard/shard.hpp"
+#include "core/optimizer.hpp"
 
 #include "tests/actors/fixture.hpp"
 
@@ -464,6 +465,45 @@ replica_slice header_of(slice_id id, uint64_t floats) {
 }
 
 } // namespace
+
+TEST_CASE("a backup that took a new state while a load was open refuses "
+          "the load's commit") {
+  replica_fixture f;
+  auto b = f.backup_of_test(false);
+  auto take = [&](std::vector<replica_slice> slices) {
+    replica_state head;
+    head.first = true;
+    head.slices = std::move(slices);
+    replica_state tail;
+    tail.last = true;
+    for (auto* x : {&head, &tail}) {
+      f.self->send(b, replicate_atom::value, *x);
+      f.run();
+      REQUIRE(f.reply<caf::ok_atom>());
+    }
+  };
+  take({header_of(slice_a, 2)});
+  // Its primary (the test) opens a load and sends slice_a's values.
+  optimizer_config opt;
+  f.self->send(b, load_atom::value, uint64_t{1}, opt, true);
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  slice_record rec;
+  rec.key_id = 3;
+  rec.part = 0;
+  rec.value.data = {1, 2};
+  rec.state.data.assign(core::state_size(opt, 2), 0.0f);
+  f.self->send(b, load_atom::value, uint64_t{1},
+               std::vector<slice_record>{rec});
+  f.run();
+  REQUIRE(f.reply<caf::ok_atom>());
+  // A new state without slice_a, then the commit: refused, no crash.
+  take({});
+  f.self->send(b, load_atom::value, uint64_t{1}, true);
+  f.run();
+  auto why = require_error(f.reply<caf::ok_atom>(), errc::unknown_key);
+  CHECK(why.find("no longer") != std::string::npos);
+}
 
 TEST_CASE("a rebuilt backup refuses promotion until it took the whole state, "
           "and parts out of order") {
