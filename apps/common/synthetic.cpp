@@ -2,6 +2,8 @@
 #include "apps/common/synthetic.hpp"
 
 #include <chrono>
+#include <iostream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,6 +101,12 @@ std::string run_synthetic(kvstore& kv, const synthetic_options& opts,
                  + std::to_string(expected_after(r + 1 - uint32_t(s)));
     if (opts.progress)
       out << "rank " << rank << " round " << r << std::endl;
+    if (opts.hold_after == r + 1) {
+      out << "rank " << rank << " holds after " << r + 1 << " of "
+          << opts.rounds << " rounds" << std::endl;
+      std::string line;
+      std::getline(std::cin, line);
+    }
   }
   if (auto err = kv.barrier())
     return fail("final barrier", err);

@@ -28,6 +28,10 @@ struct synthetic_options {
   /// Least time between the starts of two rounds, in ms (0: none): a steady
   /// load, e.g. while servers are killed on purpose.
   uint32_t round_ms = 0;
+  /// After this many rounds (0: never), say so ("rank R holds after N of M
+  /// rounds") and wait for a line on standard input, or its end, before
+  /// going on: a test's way to keep a worker mid-job as long as it needs.
+  uint32_t hold_after = 0;
 };
 
 /// Runs the job on one worker handle; returns an empty string on success or

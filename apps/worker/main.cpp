@@ -76,8 +76,11 @@ int run(int argc, char** argv) {
     "round-ms", po::value(&job.round_ms)->default_value(job.round_ms),
     "synthetic: least time in ms between the starts of two rounds (a steady "
     "load; 0: as fast as it goes)")(
-    "tolerate-deaths", po::bool_switch(&job.tolerate_deaths),
-    "synthetic: skip the value checks (other workers may be killed)")(
+    "hold-after-rounds", po::value(&job.hold_after)->default_value(0),
+    "synthetic: after N rounds (0: never), print \"rank R holds after N of M "
+    "rounds\" and wait for a line on standard input, or its end, before going "
+    "on")("tolerate-deaths", po::bool_switch(&job.tolerate_deaths),
+          "synthetic: skip the value checks (other workers may be killed)")(
     "transport", po::value(&store.transport),
     "caf or ucx: what must carry tensor bytes to the servers (the join is "
     "refused if the coordinator chose the other); default: the job's");
@@ -117,6 +120,9 @@ int run(int argc, char** argv) {
   if (auto rc = cli::check_range(app, "rounds", job.rounds, 1, 1000000000))
     return *rc;
   if (auto rc = cli::check_range(app, "round-ms", job.round_ms, 0, 3600000))
+    return *rc;
+  if (auto rc = cli::check_range(app, "hold-after-rounds", job.hold_after, 0,
+                                 job.rounds))
     return *rc;
   if (rank != std::numeric_limits<long>::min()) {
     if (rank < 0 || rank >= static_cast<long>(cli::max_workers))

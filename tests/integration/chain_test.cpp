@@ -43,9 +43,11 @@ void two_deaths(const std::string& transport, const std::string& mode) {
   auto& b = job.add_server(1);
   auto& c = job.add_server(1);
   wait_for_copies(job, 2);
-  // At most one round every 2 ms: both deaths take a second or two; few
-  // slices, so that a round under the sanitizers takes little more.
-  auto& w = job.add_summing_workers("2000", {"--round-ms", "2"});
+  // At most one round every 2 ms, so that both deaths happen under load;
+  // few slices, so that a round under the sanitizers takes little more.
+  // Worker 0 holds after 1500 rounds until the test lets it go, after the
+  // second death.
+  auto& w = job.add_summing_workers("2000", {"--round-ms", "2"}, 1500);
   require_printed(job, w, "round 200\n", job_time);
   a.kill9();
   require_printed(job, *job.coordinator, "took over its shards", job_time);
@@ -56,6 +58,7 @@ void two_deaths(const std::string& transport, const std::string& mode) {
   auto moved = count_of(w.output(), "moved to its promoted backup");
   REQUIRE_FALSE(w.wait_exit(std::chrono::milliseconds{0}));
   b.kill9();
+  w.send_line("go on");
   for (auto& p : job.workers) {
     CHECK_EXIT(*p, 0, job_time);
     INFO(p->output());
@@ -87,12 +90,14 @@ TEST_CASE("dist: with --replicas 3 a server that joins after a death rebuilds "
   auto& b = job.add_server(1);
   job.add_server(1);
   wait_for_copies(job, 2);
-  // At most one round every 2 ms: the three deaths and the rebuild take a
-  // few seconds; small keys (9 slices), so that a round under the
-  // sanitizers takes little more.
+  // At most one round every 2 ms, so that the deaths and the rebuild
+  // happen under load; small keys (9 slices), so that a round under the
+  // sanitizers takes little more. The worker holds after 2500 rounds until
+  // the test lets it go, after the last death.
   auto& w = job.add_worker({"--keys", "3", "--size", "300", "--rounds", "3000",
                             "--round-ms", "2", "--timeout-ms", "20000",
-                            "--progress"});
+                            "--progress", "--hold-after-rounds", "2500"},
+                           true);
   require_printed(job, w, "round 200\n", job_time);
   a.kill9();
   require_printed(job, *job.coordinator, "took over its shards", job_time);
@@ -110,6 +115,7 @@ TEST_CASE("dist: with --replicas 3 a server that joins after a death rebuilds "
   wait_for_copies(job, 1);
   REQUIRE_FALSE(w.wait_exit(std::chrono::milliseconds{0}));
   rebuilder.kill9();
+  w.send_line("go on");
   CHECK_EXIT(w, 0, job_time);
   INFO(w.output());
   CHECK_THAT(w.output(), Catch::Contains("values exact"));

@@ -68,7 +68,9 @@ struct dist_job {
     return *servers.back();
   }
 
-  process& add_worker(std::vector<std::string> extra = {}) {
+  // (`stdin_pipe`: see process.)
+  process& add_worker(std::vector<std::string> extra = {},
+                      bool stdin_pipe = false) {
     std::vector<std::string> argv{ACTORPS_WORKER_BIN,
                                   "--coordinator",
                                   address,
@@ -77,7 +79,7 @@ struct dist_job {
                                   "--mode",
                                   mode};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    workers.push_back(std::make_unique<process>(argv));
+    workers.push_back(std::make_unique<process>(argv, stdin_pipe));
     return *workers.back();
   }
 
@@ -97,13 +99,24 @@ struct dist_job {
   // rounds, which check their sums themselves (rank r pushes r + 1 into
   // every float of every key per round, accumulated; in sync mode after
   // every round too): a lost or doubled push fails them. Returns the first,
-  // which says where it is. `extra`: more flags for both.
+  // which says where it is. `extra`: more flags for both. With
+  // `hold_after` > 0 the first holds after that many rounds until the test
+  // sends it a line (`process::send_line`): it cannot end before, whenever
+  // the test gets there.
   process& add_summing_workers(const std::string& rounds,
-                               std::vector<std::string> extra = {}) {
+                               std::vector<std::string> extra = {},
+                               uint32_t hold_after = 0) {
     std::vector<std::string> args{"--keys",   "4",    "--size",       "1000",
                                   "--rounds", rounds, "--timeout-ms", "20000"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return add_workers(2, args);
+    if (hold_after == 0)
+      return add_workers(2, args);
+    auto first = args;
+    first.insert(first.end(), {"--progress", "--hold-after-rounds",
+                               std::to_string(hold_after)});
+    auto& w = add_worker(first, true);
+    add_worker(args);
+    return w;
   }
 };
 

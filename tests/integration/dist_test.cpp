@@ -113,6 +113,32 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
   CHECK(job.coordinator->output().find("job done") != std::string::npos);
 }
 
+TEST_CASE("dist: a worker with --hold-after-rounds waits for a line on its "
+          "standard input",
+          "[integration]") {
+  dist_job job{"dist_async", 1, 1};
+  job.add_server();
+  auto& w = job.add_worker({"--keys", "1", "--size", "10", "--rounds", "3",
+                            "--progress", "--hold-after-rounds", "1"},
+                           true);
+  REQUIRE(w.wait_for("holds after 1 of 3 rounds\n", job_time));
+  // Two more tiny rounds take milliseconds: it would have ended by now.
+  CHECK_FALSE(w.wait_exit(std::chrono::milliseconds{500}));
+  CHECK(w.output().find("round 1\n") == std::string::npos);
+  w.send_line("");
+  CHECK_EXIT(w, 0, job_time);
+  INFO(w.output());
+  CHECK(w.output().find("round 2\n") != std::string::npos);
+  CHECK(w.output().find("all values exact") != std::string::npos);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+  // Only up to --rounds.
+  process bad{{ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--rounds",
+               "3", "--hold-after-rounds", "4"}};
+  CHECK_EXIT(bad, 2, job_time);
+  CHECK_THAT(bad.output(),
+             Catch::Contains("--hold-after-rounds must be 0..3, got 4"));
+}
+
 TEST_CASE("dist: compressed pushes cross between processes",
           "[integration][compression]") {
   // fp16 keeps the job's small integer gradients exactly, so the sums stay

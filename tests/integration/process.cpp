@@ -17,9 +17,12 @@ namespace actorps::test {
 
 using clock_type = std::chrono::steady_clock;
 
-process::process(std::vector<std::string> argv) {
+process::process(std::vector<std::string> argv, bool stdin_pipe) {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
+  int in[2] = {-1, -1};
+  if (stdin_pipe)
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
   pid_ = ::fork();
   REQUIRE(pid_ >= 0);
   if (pid_ == 0) {
@@ -27,6 +30,8 @@ process::process(std::vector<std::string> argv) {
     ::dup2(fds[1], STDERR_FILENO);
     ::close(fds[0]);
     ::close(fds[1]);
+    if (stdin_pipe)
+      ::dup2(in[0], STDIN_FILENO); // (dup2 clears O_CLOEXEC on the copy)
     std::vector<char*> args;
     for (auto& a : argv)
       args.push_back(a.data());
@@ -36,6 +41,20 @@ process::process(std::vector<std::string> argv) {
   }
   ::close(fds[1]);
   fd_ = fds[0];
+  if (stdin_pipe) {
+    ::close(in[0]);
+    in_fd_ = in[1];
+  }
+}
+
+void process::send_line(const std::string& line) {
+  REQUIRE(in_fd_ >= 0);
+  auto text = line + "\n";
+  // (A process that died closed its end: EPIPE, not SIGPIPE.)
+  auto old = std::signal(SIGPIPE, SIG_IGN);
+  auto n = ::write(in_fd_, text.data(), text.size());
+  std::signal(SIGPIPE, old);
+  REQUIRE(n == static_cast<ssize_t>(text.size()));
 }
 
 process::~process() {
@@ -46,6 +65,8 @@ process::~process() {
   }
   if (fd_ >= 0)
     ::close(fd_);
+  if (in_fd_ >= 0)
+    ::close(in_fd_);
 }
 
 bool process::read_some(std::chrono::milliseconds timeout) {

@@ -16,8 +16,10 @@ namespace actorps::test {
 /// running, so a failed REQUIRE leaves no process behind.
 class process {
 public:
-  /// Starts `argv[0]` with `argv`; REQUIREs that it started.
-  explicit process(std::vector<std::string> argv);
+  /// Starts `argv[0]` with `argv`; REQUIREs that it started. With
+  /// `stdin_pipe` its standard input is a pipe the test writes (`send_line`),
+  /// else the test's own.
+  explicit process(std::vector<std::string> argv, bool stdin_pipe = false);
 
   process(const process&) = delete;
   process& operator=(const process&) = delete;
@@ -31,6 +33,10 @@ public:
   /// Waits for the exit; the exit code, or -signal when killed, or nothing
   /// after `timeout`.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+
+  /// Writes `line` and a newline to the process's standard input (a
+  /// `stdin_pipe` process); REQUIREs that it was written.
+  void send_line(const std::string& line);
 
   /// Sends SIGKILL.
   void kill9();
@@ -57,6 +63,7 @@ private:
 
   pid_t pid_ = -1;
   int fd_ = -1;
+  int in_fd_ = -1;
   bool eof_ = false;
   std::optional<int> status_;
   std::string output_;

@@ -156,13 +156,11 @@ void rebuild(const std::string& transport, const std::string& mode) {
                 "100", "--slice-floats", "100"}};
   auto& first_server = job.add_server(1);
   auto& second_server = job.add_server(1);
-  // (Worker 0's progress lines fill its pipe while the test waits for the
-  // coordinator: it cannot finish before the second kill, checked below.)
-  // At most one round every 2 ms: the kills and the rebuild take a second
-  // or two in a release build, and under the sanitizers (25 ms a round with
-  // the suite's load) 5000 rounds took longer than the test waits (seen in
-  // clean-clone CI: the job ended exact, 2 s late).
-  auto& w = job.add_summing_workers("2500", {"--round-ms", "2"});
+  // At most one round every 2 ms, so that the first kill and the rebuild
+  // happen under load (pacing, not synchronization). Worker 0 holds after
+  // round 2000 until the test lets it go: the second kill lands while the
+  // job runs, however slow the machine.
+  auto& w = job.add_summing_workers("2500", {"--round-ms", "2"}, 2000);
   require_printed(job, w, "round 200\n", job_time);
   first_server.kill9();
   require_printed(job, *job.coordinator, "took over its shards", job_time);
@@ -171,11 +169,14 @@ void rebuild(const std::string& transport, const std::string& mode) {
   require_printed(job, *job.coordinator, "rejoined", job_time);
   CHECK_THAT(job.coordinator->output(),
              Catch::Contains("holds copies of 2 of 2 shards"));
+  // The survivor dies too while worker 0 holds (in sync mode worker 1
+  // waits for it): the rebuilt copies take over, worker 0 goes on, and no
+  // acknowledged push is lost.
+  require_printed(job, w, "holds after 2000 of 2500 rounds\n", job_time);
   auto moved = count_of(w.output(), "moved to its promoted backup");
-  // The workers still run: the survivor dies too, the rebuilt copies take
-  // over, and no acknowledged push is lost.
   REQUIRE_FALSE(w.wait_exit(std::chrono::milliseconds{0}));
   second_server.kill9();
+  w.send_line("go on");
   for (auto& p : job.workers) {
     // (A worker that does not end in time shows the coordinator's and the
     // rebuilt server's logs; under the sanitizers a slow job once ended
