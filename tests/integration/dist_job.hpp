@@ -85,11 +85,15 @@ struct dist_job {
 
   // `n` workers with the same `args`; the first also says where it is
   // (only one: nobody reads the others' output before they end, and a full
-  // pipe would stop them). Returns the first.
-  process& add_workers(int n, const std::vector<std::string>& args) {
+  // pipe would stop them). Returns the first, which also takes
+  // `first_extra` and, with `first_stdin_pipe`, reads a pipe (see process).
+  process& add_workers(int n, const std::vector<std::string>& args,
+                       const std::vector<std::string>& first_extra = {},
+                       bool first_stdin_pipe = false) {
     auto first = args;
     first.push_back("--progress");
-    auto& w = add_worker(first);
+    first.insert(first.end(), first_extra.begin(), first_extra.end());
+    auto& w = add_worker(first, first_stdin_pipe);
     for (int i = 1; i < n; ++i)
       add_worker(args);
     return w;
@@ -111,12 +115,8 @@ struct dist_job {
     args.insert(args.end(), extra.begin(), extra.end());
     if (hold_after == 0)
       return add_workers(2, args);
-    auto first = args;
-    first.insert(first.end(), {"--progress", "--hold-after-rounds",
-                               std::to_string(hold_after)});
-    auto& w = add_worker(first, true);
-    add_worker(args);
-    return w;
+    return add_workers(
+      2, args, {"--hold-after-rounds", std::to_string(hold_after)}, true);
   }
 };
 

@@ -179,8 +179,7 @@ void rebuild(const std::string& transport, const std::string& mode) {
   w.send_line("go on");
   for (auto& p : job.workers) {
     // (A worker that does not end in time shows the coordinator's and the
-    // rebuilt server's logs; under the sanitizers a slow job once ended
-    // exact, only late, see the pacing above.)
+    // rebuilt server's logs.)
     if (!p->wait_exit(job_time)) {
       static_cast<void>(job.coordinator->wait_for("\n(never printed)", 1s));
       static_cast<void>(rebuilder.wait_for("\n(never printed)", 1s));
