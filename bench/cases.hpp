@@ -60,6 +60,8 @@ struct bench_case {
 struct tuning {
   uint64_t slice_floats = core::default_slice_floats;
   uint64_t max_inflight = store_options{}.max_bytes_in_flight;
+  // Dist servers: each shard on a thread of its own.
+  bool shard_threads = true;
 };
 
 struct round_plan {

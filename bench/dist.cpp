@@ -131,8 +131,10 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
     return e;
   auto address = "127.0.0.1:" + port;
   child server;
-  if (auto e = server.start(with({"--role", "server", "--coordinator", address,
-                                  "--shards", std::to_string(shards)}));
+  if (auto e = server.start(
+        with({"--role", "server", "--coordinator", address, "--shards",
+              std::to_string(shards), "--shard-threads",
+              tune.shard_threads ? "true" : "false"}));
       !e.empty())
     return e;
   std::vector<std::unique_ptr<child>> procs;

@@ -66,6 +66,10 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "scheduler", po::value(&scheduler)->default_value(scheduler),
     "CAF scheduler policy of every actor system: auto (sharing with the "
     "network, else work stealing), sharing or stealing")(
+    "shard-threads",
+    po::value(&o.tune.shard_threads)->default_value(o.tune.shard_threads),
+    "dist servers run each shard on a thread of its own (actorps-server's "
+    "default); false: on the scheduler's threads")(
     "quick", po::bool_switch(&o.quick),
     "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
     "--rows 100000x4x100 "

@@ -329,7 +329,7 @@ int role_coordinator(uint32_t workers, uint64_t slice_floats,
 }
 
 int role_server(const std::string& coordinator, uint32_t shards,
-                const system_options& sys) {
+                bool shard_threads, const system_options& sys) {
   server_options opts;
   auto where = parse_endpoint(coordinator);
   if (!where) {
@@ -339,6 +339,7 @@ int role_server(const std::string& coordinator, uint32_t shards,
   opts.coordinator = *where;
   opts.token = job_token;
   opts.shards = shards;
+  opts.shard_threads = shard_threads;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;
   opts.system.tls = sys.tls;

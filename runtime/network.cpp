@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/network.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <set>
@@ -9,10 +10,12 @@
 
 #include "caf/actor_cast.hpp"
 #include "caf/actor_system.hpp"
+#include "caf/after.hpp"
 #include "caf/exit_reason.hpp"
 #include "caf/io/middleman.hpp"
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
+#include "caf/system_messages.hpp"
 
 #include "actors/coordinator/coordinator.hpp"
 #include "actors/gate.hpp"
@@ -394,9 +397,22 @@ caf::error run_server(const server_options& opts,
   auto agent = spawn_node_agent(sys, caf::actor_cast<gate_actor>(*any),
                                 caf::actor_cast<caf::actor>(self));
   std::vector<caf::actor> owned{caf::actor_cast<caf::actor>(agent)};
+  // Shards `self` monitors and has not seen go down yet.
+  size_t monitored = 0;
+  // Stops what this server spawned and, if its shards have threads of
+  // their own, waits until each has quit and told its monitors (see
+  // spawn_shard: else the actor system's end may wait forever).
   auto stop = [&] {
     for (auto& a : owned)
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    auto give_up = std::chrono::steady_clock::now() + opts.timeout;
+    for (bool waiting = monitored > 0; waiting;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        give_up - std::chrono::steady_clock::now());
+      self->receive([&](caf::down_msg&) { waiting = --monitored > 0; },
+                    caf::after(std::max(left, std::chrono::milliseconds{0})) >>
+                      [&] { waiting = false; });
+    }
   };
   job_info job;
   // A replacement started right after a server died may knock before the
@@ -448,7 +464,12 @@ caf::error run_server(const server_options& opts,
     sc.replica_timeout = opts.timeout;
     // (A backup forwards too once promoted and paired with a new one.)
     sc.link = link;
+    sc.own_thread = opts.shard_threads;
     auto shard = spawn_shard(sys, sc);
+    if (sc.own_thread) {
+      self->monitor(shard);
+      ++monitored;
+    }
     auto relay = spawn_priority_relay(sys, shard, {}, false, trusted);
     into.push_back(caf::actor_cast<caf::actor>(shard));
     relays_into.push_back(caf::actor_cast<caf::actor>(relay));

@@ -151,6 +151,10 @@ struct server_options {
   std::string server_token;
   /// Shard actors this server hosts.
   uint32_t shards = 1;
+  /// Each shard (and each backup) on a thread of its own instead of on
+  /// CAF's scheduler: with several workers a server then keeps less freed
+  /// memory in glibc's per-thread arenas (docs/benchmarks.md).
+  bool shard_threads = true;
   /// Timeout of the join and registration requests.
   std::chrono::milliseconds timeout{30000};
   system_options system;

@@ -560,6 +560,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
 } // namespace
 
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg) {
+  if (cfg.own_thread)
+    return sys.spawn<caf::detached>(shard_impl, std::move(cfg));
   return sys.spawn(shard_impl, std::move(cfg));
 }
 

@@ -237,6 +237,13 @@ struct shard_config {
   /// Carries a primary's forwards over a data plane (see "Replicas");
   /// none: through CAF.
   std::shared_ptr<replica_link> link;
+  /// Runs the shard on a thread of its own (a detached actor) instead of
+  /// on CAF's scheduler threads, so that its buffers are made and freed in
+  /// one malloc arena (a server's choice, docs/benchmarks.md). CAF's actor
+  /// system then waits at its end until the shard is destroyed: whoever
+  /// spawns one monitors it at once and waits for its down message before
+  /// the system goes down (run_server does; see spawn_shard).
+  bool own_thread = false;
 };
 
 /// Interface of a shard actor.
@@ -356,6 +363,15 @@ using shard_actor = caf::typed_actor<
                                                std::vector<uint64_t>>>;
 
 /// Spawns a shard. The caller owns it: link to or monitor the handle.
+///
+/// With `cfg.own_thread`, the caller monitors the shard before anything
+/// else can (before it hands the handle on) and, once the shard quit, waits
+/// for that down message before the actor system goes down. CAF runs an
+/// actor's monitors newest first, so the first one runs last: by then the
+/// shard's down message to CAF's network layer (which monitors every actor
+/// a remote node holds) is in that broker's mailbox while the broker still
+/// runs. Sent later, it could land in a broker that no longer reads its
+/// mailbox, keep the shard alive, and hold the system's end forever.
 shard_actor spawn_shard(caf::actor_system& sys, shard_config cfg);
 
 } // namespace actorps

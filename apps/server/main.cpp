@@ -37,7 +37,12 @@ int run(int argc, char** argv) {
     "port", po::value(&port)->default_value(port),
     "port for the workers' direct connections; 0 picks a free one")(
     "shards", po::value(&opts.shards)->default_value(opts.shards),
-    "shard actors to host (default: one per core)");
+    "shard actors to host (default: one per core)")(
+    "shard-threads",
+    po::value(&opts.shard_threads)->default_value(opts.shard_threads),
+    "each shard on a thread of its own (less freed memory kept by the "
+    "allocator with several workers); false: on the scheduler's threads "
+    "(--threads)");
   cli::add_timeout_options(desc, connect_timeout_ms, timeout_ms,
                            "how long to wait for the coordinator's answers, "
                            "in ms");
