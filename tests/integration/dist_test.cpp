@@ -70,8 +70,10 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
   if (mode == "dist_ssp")
     flags.insert(flags.end(), {"--staleness", "1"});
   dist_job job{mode, 3, 2, flags};
+  // One server's shards on threads of their own (the default), the other's
+  // on CAF's scheduler.
   job.add_server();
-  job.add_server();
+  job.add_server(2, {"--shard-threads", "false"});
   // Rank 0 (whichever worker that is) exports the weights at its end.
   actorps::test::temp_dir tmp;
   auto exported = tmp.path() + "/weights.safetensors";
@@ -684,6 +686,7 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
       CHECK(p.output().find(says) != std::string::npos);
     };
     expect({ACTORPS_SERVER_BIN, "--shards", "-1"}, "--shards");
+    expect({ACTORPS_SERVER_BIN, "--shard-threads", "maybe"}, "shard-threads");
     expect({ACTORPS_COORDINATOR_BIN, "--workers", "-1"}, "--workers");
     expect({ACTORPS_COORDINATOR_BIN, "--workers", "0"},
            "--workers must be 1..");
