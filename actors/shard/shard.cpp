@@ -105,9 +105,9 @@ push_one(shard_ptr self, const char* op, op_kind kind, slice_push& msg) {
   t.kind = kind;
   auto rp = self->make_response_promise<Reply>();
   if constexpr (std::is_same_v<Reply, caf::ok_atom>)
-    t.push_rp = rp;
+    t.single().push_rp = rp;
   else
-    t.pull_rp = rp;
+    t.single().pull_rp = rp;
   self->state.submit(op, msg, std::move(t));
   flush(self);
   return rp;
@@ -136,7 +136,7 @@ void push_from_plane(shard_ptr self, const char* op, op_kind kind,
     return;
   op_target t;
   t.kind = kind;
-  t.direct = std::move(r);
+  t.single().direct = std::move(r);
   self->state.submit(op, msg, std::move(t));
   flush(self);
 }
@@ -146,7 +146,7 @@ void push_from_plane(shard_ptr self, const char* op, op_kind kind,
 void submit_rows(shard_ptr self, rows_push& msg, op_target t) {
   t.kind = op_kind::push;
   t.table = true;
-  t.rows = std::move(msg.rows);
+  t.single().rows = std::move(msg.rows);
   auto& st = self->state;
   auto& g = msg.values.data;
   st.submit("push_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
@@ -157,7 +157,7 @@ void submit_rows(shard_ptr self, rows_push& msg, op_target t) {
 void submit_rows(shard_ptr self, rows_pull& msg, op_target t) {
   t.kind = op_kind::pull;
   t.table = true;
-  t.rows = std::move(msg.rows);
+  t.single().rows = std::move(msg.rows);
   auto& st = self->state;
   st.submit("pull_rows", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
             nullptr, 0, t);
@@ -207,8 +207,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return err;
       op_target t;
       t.kind = op_kind::pull;
-      t.pull_rp = self->make_response_promise<shared_floats>();
-      auto rp = t.pull_rp;
+      auto rp = self->make_response_promise<shared_floats>();
+      t.single().pull_rp = rp;
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
                 nullptr, 0, t);
@@ -242,7 +242,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
         return;
       op_target t;
       t.kind = op_kind::pull;
-      t.direct = std::move(r);
+      t.single().direct = std::move(r);
       auto& st = self->state;
       st.submit("pull", st.find(msg.slice), msg.slice, msg.worker, msg.seq,
                 nullptr, 0, t);
@@ -267,8 +267,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (auto err = check_data(self, "push_rows", msg.worker))
         return err;
       op_target t;
-      t.push_rp = self->make_response_promise<caf::ok_atom>();
-      auto rp = t.push_rp;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      t.single().push_rp = rp;
       submit_rows(self, msg, std::move(t));
       return rp;
     },
@@ -276,8 +276,8 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (auto err = check_data(self, "pull_rows", msg.worker))
         return err;
       op_target t;
-      t.pull_rp = self->make_response_promise<shared_floats>();
-      auto rp = t.pull_rp;
+      auto rp = self->make_response_promise<shared_floats>();
+      t.single().pull_rp = rp;
       submit_rows(self, msg, std::move(t));
       return rp;
     },
@@ -285,14 +285,14 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       if (!from_plane(self, r))
         return;
       op_target t;
-      t.direct = std::move(r);
+      t.single().direct = std::move(r);
       submit_rows(self, msg, std::move(t));
     },
     [self](pull_atom, rows_pull& msg, plane_reply& r) {
       if (!from_plane(self, r))
         return;
       op_target t;
-      t.direct = std::move(r);
+      t.single().direct = std::move(r);
       submit_rows(self, msg, std::move(t));
     },
     [self](set_opt_atom,

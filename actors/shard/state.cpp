@@ -250,15 +250,15 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
   if (t.table) {
-    if (auto err = check_rows("pull_rows", s, s.id, t.rows, false)) {
+    if (auto err = check_rows("pull_rows", s, s.id, t.single().rows, false)) {
       t.fail(std::move(err));
       return;
     }
-    t.dim = s.dim;
+    t.single().dim = s.dim;
   }
   auto& w = traffic(worker);
   ++w.pulls;
-  w.floats_pulled += t.table ? t.rows.size() * s.dim : s.value.size();
+  w.floats_pulled += t.table ? t.single().rows.size() * s.dim : s.value.size();
   // The round (sync) or the slowest live worker's clock (bounded
   // staleness) this pull needs.
   uint64_t need = 0;
@@ -298,7 +298,7 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
     r.table = t.table;
     if (t.kind != op_kind::pull) {
       if (t.table)
-        r.rows = t.rows;
+        r.rows = t.single().rows;
       // The pushed buffer goes to the backup when this shard would not keep
       // it (async, an update rule that reads the push): no copy then.
       if (owned != nullptr && !cfg.sync && (t.table || !replaces)) {
@@ -320,8 +320,9 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
     t.forward = ++forwarded;
   }
   if (t.kind != op_kind::pull) {
-    auto err = t.table ? do_push_rows(s, id, worker, g, n, t.rows, owned)
-                       : do_push(s, id, worker, g, n, owned);
+    auto err = t.table
+                 ? do_push_rows(s, id, worker, g, n, t.single().rows, owned)
+                 : do_push(s, id, worker, g, n, owned);
     // (Refused, it goes with no values, and the backup refuses it too.)
     if (share && !err && *share < outbox.size())
       outbox[*share].shared = s.value;
@@ -425,7 +426,8 @@ void shard_state::replay(replica_batch& batch) {
       op_target t;
       t.mute = true;
       t.table = op.table;
-      t.rows = std::move(op.rows);
+      if (op.table)
+        t.single().rows = std::move(op.rows);
       auto& g = op.values.data;
       run(*s, op.slice, op.worker, op.seq, g.data(), g.size(), t, &g);
     }

@@ -82,22 +82,43 @@ struct batch_reply {
 
 using batch_ptr = std::shared_ptr<batch_reply>;
 
-// Where the outcome of one operation goes: the promise of a single push or
-// pull, the sink of one that arrived over a data plane, or a place in a
-// batch reply.
-struct op_target {
-  op_kind kind = op_kind::push;
+// Where the outcome of an operation sent on its own (not in a batch) goes:
+// its promise, or the sink of a data plane it arrived over; and, on rows of
+// a table slice (rows_push, rows_pull), the rows (local indices) and the
+// table's row size.
+struct op_single {
   ok_promise push_rp;
   pull_promise pull_rp;
   plane_reply direct;
+  std::vector<uint64_t> rows;
+  uint64_t dim = 0;
+};
+
+// Where the outcome of one operation goes: an op_single, or a place in a
+// batch reply. Kept small (a waiting pull or an early operation holds one
+// per slice, and a batch of 10000 keys makes 10000): what only a single
+// operation needs lies behind `one`, shared by copies of the target.
+struct op_target {
+  op_kind kind = op_kind::push;
+  // On rows of a table slice (see op_single).
+  bool table = false;
+  std::shared_ptr<op_single> one;
   batch_ptr batch;
   // Where a pulled value goes in batch->out.
   uint64_t offset = 0;
-  // An operation on rows of a table slice (rows_push, rows_pull): the rows
-  // (local indices) and the table's row size.
-  bool table = false;
-  std::vector<uint64_t> rows;
-  uint64_t dim = 0;
+
+  // The single operation's part, made on first use.
+  op_single& single() {
+    if (!one)
+      one = std::make_shared<op_single>();
+    return *one;
+  }
+
+  // A data plane's sink, or null.
+  reply_sink* sink() const noexcept {
+    return one ? one->direct.sink.get() : nullptr;
+  }
+
   // Run by a backup from its primary's forward: nobody waits for it.
   bool mute = false;
   // Forwarded to a backup as operation `forward` of `gate`: completes once
@@ -122,10 +143,10 @@ struct op_target {
       return;
     if (batch)
       batch->arrive();
-    else if (direct.sink)
-      direct.sink->ok(direct.peer, direct.request);
+    else if (auto* out = sink())
+      out->ok(one->direct.peer, one->direct.request);
     else
-      push_rp.deliver(caf::ok_atom::value);
+      single().push_rp.deliver(caf::ok_atom::value);
   }
 
   // Pulls share the slice's buffer (copy on write, see shared_floats): a
@@ -135,6 +156,8 @@ struct op_target {
       return;
     if (table) {
       // The rows asked for, gathered: the table is never shared.
+      const auto& rows = single().rows;
+      auto dim = one->dim;
       std::vector<float> out(rows.size() * dim);
       for (std::size_t i = 0; i < rows.size(); ++i) {
         // Rows lie far apart in a large table: fetch a few ahead.
@@ -171,10 +194,10 @@ struct op_target {
 
   // A single pull's value (not a batch's), once nothing holds it.
   void pulled_value(const shared_floats& x) {
-    if (direct.sink)
-      direct.sink->value(direct.peer, direct.request, x);
+    if (auto* out = sink())
+      out->value(one->direct.peer, one->direct.request, x);
     else
-      pull_rp.deliver(x);
+      single().pull_rp.deliver(x);
   }
 
   void fail(caf::error err) {
@@ -184,12 +207,12 @@ struct op_target {
       return;
     if (batch)
       batch->fail(std::move(err));
-    else if (direct.sink)
-      direct.sink->fail(direct.peer, direct.request, err);
+    else if (auto* out = sink())
+      out->fail(one->direct.peer, one->direct.request, err);
     else if (kind == op_kind::push)
-      push_rp.deliver(std::move(err));
+      single().push_rp.deliver(std::move(err));
     else
-      pull_rp.deliver(std::move(err));
+      single().pull_rp.deliver(std::move(err));
   }
 };
 
