@@ -8,12 +8,14 @@
 # used for the whole job (GNU time), the same work in every setting.
 # Usage (after a release build in build/):
 #   bash bench/dist-train.sh [R] [W] [-- extra flags for every training run]
+# SERVER_FLAGS: extra flags for the server (e.g. "--shard-threads false").
 set -euo pipefail
 runs=${1:-3}
 workers=${2:-4}
 shift 2 || shift $# || true
 [[ "${1:-}" == "--" ]] && shift
 extra=("$@")
+read -r -a server_extra <<<"${SERVER_FLAGS:-}"
 bin=${BIN:-build/apps} # BIN: another build's apps (paired runs)
 out=$(mktemp -d)
 pids=()
@@ -44,7 +46,7 @@ dist_run() { # transport dir
   for _ in $(seq 100); do [[ -s $port_file ]] && break; sleep 0.1; done
   local addr="127.0.0.1:$(cat "$port_file")"
   "${timed[@]}" "$cpu" "$bin/actorps-server" --coordinator "$addr" --token bench --log-level error \
-    >/dev/null 2>&1 &
+    "${server_extra[@]}" >/dev/null 2>&1 &
   pids+=($!)
   local ws=()
   for ((w = 0; w < workers; ++w)); do
