@@ -389,7 +389,7 @@ caf::result<caf::ok_atom> pair(shard_ptr self, caf::actor peer,
                           "told them");
   never_connects_in(self->node(), peer.node());
   st.backup = std::move(peer);
-  st.gate = std::make_shared<replica_gate>();
+  st.gate = st.new_gate();
   st.link_sent = 0;
   if (st.cfg.link && !address.empty()) {
     st.link_peer = st.cfg.link->open(address);

@@ -351,6 +351,16 @@ struct shard_state {
   // Operations forwarded so far (numbered from 1), and their completions.
   uint64_t forwarded = 0;
   gate_ptr gate = std::make_shared<replica_gate>();
+  // Every gate this shard made (`new_gate`). A completion a gate holds may
+  // hold the gate itself and a promise, which references this shard: a
+  // cycle. The shard's end drops them (~shard_state), or a shard on a
+  // thread of its own would never be destroyed and the actor system's end
+  // would wait for it forever (see spawn_shard).
+  std::vector<std::weak_ptr<replica_gate>> gates{gate};
+
+  gate_ptr new_gate();
+
+  ~shard_state();
   // Operations run since the last forward, sent at the end of the handler.
   std::vector<replica_op> outbox;
   // Forwards over shard_config::link: the way to the backup's server (0:

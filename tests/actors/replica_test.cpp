@@ -2,10 +2,17 @@
 // Replicas at the message level: a primary shard and its backup in one
 // process on the deterministic scheduler; the test plays the workers and
 // the coordinator (which pairs them and promotes the backup).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "caf/event_based_actor.hpp"
 #include "caf/exit_reason.hpp"
+#include "caf/system_messages.hpp"
 
 #include "actors/shard/shard.hpp"
 #include "core/optimizer.hpp"
@@ -654,4 +661,81 @@ TEST_CASE("an operation that arrives while the state is on its way reaches "
   auto want = f.pulled();
   REQUIRE(want);
   CHECK(*got == *want);
+}
+
+// On CAF's real scheduler: a shard on a thread of its own makes the actor
+// system's end wait until the shard is destroyed. A completion its gate
+// still holds when it quits (its backup never acknowledged the forward)
+// holds the gate and the pull's promise, which references the shard: the
+// shard's end must drop those, or the system's end waits forever.
+TEST_CASE("a primary on a thread of its own is destroyed when it quits with "
+          "answers its backup never acknowledged") {
+  system_config cfg{system_options{}};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  caf::scoped_actor watcher{sys};
+  auto waiter = caf::actor_cast<caf::actor>(watcher);
+  // The backup takes the primary's state, then every forward without
+  // answering it (its promises kept until it quits), and tells the watcher
+  // of each batch.
+  // (The promises reference the primary: they go when the backup quits.)
+  auto unanswered = std::make_shared<std::vector<caf::response_promise>>();
+  auto backup = sys.spawn([unanswered,
+                           waiter](caf::event_based_actor* b) -> caf::behavior {
+    b->attach_functor([unanswered] { unanswered->clear(); });
+    return {
+      // The pairing's state: taken.
+      [=](replicate_atom, const replica_state&) { return caf::ok_atom::value; },
+      [=](init_atom, const slice_init&) {
+        unanswered->push_back(b->make_response_promise());
+      },
+      [=](replicate_atom, const replica_batch& x) {
+        unanswered->push_back(b->make_response_promise());
+        b->send(waiter, x.ops.size());
+      },
+    };
+  });
+  auto sc = test::shard_cfg(0, 1, false);
+  sc.own_thread = true;
+  sc.replica_timeout = std::chrono::seconds{20};
+  auto primary = spawn_shard(sys, sc);
+  self->monitor(primary);
+  caf::actor_addr weak = primary.address();
+  bool paired = false;
+  self
+    ->request(primary, std::chrono::seconds{30}, replica_atom::value,
+              caf::actor_cast<caf::actor>(backup), true)
+    .receive([&](caf::ok_atom) { paired = true; },
+             [&](caf::error& err) { FAIL(render(err)); });
+  REQUIRE(paired);
+  // The init's answer and the pull's wait for the backup.
+  self->send(primary, init_atom::value,
+             slice_init{slice_a, floats{std::vector<float>{1, 2}}});
+  self->send(primary, pull_atom::value, slice_pull{slice_a, 0, 0});
+  bool forwarded = false;
+  watcher->receive([&](size_t ops) { forwarded = ops > 0; },
+                   caf::after(std::chrono::seconds{30}) >> [] {});
+  REQUIRE(forwarded);
+  caf::anon_send_exit(primary, caf::exit_reason::user_shutdown);
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; },
+                caf::after(std::chrono::seconds{30}) >> [] {});
+  REQUIRE(down);
+  caf::anon_send_exit(backup, caf::exit_reason::user_shutdown);
+  primary = nullptr;
+  backup = nullptr;
+  unanswered.reset();
+  // Nothing else references the shard once its thread let go of it.
+  auto alive = [&] {
+    return caf::actor_cast<caf::strong_actor_ptr>(weak) != nullptr;
+  };
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+  while (alive() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  if (alive()) {
+    // The actor system's end would wait for this shard forever.
+    std::fprintf(stderr, "the quit shard is still referenced\n");
+    std::_Exit(1);
+  }
+  CHECK_FALSE(alive());
 }
