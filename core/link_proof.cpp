@@ -2,6 +2,7 @@
 #include "core/link_proof.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -9,7 +10,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <sys/random.h>
 
 namespace actorps::core {
 
@@ -22,7 +23,7 @@ constexpr char identity_label[] = "actorps worker identity v1";
 
 std::array<unsigned char, 32> fresh_nonce(const char* what) {
   std::array<unsigned char, 32> nonce{};
-  if (RAND_bytes(nonce.data(), static_cast<int>(nonce.size())) != 1)
+  if (!fill_random(nonce.data(), nonce.size()))
     throw std::runtime_error(std::string{what}
                              + ": no random bytes for a nonce");
   return nonce;
@@ -80,11 +81,24 @@ std::string worker_secret(std::string_view rank_key, uint32_t rank) {
                        "actorps ucx worker " + std::to_string(rank) + " v1");
 }
 
+bool fill_random(void* out, std::size_t n) {
+  auto* at = static_cast<unsigned char*>(out);
+  while (n > 0) {
+    auto got = ::getrandom(at, n, 0);
+    if (got < 0) {
+      if (errno == EINTR)
+        continue;
+      return false;
+    }
+    at += got;
+    n -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
 std::string random_bytes(std::size_t n) {
   std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()),
-                 static_cast<int>(n))
-      != 1)
+  if (!fill_random(out.data(), n))
     return {};
   return out;
 }

@@ -37,7 +37,13 @@ std::string derive_secret(std::string_view token, std::string_view label);
 /// worker cannot compute another rank's (see job_info::rank_secret).
 std::string worker_secret(std::string_view rank_key, uint32_t rank);
 
-/// `n` bytes from OpenSSL's random generator (empty if it fails).
+/// Fills `n` bytes at `out` from the kernel's generator (getrandom(2));
+/// false if it fails. Unlike OpenSSL's RAND_bytes it keeps no state per
+/// thread, which a thread nobody joins (a shard's own thread) could still
+/// hold when the process ends (LeakSanitizer reported it).
+bool fill_random(void* out, std::size_t n);
+
+/// `n` random bytes (fill_random; empty if it fails).
 std::string random_bytes(std::size_t n);
 
 /// The link secret of a job whose token is `token` ("" for none).

@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
-#include <openssl/rand.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include "core/link_proof.hpp"
 #include "runtime/ucx/hello.hpp"
 #include "runtime/ucx/plane_impl.hpp"
 
@@ -243,7 +243,11 @@ void plane::impl::open(peer_id id, const std::vector<char>& addr,
     head[sizeof(hello_magic) + i] = static_cast<char>(claim >> (8 * i));
   auto* nonce = reinterpret_cast<unsigned char*>(head + sizeof(hello_magic)
                                                  + identity_size);
-  RAND_bytes(nonce, nonce_size);
+  if (!core::fill_random(nonce, nonce_size)) {
+    delete state;
+    mark_down(id, "UCX: no random bytes for a hello");
+    return;
+  }
   auto key = hello_key(opts.secret, claim,
                        claim == opts.identity ? opts.identity_secret
                                               : opts.server_secret);
