@@ -20,6 +20,25 @@
 
 namespace actorps {
 
+gate_ptr shard_state::new_gate() {
+  gates.erase(std::remove_if(gates.begin(), gates.end(),
+                             [](const auto& g) { return g.expired(); }),
+              gates.end());
+  auto g = std::make_shared<replica_gate>();
+  gates.push_back(g);
+  return g;
+}
+
+shard_state::~shard_state() {
+  // Nobody answers what the gates still hold: their completions go
+  // (outside the gate, which they may release).
+  for (auto& weak : gates)
+    if (auto g = weak.lock()) {
+      auto held = std::move(g->held);
+      g->held.clear();
+    }
+}
+
 namespace {
 
 // Most values (row ids count as two) in one forward over the link with more

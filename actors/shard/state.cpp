@@ -22,25 +22,6 @@ std::string slice_name(slice_id id) {
          + std::to_string(part_of(id));
 }
 
-gate_ptr shard_state::new_gate() {
-  gates.erase(std::remove_if(gates.begin(), gates.end(),
-                             [](const auto& g) { return g.expired(); }),
-              gates.end());
-  auto g = std::make_shared<replica_gate>();
-  gates.push_back(g);
-  return g;
-}
-
-shard_state::~shard_state() {
-  // Nobody answers what the gates still hold: their completions go
-  // (outside the gate, which they may release).
-  for (auto& weak : gates)
-    if (auto g = weak.lock()) {
-      auto held = std::move(g->held);
-      g->held.clear();
-    }
-}
-
 caf::error shard_state::check_worker(const char* op, slice_id id,
                                      uint32_t worker) const {
   if (worker >= cfg.num_workers)
