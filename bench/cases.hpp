@@ -12,6 +12,7 @@
 #include "core/compression.hpp"
 #include "core/layout.hpp"
 #include "runtime/kvstore.hpp"
+#include "runtime/network.hpp"
 
 namespace actorps::bench {
 
@@ -62,6 +63,8 @@ struct tuning {
   uint64_t max_inflight = store_options{}.max_bytes_in_flight;
   // Dist servers: each shard on a thread of its own.
   bool shard_threads = true;
+  // Dist servers (ucx): server_options::inflight_bytes.
+  uint64_t server_inflight = default_server_inflight_bytes;
 };
 
 struct round_plan {

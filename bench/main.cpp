@@ -37,7 +37,7 @@ int run_role(const bench_options& o) {
     return role_coordinator(o.bench_workers, o.tune.slice_floats, o.transport,
                             o.sys);
   if (o.role == "server")
-    return role_server(o.coordinator, o.shards, o.tune.shard_threads, o.sys);
+    return role_server(o.coordinator, o.shards, o.tune, o.sys);
   if (o.role == "worker")
     return role_worker(o.coordinator, o.cases_text, o.plan, o.tune, o.sys,
                        o.server_pid);

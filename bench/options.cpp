@@ -14,7 +14,8 @@ namespace {
 constexpr const char* app = "actorps-bench";
 
 void add_run_options(po::options_description& desc, bench_options& o,
-                     std::string& max_inflight, std::string& scheduler) {
+                     std::string& max_inflight, std::string& server_inflight,
+                     std::string& scheduler) {
   desc.add_options()("modes", po::value(&o.modes)->default_value(o.modes),
                      "local, dist or both (comma-separated)")(
     "sizes", po::value(&o.sizes)->default_value(o.sizes),
@@ -70,6 +71,11 @@ void add_run_options(po::options_description& desc, bench_options& o,
     po::value(&o.tune.shard_threads)->default_value(o.tune.shard_threads),
     "dist servers run each shard on a thread of its own (actorps-server's "
     "default); false: on the scheduler's threads")(
+    "server-inflight",
+    po::value(&server_inflight)->default_value(server_inflight),
+    "dist servers over ucx: bytes of workers' large pushes a server holds "
+    "received and not yet applied (actorps-server --inflight-mb; a multiple "
+    "of 1M; 0: no bound)")(
     "quick", po::bool_switch(&o.quick),
     "tiny sizes and few rounds (CI): --sizes 4K,64K --many 10x256,100x1 "
     "--rows 100000x4x100 "
@@ -122,10 +128,14 @@ void apply_quick(const po::variables_map& vm, bench_options& o) {
 std::optional<int> parse_options(int argc, char** argv, bench_options& out) {
   std::string config_file;
   std::string max_inflight = std::to_string(out.tune.max_inflight);
+  std::string server_inflight
+    = out.tune.server_inflight == 0
+        ? std::string{"0"}
+        : std::to_string(out.tune.server_inflight >> 20) + "M";
   std::string scheduler = "auto";
   po::options_description desc{"Options"};
   cli::add_common_options(desc, config_file);
-  add_run_options(desc, out, max_inflight, scheduler);
+  add_run_options(desc, out, max_inflight, server_inflight, scheduler);
   po::options_description hidden{"Roles (started by the harness itself)"};
   add_role_options(hidden, out);
   po::options_description all;
@@ -150,6 +160,14 @@ std::optional<int> parse_options(int argc, char** argv, bench_options& out) {
     return cli::fail(app,
                      "--max-inflight: '" + max_inflight
                        + "' is not a size such as 8M (a multiple of 4 bytes)",
+                     2);
+  if (server_inflight == "0")
+    out.tune.server_inflight = 0;
+  else if (!parse_size(server_inflight, out.tune.server_inflight)
+           || out.tune.server_inflight % (1 << 20) != 0)
+    return cli::fail(app,
+                     "--server-inflight: '" + server_inflight
+                       + "' is not a size such as 8M (a multiple of 1M)",
                      2);
   if (!out.tls_dir.empty()) {
     out.sys.tls = tls_files{out.tls_dir + "/node.pem",

@@ -329,7 +329,7 @@ int role_coordinator(uint32_t workers, uint64_t slice_floats,
 }
 
 int role_server(const std::string& coordinator, uint32_t shards,
-                bool shard_threads, const system_options& sys) {
+                const tuning& tune, const system_options& sys) {
   server_options opts;
   auto where = parse_endpoint(coordinator);
   if (!where) {
@@ -339,7 +339,8 @@ int role_server(const std::string& coordinator, uint32_t shards,
   opts.coordinator = *where;
   opts.token = job_token;
   opts.shards = shards;
-  opts.shard_threads = shard_threads;
+  opts.shard_threads = tune.shard_threads;
+  opts.inflight_bytes = tune.server_inflight;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;
   opts.system.tls = sys.tls;

@@ -32,9 +32,10 @@ int role_coordinator(uint32_t workers, uint64_t slice_floats,
                      const std::string& transport, const system_options& sys);
 
 /// The server role: hosts `shards` shards (each on a thread of its own
-/// with `shard_threads`); prints "peak_rss_kb N" at exit.
+/// with `tune.shard_threads`, holding at most `tune.server_inflight` bytes
+/// of large pushes received); prints "peak_rss_kb N" at exit.
 int role_server(const std::string& coordinator, uint32_t shards,
-                bool shard_threads, const system_options& sys);
+                const tuning& tune, const system_options& sys);
 
 /// The worker role: runs the encoded cases. Rank 0 prints "result INDEX T1
 /// T2 ..." (seconds) per case, "wire INDEX SENT RECEIVED" (bytes per round)

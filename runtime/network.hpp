@@ -133,6 +133,10 @@ uint8_t default_transport(bool tls);
 caf::error run_coordinator(const coordinator_options& opts,
                            std::function<void(uint16_t)> on_listening);
 
+/// Default of `server_options::inflight_bytes`: two of the largest messages
+/// a worker sends by default (a 4 MB slice or batch).
+constexpr std::size_t default_server_inflight_bytes = std::size_t{8} << 20;
+
 /// Options of a server process.
 struct server_options {
   endpoint coordinator;
@@ -155,6 +159,13 @@ struct server_options {
   /// CAF's scheduler: with several workers a server then keeps less freed
   /// memory in glibc's per-thread arenas (docs/benchmarks.md).
   bool shard_threads = true;
+  /// UCX transport: most bytes of workers' large messages (pushes, batches)
+  /// this server holds received and not yet handled by its shards, over
+  /// all workers; further ones wait in their workers until some are
+  /// handled (a message larger than this alone, once nothing is held).
+  /// Bounds the server's memory with many workers, where each worker's
+  /// own bound (store_options::max_bytes_in_flight) does not. 0: no bound.
+  std::size_t inflight_bytes = default_server_inflight_bytes;
   /// Timeout of the join and registration requests.
   std::chrono::milliseconds timeout{30000};
   system_options system;

@@ -163,7 +163,8 @@ caf::error run_server(const server_options& opts,
   if (job.transport == transport::ucx) {
     auto requests = std::make_shared<ucx::frame_queue>();
     std::string why;
-    data_plane = ucx::start_plane(opts.token, job, requests, why);
+    data_plane = ucx::start_plane(opts.token, job, requests, why,
+                                  opts.inflight_bytes);
     if (!data_plane) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

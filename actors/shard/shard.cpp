@@ -132,6 +132,8 @@ bool from_plane(shard_ptr self, const plane_reply& r) {
 // A push or push_pull from a data plane, answered through its sink.
 void push_from_plane(shard_ptr self, const char* op, op_kind kind,
                      slice_push& msg, plane_reply& r) {
+  // The values are used up (or taken over) once this returns.
+  auto hold = std::move(r.hold);
   if (!from_plane(self, r))
     return;
   op_target t;
@@ -249,6 +251,9 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       flush(self);
     },
     [self](batch_atom, const slice_batch& msg, plane_reply& r) {
+      // The values are used up (a waiting slice keeps a copy) once this
+      // returns.
+      auto hold = std::move(r.hold);
       if (!from_plane(self, r))
         return;
       auto reply = std::make_shared<batch_reply>();
@@ -282,6 +287,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       return rp;
     },
     [self](push_atom, rows_push& msg, plane_reply& r) {
+      auto hold = std::move(r.hold);
       if (!from_plane(self, r))
         return;
       op_target t;
@@ -289,6 +295,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
       submit_rows(self, msg, std::move(t));
     },
     [self](pull_atom, rows_pull& msg, plane_reply& r) {
+      auto hold = std::move(r.hold);
       if (!from_plane(self, r))
         return;
       op_target t;

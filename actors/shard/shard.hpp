@@ -275,6 +275,10 @@ struct plane_reply {
   std::shared_ptr<reply_sink> sink;
   uint64_t peer = 0;
   uint64_t request = 0;
+  /// Keeps the request's values counted against the plane's bound on bytes
+  /// held (plane_options::max_held_bytes); the shard lets go of it once it
+  /// has handled the message, whatever becomes of the reply.
+  std::shared_ptr<void> hold;
 };
 
 /// The answer to a forward a primary sent over its `replica_link`: `err`

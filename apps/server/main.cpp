@@ -21,6 +21,9 @@ int run(int argc, char** argv) {
   std::string config_file;
   std::string coordinator;
   unsigned port = 0;
+  // (In MB: a wrong suffix cannot go unnoticed.)
+  unsigned inflight_mb
+    = static_cast<unsigned>(actorps::default_server_inflight_bytes >> 20);
   long connect_timeout_ms = 5000;
   long timeout_ms = 30000;
   opts.shards = std::max(1u, std::thread::hardware_concurrency());
@@ -42,7 +45,11 @@ int run(int argc, char** argv) {
     po::value(&opts.shard_threads)->default_value(opts.shard_threads),
     "each shard on a thread of its own (less freed memory kept by the "
     "allocator with several workers); false: on the scheduler's threads "
-    "(--threads)");
+    "(--threads)")(
+    "inflight-mb", po::value(&inflight_mb)->default_value(inflight_mb),
+    "UCX transport: most MB of workers' large pushes the server holds "
+    "received and not yet applied, over all workers (further ones wait in "
+    "their workers); bounds its memory with many workers. 0: no bound");
   cli::add_timeout_options(desc, connect_timeout_ms, timeout_ms,
                            "how long to wait for the coordinator's answers, "
                            "in ms");
@@ -81,6 +88,8 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check_threads(app, opts.system.threads))
     return *rc;
+  if (auto rc = cli::check_range(app, "inflight-mb", inflight_mb, 0u, 1u << 20))
+    return *rc;
   if (coordinator.empty())
     return cli::fail(app, "--coordinator HOST:PORT is required", 2);
   auto where = actorps::parse_endpoint(coordinator);
@@ -93,6 +102,7 @@ int run(int argc, char** argv) {
                      "0..65535",
                      2);
   opts.port = static_cast<uint16_t>(port);
+  opts.inflight_bytes = std::size_t{inflight_mb} << 20;
   opts.connect_timeout
     = std::chrono::milliseconds{std::max(connect_timeout_ms, 0L)};
   opts.coordinator = *where;

@@ -74,7 +74,8 @@ std::vector<frame> frame_queue::take() {
 
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
-            std::shared_ptr<frame_queue> queue, std::string& error) {
+            std::shared_ptr<frame_queue> queue, std::string& error,
+            std::size_t max_held_bytes) {
   // Both handlers run on the plane's progress thread: the map needs no
   // lock.
   auto identities = std::make_shared<std::map<peer_id, uint32_t>>();
@@ -114,6 +115,7 @@ start_plane(const std::string& token, const job_info& job,
     // and rows plus its own metadata (actors/shard/forward.cpp).
     opts.max_body += std::size_t{16} << 20;
   }
+  opts.max_held_bytes = max_held_bytes;
   return plane::start(std::move(opts), std::move(handlers), error);
 }
 
@@ -354,7 +356,7 @@ struct ingress {
                  make_error(errc::bad_config,
                             "ucx: a request body does not decode"));
     };
-    plane_reply reply{sink, from, request};
+    plane_reply reply{sink, from, request, nullptr};
     if (h->kind == frame_kind::replicate
         || h->kind == frame_kind::replicate_change) {
       if (x.identity != server_identity) {
@@ -368,6 +370,8 @@ struct ingress {
         bad_body();
       return;
     }
+    // A worker's values stay counted until the shard handled them.
+    reply.hold = x.body.take_hold();
     switch (h->kind) {
       case frame_kind::push:
       case frame_kind::push_pull: {

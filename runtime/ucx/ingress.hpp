@@ -92,10 +92,13 @@ private:
 /// proves worker job.rank's secret in its hellos; a server (job.rank_key
 /// set) checks every worker's. A job whose coordinator listens on loopback
 /// (job.loopback) keeps the plane on loopback too
-/// (plane_options::loopback_only).
+/// (plane_options::loopback_only). A server passes `max_held_bytes`
+/// (plane_options::max_held_bytes: its bound on workers' large messages
+/// received and not yet handled by a shard).
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
-            std::shared_ptr<frame_queue> queue, std::string& error);
+            std::shared_ptr<frame_queue> queue, std::string& error,
+            std::size_t max_held_bytes = 0);
 
 /// How the ingress names the peer a request came from to the shards
 /// (plane_reply::peer, opaque to them): peer `from` of the plane and, in

@@ -30,6 +30,10 @@ void keep_ucx_at_close(bool keep) {
 }
 
 plane::impl::~impl() {
+  {
+    std::lock_guard<std::mutex> guard{held->mtx};
+    held->owner = nullptr;
+  }
   // With keep_at_close the process exits next and takes UCX's worker and
   // context with it (no UCX code runs after the progress thread stopped).
   if (worker != nullptr && !keep_at_close)
@@ -81,10 +85,12 @@ void plane::impl::run() {
         // Progress until idle.
       }
       run_fetches();
-      if (!fetches.empty())
+      if (fetch_ready())
         continue;
       sleeping.store(true);
-      if (ucp_worker_arm(worker) == UCS_ERR_BUSY) {
+      // (A hold let go of between the two checks finds `sleeping` set and
+      // wakes this thread.)
+      if (fetch_ready() || ucp_worker_arm(worker) == UCS_ERR_BUSY) {
         sleeping.store(false);
         continue;
       }
@@ -153,6 +159,9 @@ void plane::impl::abandon(send_state* x, const std::string& why) {
 
 void plane::impl::abandon(fetch_state* f) {
   f->abandoned = true;
+  // Its peer is gone: the bytes no longer count against the bound (UCX may
+  // still write into the buffer until it gives the receive back).
+  static_cast<void>(f->body.take_hold());
   abandoned_fetches.insert(f);
 }
 
@@ -345,6 +354,7 @@ plane::~plane() {
 std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
                                     std::string& error) {
   auto d = std::make_unique<impl>();
+  d->held->owner = d.get();
   d->opts = std::move(opts);
   d->handlers = std::move(handlers);
   ucp_config_t* config = nullptr;

@@ -85,9 +85,23 @@ public:
   /// A copy of the bytes.
   std::vector<char> bytes() const;
 
+  /// What keeps this message counted against its plane's
+  /// `plane_options::max_held_bytes` (null if nothing does): the bytes are
+  /// counted until the last copy of it is let go of, by default with the
+  /// buffer. Taken out, it may outlive the buffer (until the values it
+  /// held are used up).
+  std::shared_ptr<void> take_hold() noexcept {
+    return std::move(hold_);
+  }
+
+  void set_hold(std::shared_ptr<void> x) noexcept {
+    hold_ = std::move(x);
+  }
+
 private:
   std::vector<float> words_;
   std::size_t size_ = 0;
+  std::shared_ptr<void> hold_;
 };
 
 /// What a plane tells its owner, on its progress thread: keep it short.
@@ -163,6 +177,13 @@ struct plane_options {
   /// and the peer cut off).
   std::size_t max_header = std::size_t{64} << 10;
   std::size_t max_body = std::size_t{1} << 30;
+  /// Most bytes of large messages (those UCX hands over by rendezvous) this
+  /// plane holds received and not yet let go of (`buffer::take_hold`),
+  /// over all peers together; 0: no bound. Beyond it, further large
+  /// messages wait, in arrival order, in their senders' memory until held
+  /// ones are let go of; a message larger than the bound is received when
+  /// nothing else is held. Small messages are never held back.
+  std::size_t max_held_bytes = 0;
 };
 
 /// From now on, closing a plane leaves UCX's worker and context to the

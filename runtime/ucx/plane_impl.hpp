@@ -34,6 +34,19 @@ struct plane::impl {
   struct send_state;
   struct fetch_state;
 
+  // Bytes of large messages received and not yet let go of
+  // (plane_options::max_held_bytes). Shared with the holds, which may
+  // outlive the plane.
+  struct held_bytes {
+    std::atomic<std::size_t> bytes{0};
+    std::mutex mtx;
+    impl* owner = nullptr;
+
+    // A hold of `n` bytes: let go of, it wakes the plane's thread.
+    static std::shared_ptr<void> make(std::shared_ptr<held_bytes> self,
+                                      std::size_t n);
+  };
+
   struct peer {
     std::vector<char> address;
     ucp_ep_h out = nullptr;
@@ -61,12 +74,14 @@ struct plane::impl {
     bool abandoned = false;
   };
 
-  // A rendezvous message being received into `body`.
+  // A rendezvous message of `length` bytes, received into `body` (made
+  // when its receiving starts).
   struct fetch_state {
     impl* self;
     peer_id from;
     void* desc;
     std::vector<char> header;
+    std::size_t length = 0;
     buffer body;
     bool abandoned = false;
   };
@@ -103,7 +118,10 @@ struct plane::impl {
   std::unordered_map<ucp_ep_h, peer_id> by_out_ep;
   std::unordered_map<ucp_ep_h, peer_id> by_reply_ep;
   std::set<std::vector<unsigned char>> used_nonces;
+  // Rendezvous messages to receive, in arrival order; the first ones wait
+  // while `may_fetch` says no.
   std::vector<fetch_state*> fetches;
+  std::shared_ptr<held_bytes> held = std::make_shared<held_bytes>();
   // Endpoints of dropped unwatched peers, closed with the plane.
   std::vector<ucp_ep_h> dropped_eps;
   // Sends and receives UCX still holds after their peer was dropped.
@@ -169,6 +187,12 @@ struct plane::impl {
   void fetched(fetch_state* f, ucs_status_t status);
 
   void run_fetches();
+
+  // True if a message of `size` bytes may be received now.
+  bool may_fetch(std::size_t size) const;
+
+  // True if the first waiting message may be received now.
+  bool fetch_ready() const;
 };
 
 } // namespace actorps::ucx

@@ -81,7 +81,7 @@ ucs_status_t plane::impl::on_data(void* arg, const void* header,
   std::vector<char> head(static_cast<const char*>(header),
                          static_cast<const char*>(header) + header_length);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    auto* f = new fetch_state{self, id, data, std::move(head), buffer{length}};
+    auto* f = new fetch_state{self, id, data, std::move(head), length, {}};
     self->fetches.push_back(f);
     return UCS_INPROGRESS;
   }
@@ -111,16 +111,48 @@ void plane::impl::fetched(fetch_state* f, ucs_status_t status) {
   delete f;
 }
 
+std::shared_ptr<void>
+plane::impl::held_bytes::make(std::shared_ptr<held_bytes> self, std::size_t n) {
+  self->bytes += n;
+  auto* raw = self.get();
+  return std::shared_ptr<void>(raw, [self = std::move(self), n](void*) {
+    self->bytes -= n;
+    std::lock_guard<std::mutex> guard{self->mtx};
+    if (self->owner != nullptr)
+      self->owner->wake();
+  });
+}
+
+bool plane::impl::may_fetch(std::size_t size) const {
+  if (opts.max_held_bytes == 0)
+    return true;
+  auto now = held->bytes.load();
+  return now == 0 || now + size <= opts.max_held_bytes;
+}
+
+bool plane::impl::fetch_ready() const {
+  return !fetches.empty() && may_fetch(fetches.front()->length);
+}
+
 void plane::impl::run_fetches() {
   auto todo = std::move(fetches);
   fetches.clear();
-  for (auto* f : todo) {
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    auto* f = todo[k];
     auto p = peers.find(f->from);
     if (p == peers.end() || p->second.down) {
       ucp_am_data_release(worker, f->desc);
       delete f;
       continue;
     }
+    if (!may_fetch(f->length)) {
+      // It and those after it wait (in order) until held bytes are let go.
+      fetches.assign(todo.begin() + static_cast<std::ptrdiff_t>(k), todo.end());
+      return;
+    }
+    f->body = buffer{f->length};
+    if (opts.max_held_bytes > 0)
+      f->body.set_hold(held_bytes::make(held, f->length));
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
                          | UCP_OP_ATTR_FIELD_USER_DATA;

@@ -115,6 +115,30 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
   CHECK(job.coordinator->output().find("job done") != std::string::npos);
 }
 
+#ifdef ACTORPS_HAVE_UCX
+TEST_CASE("dist: a server that holds at most 1 MB of pushes received still "
+          "sums 3 workers' large pushes exactly (ucx)",
+          "[integration]") {
+  // Each 1.2 MB push arrives by rendezvous and alone exceeds the server's
+  // bound: the server takes them one at a time, the others waiting in
+  // their workers, in both modes.
+  auto mode = GENERATE(as<std::string>{}, "dist_sync", "dist_async");
+  INFO(mode);
+  dist_job job{mode, 3, 1, {"--transport", "ucx"}};
+  job.add_server(1, {"--inflight-mb", "1"});
+  for (int i = 0; i < 3; ++i)
+    job.add_worker({"--keys", "2", "--size", "300000", "--rounds", "4"});
+  for (auto& w : job.workers) {
+    CHECK_EXIT(*w, 0, job_time);
+    INFO(w->output());
+    CHECK(w->output().find("all values exact") != std::string::npos);
+  }
+  for (auto& s : job.servers)
+    CHECK_EXIT(*s, 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+}
+#endif
+
 TEST_CASE("dist: a worker with --hold-after-rounds waits for a line on its "
           "standard input",
           "[integration]") {
@@ -687,6 +711,8 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
     };
     expect({ACTORPS_SERVER_BIN, "--shards", "-1"}, "--shards");
     expect({ACTORPS_SERVER_BIN, "--shard-threads", "maybe"}, "shard-threads");
+    expect({ACTORPS_SERVER_BIN, "--inflight-mb", "2000000"}, "--inflight-mb");
+    expect({ACTORPS_SERVER_BIN, "--inflight-mb", "-1"}, "inflight-mb");
     expect({ACTORPS_COORDINATOR_BIN, "--workers", "-1"}, "--workers");
     expect({ACTORPS_COORDINATOR_BIN, "--workers", "0"},
            "--workers must be 1..");

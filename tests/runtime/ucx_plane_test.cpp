@@ -217,6 +217,101 @@ TEST_CASE("ucx: planes holding the secret exchange small and large "
   CHECK(a->connect(b->address()) == to_b);
 }
 
+TEST_CASE("ucx: a plane with max_held_bytes receives large messages only "
+          "while fewer bytes are held, in order, and small ones always",
+          "[ucx]") {
+  // B holds at most 1 MB of large messages; A sends three of 768 KB (above
+  // the 128 KB rendezvous threshold), a small one, and one of 2 MB.
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::vector<char>> headers;
+  std::vector<buffer> bodies;
+  plane_handlers h;
+  h.on_message = [&](peer_id, std::vector<char> header, buffer body) {
+    std::lock_guard<std::mutex> guard{mtx};
+    headers.push_back(std::move(header));
+    bodies.push_back(std::move(body));
+    cv.notify_all();
+  };
+  plane_options opts;
+  opts.secret = "job-secret";
+  opts.max_held_bytes = std::size_t{1} << 20;
+  std::string error;
+  auto b = plane::start(opts, h, error);
+  INFO(error);
+  REQUIRE(b);
+  inbox a_box;
+  auto a = start("job-secret", a_box);
+  auto to_b = a->connect(b->address());
+  auto arrived = [&](std::size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock{mtx};
+    return cv.wait_for(lock, limit, [&] { return headers.size() >= n; });
+  };
+  std::vector<std::shared_ptr<std::vector<float>>> sent;
+  auto send = [&](const std::string& name, std::size_t floats) {
+    auto x = std::make_shared<std::vector<float>>(floats);
+    std::iota(x->begin(), x->end(), static_cast<float>(sent.size()));
+    sent.push_back(x);
+    a->send(to_b, bytes(name), payload{x->data(), x->size() * sizeof(float), x},
+            nullptr);
+  };
+  constexpr std::size_t part = 192 << 10; // floats: 768 KB
+  send("l1", part);
+  send("l2", part);
+  send("l3", part);
+  REQUIRE(arrived(1, 10s));
+  // The first holds 768 KB: a second would pass the bound. A small message
+  // sent after both is not held back.
+  std::string hi = "small";
+  outcome small_sent;
+  a->send(to_b, bytes("s"), payload{hi.data(), hi.size(), nullptr},
+          small_sent.callback());
+  REQUIRE(arrived(2, 10s));
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    CHECK(headers[0] == bytes("l1"));
+    CHECK(headers[1] == bytes("s"));
+  }
+  // (Nothing else may come while the first is held: a bounded look.)
+  CHECK_FALSE(arrived(3, 300ms));
+  // Letting go of it lets the second in, and so on, in order.
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    bodies[0] = buffer{};
+  }
+  REQUIRE(arrived(3, 10s));
+  CHECK_FALSE(arrived(4, 300ms));
+  {
+    // A hold taken out of its buffer keeps counting until it goes.
+    std::unique_lock<std::mutex> lock{mtx};
+    auto hold = bodies[2].take_hold();
+    CHECK(hold != nullptr);
+    bodies[2] = buffer{};
+    lock.unlock();
+    CHECK_FALSE(arrived(4, 300ms));
+  }
+  REQUIRE(arrived(4, 10s));
+  // A message larger than the bound comes once nothing is held.
+  send("big", 512 << 10); // 2 MB
+  CHECK_FALSE(arrived(5, 300ms));
+  auto same = [&](std::size_t i, const std::vector<float>& x) {
+    REQUIRE(bodies[i].size() == x.size() * sizeof(float));
+    CHECK(std::memcmp(bodies[i].data(), x.data(), bodies[i].size()) == 0);
+  };
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    same(3, *sent[2]);
+    bodies[3] = buffer{};
+  }
+  REQUIRE(arrived(5, 10s));
+  std::lock_guard<std::mutex> guard{mtx};
+  CHECK(headers[2] == bytes("l2"));
+  CHECK(headers[3] == bytes("l3"));
+  CHECK(headers[4] == bytes("big"));
+  same(4, *sent[3]);
+  CHECK(headers.size() == 5);
+}
+
 namespace {
 
 // The local addresses (hex, as /proc/net/tcp and tcp6 write them) of the
