@@ -116,6 +116,11 @@ start_plane(const std::string& token, const job_info& job,
     opts.max_body += std::size_t{16} << 20;
   }
   opts.max_held_bytes = max_held_bytes;
+  // Held-back requests go by their priority, as the shards' mailboxes do.
+  opts.priority_of = [](const std::vector<char>& header) {
+    auto h = decode(header);
+    return h ? h->priority : 0;
+  };
   return plane::start(std::move(opts), std::move(handlers), error);
 }
 

@@ -460,6 +460,11 @@ uint32_t plane::identity() const {
   return impl_->opts.identity;
 }
 
+std::size_t plane::waiting() const {
+  std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
+  return impl_->fetches.size();
+}
+
 peer_id plane::connect(const std::vector<char>& address,
                        uint32_t peer_identity) {
   auto* d = impl_.get();

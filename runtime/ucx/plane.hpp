@@ -180,10 +180,15 @@ struct plane_options {
   /// Most bytes of large messages (those UCX hands over by rendezvous) this
   /// plane holds received and not yet let go of (`buffer::take_hold`),
   /// over all peers together; 0: no bound. Beyond it, further large
-  /// messages wait, in arrival order, in their senders' memory until held
-  /// ones are let go of; a message larger than the bound is received when
+  /// messages wait (in the order `priority_of` gives) in their senders'
+  /// memory until held ones are let go of; a message larger than the bound
+  /// is received when
   /// nothing else is held. Small messages are never held back.
   std::size_t max_held_bytes = 0;
+  /// The priority of a large message, from its header: held-back messages
+  /// are received highest priority first, in arrival order among equals
+  /// (none: all in arrival order).
+  std::function<int32_t(const std::vector<char>& header)> priority_of;
 };
 
 /// From now on, closing a plane leaves UCX's worker and context to the
@@ -210,6 +215,10 @@ public:
 
   /// This plane's identity (plane_options::identity).
   uint32_t identity() const;
+
+  /// Large messages announced and not received yet: held back by
+  /// `plane_options::max_held_bytes`, or about to be received.
+  std::size_t waiting() const;
 
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives

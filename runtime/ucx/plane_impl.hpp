@@ -82,6 +82,8 @@ struct plane::impl {
     void* desc;
     std::vector<char> header;
     std::size_t length = 0;
+    // Who goes first while messages wait (plane_options::priority_of).
+    int32_t priority = 0;
     buffer body;
     bool abandoned = false;
   };
@@ -118,8 +120,8 @@ struct plane::impl {
   std::unordered_map<ucp_ep_h, peer_id> by_out_ep;
   std::unordered_map<ucp_ep_h, peer_id> by_reply_ep;
   std::set<std::vector<unsigned char>> used_nonces;
-  // Rendezvous messages to receive, in arrival order; the first ones wait
-  // while `may_fetch` says no.
+  // Rendezvous messages to receive, highest priority first, in arrival
+  // order among equals; the first ones wait while `may_fetch` says no.
   std::vector<fetch_state*> fetches;
   std::shared_ptr<held_bytes> held = std::make_shared<held_bytes>();
   // Endpoints of dropped unwatched peers, closed with the plane.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // A plane's receiving side: the hello that admits a peer, data from
 // admitted peers, and rendezvous messages fetched into buffers of ours.
+#include <algorithm>
 #include <cstring>
 
 #include <openssl/crypto.h>
@@ -81,8 +82,15 @@ ucs_status_t plane::impl::on_data(void* arg, const void* header,
   std::vector<char> head(static_cast<const char*>(header),
                          static_cast<const char*>(header) + header_length);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    auto* f = new fetch_state{self, id, data, std::move(head), length, {}};
-    self->fetches.push_back(f);
+    auto* f = new fetch_state{self, id, data, std::move(head), length, 0, {}};
+    if (self->opts.priority_of)
+      f->priority = self->opts.priority_of(f->header);
+    // After every waiting one of at least its priority.
+    auto at = std::find_if(self->fetches.begin(), self->fetches.end(),
+                           [f](const fetch_state* x) {
+                             return x->priority < f->priority;
+                           });
+    self->fetches.insert(at, f);
     return UCS_INPROGRESS;
   }
   if (self->handlers.on_message)
@@ -147,7 +155,8 @@ void plane::impl::run_fetches() {
     }
     if (!may_fetch(f->length)) {
       // It and those after it wait (in order) until held bytes are let go.
-      fetches.assign(todo.begin() + static_cast<std::ptrdiff_t>(k), todo.end());
+      fetches.insert(fetches.begin(),
+                     todo.begin() + static_cast<std::ptrdiff_t>(k), todo.end());
       return;
     }
     f->body = buffer{f->length};

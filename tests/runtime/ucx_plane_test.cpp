@@ -312,6 +312,71 @@ TEST_CASE("ucx: a plane with max_held_bytes receives large messages only "
   CHECK(headers.size() == 5);
 }
 
+TEST_CASE("ucx: held-back large messages are received highest priority "
+          "first",
+          "[ucx]") {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::vector<char>> headers;
+  std::vector<buffer> bodies;
+  plane_handlers h;
+  h.on_message = [&](peer_id, std::vector<char> header, buffer body) {
+    std::lock_guard<std::mutex> guard{mtx};
+    headers.push_back(std::move(header));
+    bodies.push_back(std::move(body));
+    cv.notify_all();
+  };
+  plane_options opts;
+  opts.secret = "job-secret";
+  opts.max_held_bytes = std::size_t{1} << 20;
+  // "u..." is urgent.
+  opts.priority_of = [](const std::vector<char>& header) {
+    return !header.empty() && header[0] == 'u' ? 5 : 0;
+  };
+  std::string error;
+  auto b = plane::start(opts, h, error);
+  INFO(error);
+  REQUIRE(b);
+  inbox a_box;
+  auto a = start("job-secret", a_box);
+  auto to_b = a->connect(b->address());
+  auto arrived = [&](std::size_t n) {
+    std::unique_lock<std::mutex> lock{mtx};
+    return cv.wait_for(lock, 10s, [&] { return headers.size() >= n; });
+  };
+  auto value = std::make_shared<std::vector<float>>(192 << 10, 1.0f);
+  auto send = [&](const std::string& name) {
+    a->send(to_b, bytes(name),
+            payload{value->data(), value->size() * sizeof(float), value},
+            nullptr);
+  };
+  send("l1");
+  REQUIRE(arrived(1));
+  send("n1");
+  send("u1");
+  send("n2");
+  send("u2");
+  // Until all four are announced (UCX tells of each on B's thread).
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (b->waiting() < 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  REQUIRE(b->waiting() == 4);
+  // Each release lets the next in: the urgent ones first, each group in
+  // the order sent.
+  for (std::size_t next = 1; next < 5; ++next) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      bodies[next - 1] = buffer{};
+    }
+    REQUIRE(arrived(next + 1));
+  }
+  CHECK(b->waiting() == 0);
+  std::lock_guard<std::mutex> guard{mtx};
+  CHECK(headers
+        == std::vector<std::vector<char>>{bytes("l1"), bytes("u1"), bytes("u2"),
+                                          bytes("n1"), bytes("n2")});
+}
+
 namespace {
 
 // The local addresses (hex, as /proc/net/tcp and tcp6 write them) of the
