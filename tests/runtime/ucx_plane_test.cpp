@@ -217,162 +217,156 @@ TEST_CASE("ucx: planes holding the secret exchange small and large "
   CHECK(a->connect(b->address()) == to_b);
 }
 
-TEST_CASE("ucx: a plane with max_held_bytes receives large messages only "
-          "while fewer bytes are held, in order, and small ones always",
-          "[ucx]") {
-  // B holds at most 1 MB of large messages; A sends three of 768 KB (above
-  // the 128 KB rendezvous threshold), a small one, and one of 2 MB.
+namespace {
+
+// Plane B keeps each message it receives (and with it the message's hold
+// on its max_held_bytes) until the test lets go of it; plane A is
+// connected to it. B's holds outlive B itself at the end.
+struct holding_planes {
   std::mutex mtx;
   std::condition_variable cv;
   std::vector<std::vector<char>> headers;
   std::vector<buffer> bodies;
-  plane_handlers h;
-  h.on_message = [&](peer_id, std::vector<char> header, buffer body) {
-    std::lock_guard<std::mutex> guard{mtx};
-    headers.push_back(std::move(header));
-    bodies.push_back(std::move(body));
-    cv.notify_all();
-  };
-  plane_options opts;
-  opts.secret = "job-secret";
-  opts.max_held_bytes = std::size_t{1} << 20;
-  std::string error;
-  auto b = plane::start(opts, h, error);
-  INFO(error);
-  REQUIRE(b);
   inbox a_box;
-  auto a = start("job-secret", a_box);
-  auto to_b = a->connect(b->address());
-  auto arrived = [&](std::size_t n, std::chrono::milliseconds limit) {
-    std::unique_lock<std::mutex> lock{mtx};
-    return cv.wait_for(lock, limit, [&] { return headers.size() >= n; });
-  };
+  std::unique_ptr<plane> b;
+  std::unique_ptr<plane> a;
+  peer_id to_b = 0;
+  // What A sent, kept alive until sent.
   std::vector<std::shared_ptr<std::vector<float>>> sent;
-  auto send = [&](const std::string& name, std::size_t floats) {
+
+  explicit holding_planes(plane_options opts) {
+    plane_handlers h;
+    h.on_message = [this](peer_id, std::vector<char> header, buffer body) {
+      std::lock_guard<std::mutex> guard{mtx};
+      headers.push_back(std::move(header));
+      bodies.push_back(std::move(body));
+      cv.notify_all();
+    };
+    opts.secret = "job-secret";
+    std::string error;
+    b = plane::start(opts, h, error);
+    INFO(error);
+    REQUIRE(b);
+    a = start("job-secret", a_box);
+    to_b = a->connect(b->address());
+  }
+
+  // A sends `floats` floats (counting up from the number of sends before).
+  void send(const std::string& name, std::size_t floats) {
     auto x = std::make_shared<std::vector<float>>(floats);
     std::iota(x->begin(), x->end(), static_cast<float>(sent.size()));
     sent.push_back(x);
     a->send(to_b, bytes(name), payload{x->data(), x->size() * sizeof(float), x},
             nullptr);
-  };
+  }
+
+  // True once B received `n` messages.
+  bool arrived(std::size_t n, std::chrono::milliseconds limit = 10s) {
+    std::unique_lock<std::mutex> lock{mtx};
+    return cv.wait_for(lock, limit, [&] { return headers.size() >= n; });
+  }
+
+  // True once B was told of `n` large messages it holds back (UCX tells of
+  // each on B's thread; nothing to wait on but the count).
+  bool announced(std::size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (b->waiting() < n && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
+    return b->waiting() == n;
+  }
+
+  // B lets go of message `i`, after checking that it carries `x`.
+  void release(std::size_t i, const std::vector<float>* x = nullptr) {
+    std::lock_guard<std::mutex> guard{mtx};
+    if (x != nullptr) {
+      REQUIRE(bodies[i].size() == x->size() * sizeof(float));
+      CHECK(std::memcmp(bodies[i].data(), x->data(), bodies[i].size()) == 0);
+    }
+    bodies[i] = buffer{};
+  }
+};
+
+} // namespace
+
+TEST_CASE("ucx: a plane with max_held_bytes receives large messages only "
+          "while fewer bytes are held, in order, and small ones always",
+          "[ucx]") {
+  // B holds at most 1 MB of large messages; A sends three of 768 KB (above
+  // the 128 KB rendezvous threshold), a small one, and one of 2 MB.
+  plane_options opts;
+  opts.max_held_bytes = std::size_t{1} << 20;
+  holding_planes job{opts};
   constexpr std::size_t part = 192 << 10; // floats: 768 KB
-  send("l1", part);
-  send("l2", part);
-  send("l3", part);
-  REQUIRE(arrived(1, 10s));
+  job.send("l1", part);
+  job.send("l2", part);
+  job.send("l3", part);
+  REQUIRE(job.arrived(1));
   // The first holds 768 KB: a second would pass the bound. A small message
   // sent after both is not held back.
   std::string hi = "small";
-  outcome small_sent;
-  a->send(to_b, bytes("s"), payload{hi.data(), hi.size(), nullptr},
-          small_sent.callback());
-  REQUIRE(arrived(2, 10s));
+  job.a->send(job.to_b, bytes("s"), payload{hi.data(), hi.size(), nullptr},
+              nullptr);
+  REQUIRE(job.arrived(2));
   {
-    std::lock_guard<std::mutex> guard{mtx};
-    CHECK(headers[0] == bytes("l1"));
-    CHECK(headers[1] == bytes("s"));
+    std::lock_guard<std::mutex> guard{job.mtx};
+    CHECK(job.headers[0] == bytes("l1"));
+    CHECK(job.headers[1] == bytes("s"));
   }
-  // (Nothing else may come while the first is held: a bounded look.)
-  CHECK_FALSE(arrived(3, 300ms));
+  // Nothing else comes while the first is held (a bounded look).
+  REQUIRE(job.announced(2));
+  CHECK_FALSE(job.arrived(3, 300ms));
   // Letting go of it lets the second in, and so on, in order.
-  {
-    std::lock_guard<std::mutex> guard{mtx};
-    bodies[0] = buffer{};
-  }
-  REQUIRE(arrived(3, 10s));
-  CHECK_FALSE(arrived(4, 300ms));
+  job.release(0, job.sent[0].get());
+  REQUIRE(job.arrived(3));
+  CHECK_FALSE(job.arrived(4, 300ms));
   {
     // A hold taken out of its buffer keeps counting until it goes.
-    std::unique_lock<std::mutex> lock{mtx};
-    auto hold = bodies[2].take_hold();
+    std::unique_lock<std::mutex> lock{job.mtx};
+    auto hold = job.bodies[2].take_hold();
     CHECK(hold != nullptr);
-    bodies[2] = buffer{};
+    job.bodies[2] = buffer{};
     lock.unlock();
-    CHECK_FALSE(arrived(4, 300ms));
+    CHECK_FALSE(job.arrived(4, 300ms));
   }
-  REQUIRE(arrived(4, 10s));
+  REQUIRE(job.arrived(4));
   // A message larger than the bound comes once nothing is held.
-  send("big", 512 << 10); // 2 MB
-  CHECK_FALSE(arrived(5, 300ms));
-  auto same = [&](std::size_t i, const std::vector<float>& x) {
-    REQUIRE(bodies[i].size() == x.size() * sizeof(float));
-    CHECK(std::memcmp(bodies[i].data(), x.data(), bodies[i].size()) == 0);
-  };
-  {
-    std::lock_guard<std::mutex> guard{mtx};
-    same(3, *sent[2]);
-    bodies[3] = buffer{};
-  }
-  REQUIRE(arrived(5, 10s));
-  std::lock_guard<std::mutex> guard{mtx};
-  CHECK(headers[2] == bytes("l2"));
-  CHECK(headers[3] == bytes("l3"));
-  CHECK(headers[4] == bytes("big"));
-  same(4, *sent[3]);
-  CHECK(headers.size() == 5);
+  job.send("big", 512 << 10); // 2 MB
+  CHECK_FALSE(job.arrived(5, 300ms));
+  job.release(3, job.sent[2].get());
+  REQUIRE(job.arrived(5));
+  job.release(4, job.sent[3].get());
+  std::lock_guard<std::mutex> guard{job.mtx};
+  CHECK(job.headers[2] == bytes("l2"));
+  CHECK(job.headers[3] == bytes("l3"));
+  CHECK(job.headers[4] == bytes("big"));
+  CHECK(job.headers.size() == 5);
 }
 
 TEST_CASE("ucx: held-back large messages are received highest priority "
           "first",
           "[ucx]") {
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::vector<std::vector<char>> headers;
-  std::vector<buffer> bodies;
-  plane_handlers h;
-  h.on_message = [&](peer_id, std::vector<char> header, buffer body) {
-    std::lock_guard<std::mutex> guard{mtx};
-    headers.push_back(std::move(header));
-    bodies.push_back(std::move(body));
-    cv.notify_all();
-  };
   plane_options opts;
-  opts.secret = "job-secret";
   opts.max_held_bytes = std::size_t{1} << 20;
   // "u..." is urgent.
   opts.priority_of = [](const std::vector<char>& header) {
     return !header.empty() && header[0] == 'u' ? 5 : 0;
   };
-  std::string error;
-  auto b = plane::start(opts, h, error);
-  INFO(error);
-  REQUIRE(b);
-  inbox a_box;
-  auto a = start("job-secret", a_box);
-  auto to_b = a->connect(b->address());
-  auto arrived = [&](std::size_t n) {
-    std::unique_lock<std::mutex> lock{mtx};
-    return cv.wait_for(lock, 10s, [&] { return headers.size() >= n; });
-  };
-  auto value = std::make_shared<std::vector<float>>(192 << 10, 1.0f);
-  auto send = [&](const std::string& name) {
-    a->send(to_b, bytes(name),
-            payload{value->data(), value->size() * sizeof(float), value},
-            nullptr);
-  };
-  send("l1");
-  REQUIRE(arrived(1));
-  send("n1");
-  send("u1");
-  send("n2");
-  send("u2");
-  // Until all four are announced (UCX tells of each on B's thread).
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (b->waiting() < 4 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
-  REQUIRE(b->waiting() == 4);
+  holding_planes job{opts};
+  constexpr std::size_t part = 192 << 10; // floats: 768 KB
+  job.send("l1", part);
+  REQUIRE(job.arrived(1));
+  for (auto* name : {"n1", "u1", "n2", "u2"})
+    job.send(name, part);
+  REQUIRE(job.announced(4));
   // Each release lets the next in: the urgent ones first, each group in
   // the order sent.
   for (std::size_t next = 1; next < 5; ++next) {
-    {
-      std::lock_guard<std::mutex> guard{mtx};
-      bodies[next - 1] = buffer{};
-    }
-    REQUIRE(arrived(next + 1));
+    job.release(next - 1);
+    REQUIRE(job.arrived(next + 1));
   }
-  CHECK(b->waiting() == 0);
-  std::lock_guard<std::mutex> guard{mtx};
-  CHECK(headers
+  CHECK(job.b->waiting() == 0);
+  std::lock_guard<std::mutex> guard{job.mtx};
+  CHECK(job.headers
         == std::vector<std::vector<char>>{bytes("l1"), bytes("u1"), bytes("u2"),
                                           bytes("n1"), bytes("n2")});
 }
