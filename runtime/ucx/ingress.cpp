@@ -72,6 +72,28 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
+bool segment_size_from_env(std::size_t& bytes, std::string& error) {
+  bytes = default_segment_mb << 20;
+  auto* text = std::getenv("ACTORPS_UCX_SEGMENT_MB");
+  if (text == nullptr)
+    return true;
+  std::string s{text};
+  std::size_t mb = 0;
+  bool ok = !s.empty() && s.size() <= 5;
+  for (auto c : s)
+    ok = ok && c >= '0' && c <= '9';
+  if (ok)
+    mb = std::stoul(s);
+  if (!ok || mb > max_segment_mb) {
+    error = "ACTORPS_UCX_SEGMENT_MB: expected the megabytes of the data "
+            "plane's shared-memory segment per peer on this host, 0 to "
+            + std::to_string(max_segment_mb) + " (0: none), got '" + s + "'";
+    return false;
+  }
+  bytes = mb << 20;
+  return true;
+}
+
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error,
@@ -101,6 +123,11 @@ start_plane(const std::string& token, const job_info& job,
   // UCX watches (docs/benchmarks.md has what that costs).
   auto* shm = std::getenv("ACTORPS_UCX_SHARED_MEMORY");
   opts.shared_memory = shm != nullptr && std::string{shm} == "1";
+  // Without it, large messages to peers on this host go through a
+  // shared-memory segment of ours (runtime/ucx/segment.hpp), which a dead
+  // peer cannot take this process down with.
+  if (!segment_size_from_env(opts.shared_segment, error))
+    return nullptr;
   if (!job.rank_secret.empty()) {
     opts.identity = job.rank + 1;
     opts.identity_secret = job.rank_secret;

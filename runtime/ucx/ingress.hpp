@@ -85,6 +85,17 @@ private:
   std::vector<frame> items_;
 };
 
+/// Megabytes of a plane's shared-memory segment per peer on its host
+/// (plane_options::shared_segment) unless ACTORPS_UCX_SEGMENT_MB says
+/// otherwise, and the most it may say.
+constexpr std::size_t default_segment_mb = 64;
+constexpr std::size_t max_segment_mb = 1024;
+
+/// The segment size ACTORPS_UCX_SEGMENT_MB asks for, in bytes (the default
+/// when it is not set); false with `error` set if it is no number of
+/// megabytes within bounds.
+bool segment_size_from_env(std::size_t& bytes, std::string& error);
+
 /// Starts the plane of a node that joined job `job` with `token` (its
 /// secret is `data_secret(token, job.data_salt)`), every message of which
 /// goes into `queue`, tagged with what its sender proved; null, with UCX's
@@ -94,7 +105,10 @@ private:
 /// (job.loopback) keeps the plane on loopback too
 /// (plane_options::loopback_only). A server passes `max_held_bytes`
 /// (plane_options::max_held_bytes: its bound on workers' large messages
-/// received and not yet handled by a shard).
+/// received and not yet handled by a shard). Large messages to peers on
+/// this host go through a shared-memory segment of
+/// `segment_size_from_env()` bytes; an unusable ACTORPS_UCX_SEGMENT_MB
+/// fails the start with `error` naming it.
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error,

@@ -143,7 +143,8 @@ void plane::impl::shut_down() {
     p.fetching.clear();
   }
   for (auto* f : fetches) {
-    ucp_am_data_release(worker, f->desc);
+    if (!f->shared)
+      ucp_am_data_release(worker, f->desc);
     delete f;
   }
   fetches.clear();
@@ -195,6 +196,10 @@ void plane::impl::mark_down(peer_id id, const std::string& why) {
   for (auto* f : p.fetching)
     abandon(f);
   p.fetching.clear();
+  // Its messages waiting in `fetches` are dropped unread (run_fetches).
+  p.out_seg.reset();
+  p.out_seg_ready = false;
+  p.in_seg.reset();
   if (handlers.on_peer_down)
     handlers.on_peer_down(id, why);
 }
@@ -265,6 +270,8 @@ void plane::impl::open(peer_id id, const std::vector<char>& addr,
               mac.data(), mac.size());
   state->body = payload{address.data(), address.size()};
   submit(ep, hello_am, state);
+  if (peer_host == host)
+    offer_segment(id, ep);
 }
 
 void plane::impl::on_sent(void* request, ucs_status_t status, void* user_data) {
@@ -301,8 +308,15 @@ bool plane::impl::submit(ucp_ep_h ep, unsigned am, send_state* state) {
     buf = state->gathered.data();
     count = state->gathered.size();
   }
+  state->in_call = true;
   auto req = ucp_am_send_nbx(ep, am, state->header.data(), state->header.size(),
                              buf, count, &param);
+  state->in_call = false;
+  if (state->done_in_call) {
+    // UCX ran the callback (and freed the request) before it returned.
+    finish(state, state->call_status);
+    return false;
+  }
   if (UCS_PTR_IS_PTR(req)) {
     peers[state->to].sending.insert(state);
     return true;
@@ -312,6 +326,12 @@ bool plane::impl::submit(ucp_ep_h ep, unsigned am, send_state* state) {
 }
 
 void plane::impl::finish(send_state* state, ucs_status_t status) {
+  if (state->in_call) {
+    // Completed within ucp_am_send_nbx: submit goes on with it.
+    state->done_in_call = true;
+    state->call_status = status;
+    return;
+  }
   if (state->abandoned) {
     abandoned_sends.erase(state);
   } else {
@@ -427,7 +447,10 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
                             addr_len);
   ucp_worker_release_address(d->worker, addr);
   for (auto [id, cb] : {std::pair{hello_am, &impl::on_hello},
-                        std::pair{data_am, &impl::on_data}}) {
+                        std::pair{data_am, &impl::on_data},
+                        std::pair{segment_am, &impl::on_segment},
+                        std::pair{segment_ack_am, &impl::on_segment_ack},
+                        std::pair{shared_am, &impl::on_shared}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID
                     | UCP_AM_HANDLER_PARAM_FIELD_CB
@@ -458,6 +481,10 @@ const std::vector<char>& plane::address() const {
 
 uint32_t plane::identity() const {
   return impl_->opts.identity;
+}
+
+std::size_t plane::shared_sends() const {
+  return impl_->shared_sends.load();
 }
 
 std::size_t plane::waiting() const {
@@ -496,10 +523,30 @@ void plane::send(peer_id to, std::vector<char> header, payload body,
   state->header = std::move(header);
   state->body = std::move(body);
   state->done = std::move(done);
+  auto size = state->body.size();
+  std::shared_ptr<out_segment> seg;
+  std::optional<segment_slot> slot;
   bool pending = false;
   {
     std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
-    pending = d->send_now(to, state);
+    if (d->opts.shared_segment > 0 && size >= d->opts.shared_min)
+      slot = d->reserve_shared(to, size, seg);
+    if (!slot)
+      pending = d->send_now(to, state);
+  }
+  if (slot) {
+    // Copied outside the lock (the progress thread and other senders go
+    // on); the header leads with the body's place.
+    auto* at = seg->data(*slot);
+    for (const auto& x : state->body.pieces) {
+      std::memcpy(at, x.data, x.size);
+      at += x.size;
+    }
+    state->body = payload{};
+    state->header.insert(state->header.begin(), segment_slot_size, 0);
+    encode(*slot, state->header.data());
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    pending = d->send_shared(to, state, seg, *slot);
   }
   if (pending)
     d->wake();

@@ -167,6 +167,20 @@ struct plane_options {
   /// writes a slot blocks the slot, and with it every peer's messages, for
   /// good: one dead worker would stall the server for all.
   bool shared_memory = true;
+  /// Bytes of the shared-memory segment this plane writes its large
+  /// messages to a peer on this host into (one segment per such peer, its
+  /// pages taken as they are first written); 0: none, every message goes
+  /// through UCX. Only beside connections UCX watches (`shared_memory`
+  /// false). A message that does not fit in the segment's free room at the
+  /// time goes through UCX as before; a peer that cannot open the segment
+  /// (another user, another PID namespace) gets every message through UCX.
+  /// See runtime/ucx/segment.hpp.
+  std::size_t shared_segment = 0;
+  /// Bodies of at least this many bytes go through the segment (those UCX
+  /// would send by rendezvous: like them, they may be held back by
+  /// `max_held_bytes`, and smaller messages sent after them may arrive
+  /// first).
+  std::size_t shared_min = std::size_t{128} << 10;
   /// Every peer is on this host (the job's coordinator listens on a
   /// loopback address, job_info::loopback): UCX then listens on the
   /// loopback interface only
@@ -220,6 +234,10 @@ public:
   /// `plane_options::max_held_bytes`, or about to be received.
   std::size_t waiting() const;
 
+  /// Messages this plane sent through shared-memory segments
+  /// (plane_options::shared_segment).
+  std::size_t shared_sends() const;
+
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives
   /// the same peer. `peer_identity`: what the peer proves in its answering
@@ -250,6 +268,8 @@ public:
   struct impl;
 
 private:
+  friend struct plane_testing;
+
   explicit plane(std::unique_ptr<impl> ptr);
 
   std::unique_ptr<impl> impl_;

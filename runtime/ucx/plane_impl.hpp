@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -19,12 +20,19 @@
 #include <ucp/api/ucp.h>
 
 #include "runtime/ucx/plane.hpp"
+#include "runtime/ucx/segment.hpp"
 
 namespace actorps::ucx {
 
 // Active message ids.
 constexpr unsigned hello_am = 1;
 constexpr unsigned data_am = 2;
+// A peer's shared-memory segment (header: segment_info), its answer (header:
+// one byte, 1 if it mapped the segment), and a message whose body lies in
+// the segment (header: segment_slot, then the message's own header).
+constexpr unsigned segment_am = 3;
+constexpr unsigned segment_ack_am = 4;
+constexpr unsigned shared_am = 5;
 
 inline std::string reason(ucs_status_t status) {
   return ucs_status_string(status);
@@ -58,6 +66,12 @@ struct plane::impl {
     bool down = false;
     std::set<send_state*> sending;
     std::set<fetch_state*> fetching;
+    // The segment our large messages to it go through (a sender copying
+    // into it outside the lock keeps it alive), usable once the peer said
+    // it mapped it; and the peer's segment, mapped here.
+    std::shared_ptr<out_segment> out_seg;
+    bool out_seg_ready = false;
+    std::unique_ptr<in_segment> in_seg;
   };
 
   // A send in flight: owns what UCX reads until completion.
@@ -72,6 +86,12 @@ struct plane::impl {
     // Failed by `mark_down` while UCX still holds it: UCX's completion only
     // frees it.
     bool abandoned = false;
+    // Inside the UCX call that starts it, and completed there (UCX may run
+    // the callback before it returns: a purge on a failed endpoint), with
+    // what status.
+    bool in_call = false;
+    bool done_in_call = false;
+    ucs_status_t call_status = UCS_OK;
   };
 
   // A rendezvous message of `length` bytes, received into `body` (made
@@ -86,6 +106,13 @@ struct plane::impl {
     int32_t priority = 0;
     buffer body;
     bool abandoned = false;
+    // In the peer's segment (no UCX descriptor then).
+    bool shared = false;
+    segment_slot slot;
+    // As send_state's.
+    bool in_call = false;
+    bool done_in_call = false;
+    ucs_status_t call_status = UCS_OK;
   };
 
   plane_options opts;
@@ -124,6 +151,7 @@ struct plane::impl {
   // order among equals; the first ones wait while `may_fetch` says no.
   std::vector<fetch_state*> fetches;
   std::shared_ptr<held_bytes> held = std::make_shared<held_bytes>();
+  std::atomic<std::size_t> shared_sends{0};
   // Endpoints of dropped unwatched peers, closed with the plane.
   std::vector<ucp_ep_h> dropped_eps;
   // Sends and receives UCX still holds after their peer was dropped.
@@ -189,6 +217,39 @@ struct plane::impl {
   void fetched(fetch_state* f, ucs_status_t status);
 
   void run_fetches();
+
+  // Offers this plane's segment to peer `id` on this host (after the hello
+  // on `ep`).
+  void offer_segment(peer_id id, ucp_ep_h ep);
+
+  // A slot of `size` bytes in the segment to peer `to`, if there is one
+  // with room (`seg` then keeps the segment).
+  std::optional<segment_slot> reserve_shared(peer_id to, std::size_t size,
+                                             std::shared_ptr<out_segment>& seg);
+
+  // Sends `state` (its header already led by `slot`) as a message in the
+  // segment `seg`: true if UCX holds it pending.
+  bool send_shared(peer_id to, send_state* state,
+                   const std::shared_ptr<out_segment>& seg,
+                   const segment_slot& slot);
+
+  // The admitted, live peer `param`'s reply endpoint belongs to (0: none).
+  peer_id admitted_sender(const ucp_am_recv_param_t* param);
+
+  static ucs_status_t
+  on_segment(void* arg, const void* header, size_t header_length, void* data,
+             size_t length, const ucp_am_recv_param_t* param);
+
+  static ucs_status_t
+  on_segment_ack(void* arg, const void* header, size_t header_length,
+                 void* data, size_t length, const ucp_am_recv_param_t* param);
+
+  static ucs_status_t on_shared(void* arg, const void* header,
+                                size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param);
+
+  // Queues `f` after every waiting message of at least its priority.
+  void enqueue(fetch_state* f);
 
   // True if a message of `size` bytes may be received now.
   bool may_fetch(std::size_t size) const;

@@ -82,20 +82,25 @@ ucs_status_t plane::impl::on_data(void* arg, const void* header,
   std::vector<char> head(static_cast<const char*>(header),
                          static_cast<const char*>(header) + header_length);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
-    auto* f = new fetch_state{self, id, data, std::move(head), length, 0, {}};
+    auto* f = new fetch_state{self, id, data,  std::move(head), length,
+                              0,    {}, false, false,           {}};
     if (self->opts.priority_of)
       f->priority = self->opts.priority_of(f->header);
-    // After every waiting one of at least its priority.
-    auto at = std::find_if(self->fetches.begin(), self->fetches.end(),
-                           [f](const fetch_state* x) {
-                             return x->priority < f->priority;
-                           });
-    self->fetches.insert(at, f);
+    self->enqueue(f);
     return UCS_INPROGRESS;
   }
   if (self->handlers.on_message)
     self->handlers.on_message(id, std::move(head), buffer{data, length});
   return UCS_OK;
+}
+
+void plane::impl::enqueue(fetch_state* f) {
+  // After every waiting one of at least its priority.
+  auto at = std::find_if(fetches.begin(), fetches.end(),
+                         [f](const fetch_state* x) {
+                           return x->priority < f->priority;
+                         });
+  fetches.insert(at, f);
 }
 
 void plane::impl::on_fetched(void* request, ucs_status_t status, size_t,
@@ -106,6 +111,12 @@ void plane::impl::on_fetched(void* request, ucs_status_t status, size_t,
 }
 
 void plane::impl::fetched(fetch_state* f, ucs_status_t status) {
+  if (f->in_call) {
+    // Completed within ucp_am_recv_data_nbx: run_fetches goes on with it.
+    f->done_in_call = true;
+    f->call_status = status;
+    return;
+  }
   if (f->abandoned) {
     abandoned_fetches.erase(f);
   } else {
@@ -149,7 +160,8 @@ void plane::impl::run_fetches() {
     auto* f = todo[k];
     auto p = peers.find(f->from);
     if (p == peers.end() || p->second.down) {
-      ucp_am_data_release(worker, f->desc);
+      if (!f->shared)
+        ucp_am_data_release(worker, f->desc);
       delete f;
       continue;
     }
@@ -162,13 +174,31 @@ void plane::impl::run_fetches() {
     f->body = buffer{f->length};
     if (opts.max_held_bytes > 0)
       f->body.set_hold(held_bytes::make(held, f->length));
+    if (f->shared) {
+      // Out of the peer's segment, whose slot is then free for it again.
+      if (auto* seg = p->second.in_seg.get()) {
+        seg->read(f->slot, f->body.data());
+        seg->release(f->slot);
+        fetched(f, UCS_OK);
+      } else {
+        delete f;
+      }
+      continue;
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
                          | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.recv_am = &impl::on_fetched;
     param.user_data = f;
+    f->in_call = true;
     auto req = ucp_am_recv_data_nbx(worker, f->desc, f->body.data(),
                                     f->body.size(), &param);
+    f->in_call = false;
+    if (f->done_in_call) {
+      // UCX ran the callback (and freed the request) before it returned.
+      fetched(f, f->call_status);
+      continue;
+    }
     if (UCS_PTR_IS_PTR(req)) {
       p->second.fetching.insert(f);
       continue;

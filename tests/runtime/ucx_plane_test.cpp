@@ -53,59 +53,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// What a plane's handlers saw, with waits that time out.
-struct inbox {
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::vector<std::pair<peer_id, std::vector<char>>> headers;
-  std::vector<std::vector<char>> bodies;
-  std::vector<peer_id> up;
-  std::vector<std::string> down;
-
-  plane_handlers handlers() {
-    plane_handlers h;
-    h.on_message = [this](peer_id from, std::vector<char> header, buffer body) {
-      std::lock_guard<std::mutex> guard{mtx};
-      headers.emplace_back(from, std::move(header));
-      bodies.push_back(body.bytes());
-      cv.notify_all();
-    };
-    h.on_peer_up = [this](peer_id id, const std::vector<char>&, uint32_t) {
-      std::lock_guard<std::mutex> guard{mtx};
-      up.push_back(id);
-      cv.notify_all();
-    };
-    h.on_peer_down = [this](peer_id, const std::string& why) {
-      std::lock_guard<std::mutex> guard{mtx};
-      down.push_back(why);
-      cv.notify_all();
-    };
-    return h;
-  }
-
-  // Waits for the frame that answers request `req`: its kind and body
-  // (a failure with no body if none came).
-  std::pair<frame_kind, std::vector<char>> reply_to(uint64_t req) {
-    auto answered = wait([&](inbox& x) {
-      for (auto& [from, header] : x.headers)
-        if (auto r = decode(header); r && r->request == req)
-          return true;
-      return false;
-    });
-    CHECK(answered);
-    std::lock_guard<std::mutex> guard{mtx};
-    for (size_t i = 0; i < headers.size(); ++i)
-      if (auto r = decode(headers[i].second); r && r->request == req)
-        return std::make_pair(r->kind, bodies[i]);
-    return std::make_pair(frame_kind::failure, std::vector<char>{});
-  }
-
-  template <class Pred>
-  bool wait(Pred pred, std::chrono::milliseconds limit = 10s) {
-    std::unique_lock<std::mutex> lock{mtx};
-    return cv.wait_for(lock, limit, [&] { return pred(*this); });
-  }
-};
+using test::inbox;
 
 // The outcome of one send.
 struct outcome {
@@ -144,11 +92,7 @@ std::unique_ptr<plane> start(const std::string& secret, inbox& box,
   opts.identity = identity;
   if (identity != 0)
     opts.identity_secret = test_secret_of(identity);
-  std::string error;
-  auto p = plane::start(opts, box.handlers(), error);
-  INFO(error);
-  REQUIRE(p);
-  return p;
+  return test::started(opts, box.handlers());
 }
 
 std::vector<char> bytes(const std::string& text) {
@@ -607,12 +551,7 @@ TEST_CASE("ucx: a peer killed while it sends blocks no other peer", "[ucx]") {
   inbox c_box;
   auto c = start("s", c_box);
   auto to_a = c->connect(a->address());
-  std::string hex;
-  for (auto ch : a->address()) {
-    char two[3];
-    std::snprintf(two, sizeof(two), "%02x", static_cast<unsigned char>(ch));
-    hex += two;
-  }
+  auto hex = test::hex_of(a->address());
   for (int kill = 0; kill < 12; ++kill) {
     INFO("kill " << kill);
     test::process sender{{ACTORPS_UCX_SENDER_BIN, hex, "s"}};

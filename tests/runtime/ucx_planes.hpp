@@ -5,18 +5,112 @@
 // each tagged with the identity its sender proved, as start_plane does for
 // the apps (runtime/ucx/ingress.cpp).
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "runtime/ucx/frames.hpp"
 #include "runtime/ucx/ingress.hpp"
 #include "runtime/ucx/plane.hpp"
 
 namespace actorps::test {
+
+/// A plane started with `opts` and `handlers`; REQUIREs that it started.
+inline std::unique_ptr<ucx::plane> started(const ucx::plane_options& opts,
+                                           ucx::plane_handlers handlers) {
+  std::string error;
+  auto p = ucx::plane::start(opts, std::move(handlers), error);
+  INFO(error);
+  REQUIRE(p);
+  return p;
+}
+
+/// `bytes` in hex (how a plane's address reaches a helper process).
+inline std::string hex_of(const std::vector<char>& bytes) {
+  std::string hex;
+  for (auto ch : bytes) {
+    char two[3];
+    std::snprintf(two, sizeof(two), "%02x", static_cast<unsigned char>(ch));
+    hex += two;
+  }
+  return hex;
+}
+
+/// What a plane's handlers saw, with waits that time out.
+struct inbox {
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::pair<ucx::peer_id, std::vector<char>>> headers;
+  std::vector<std::vector<char>> bodies;
+  std::vector<ucx::peer_id> up;
+  std::vector<std::string> down;
+  // Set, the plane's thread waits on it in the message with header "0"
+  // (and reads nothing else meanwhile).
+  std::shared_future<void> gate_at_zero;
+
+  ucx::plane_handlers handlers() {
+    ucx::plane_handlers h;
+    h.on_message = [this](ucx::peer_id from, std::vector<char> header,
+                          ucx::buffer body) {
+      if (gate_at_zero.valid() && header == std::vector<char>{'0'})
+        gate_at_zero.wait();
+      std::lock_guard<std::mutex> guard{mtx};
+      headers.emplace_back(from, std::move(header));
+      bodies.push_back(body.bytes());
+      cv.notify_all();
+    };
+    h.on_peer_up = [this](ucx::peer_id id, const std::vector<char>&, uint32_t) {
+      std::lock_guard<std::mutex> guard{mtx};
+      up.push_back(id);
+      cv.notify_all();
+    };
+    h.on_peer_down = [this](ucx::peer_id, const std::string& why) {
+      std::lock_guard<std::mutex> guard{mtx};
+      down.push_back(why);
+      cv.notify_all();
+    };
+    return h;
+  }
+
+  /// Waits for the frame that answers request `req`: its kind and body
+  /// (a failure with no body if none came).
+  std::pair<ucx::frame_kind, std::vector<char>> reply_to(uint64_t req) {
+    auto answered = wait([&](inbox& x) {
+      for (auto& [from, header] : x.headers)
+        if (auto r = ucx::decode(header); r && r->request == req)
+          return true;
+      return false;
+    });
+    CHECK(answered);
+    std::lock_guard<std::mutex> guard{mtx};
+    for (size_t i = 0; i < headers.size(); ++i)
+      if (auto r = ucx::decode(headers[i].second); r && r->request == req)
+        return std::make_pair(r->kind, bodies[i]);
+    return std::make_pair(ucx::frame_kind::failure, std::vector<char>{});
+  }
+
+  std::size_t count() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return bodies.size();
+  }
+
+  template <class Pred>
+  bool
+  wait(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock{mtx};
+    return cv.wait_for(lock, limit, [&] { return pred(*this); });
+  }
+};
 
 /// Starts a plane with `opts` whose frames go into `queue`; `seen` (if set)
 /// sees each frame's header first, `handlers.on_peer_down` is kept.

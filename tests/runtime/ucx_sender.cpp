@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Test helper: connects a plane to the plane whose address is argv[1] (hex)
 // with the secret argv[2], says "sending" once the peer answered, then sends
-// 4 KB messages as fast as the plane takes them until it is killed.
+// 4 KB messages as fast as the plane takes them until it is killed. With
+// argv[3] "large": 256 KB messages, through a shared-memory segment (it
+// says "shared" once one went that way), over a connection UCX watches.
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -15,8 +17,9 @@
 using namespace actorps::ucx;
 
 int main(int argc, char** argv) {
-  if (argc != 3)
+  if (argc != 3 && argc != 4)
     return 2;
+  bool large = argc == 4 && std::string{argv[3]} == "large";
   std::string hex = argv[1];
   std::vector<char> address;
   for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
@@ -33,6 +36,10 @@ int main(int argc, char** argv) {
   };
   plane_options opts;
   opts.secret = argv[2];
+  if (large) {
+    opts.shared_memory = false;
+    opts.shared_segment = std::size_t{8} << 20;
+  }
   std::string error;
   auto p = plane::start(opts, handlers, error);
   if (!p) {
@@ -47,9 +54,15 @@ int main(int argc, char** argv) {
   }
   std::printf("sending\n");
   std::fflush(stdout);
-  std::vector<char> body(4096, 'x');
+  std::vector<char> body(large ? 256 << 10 : 4096, 'x');
   std::atomic<int> in_flight{0};
+  bool said_shared = false;
   for (;;) {
+    if (large && !said_shared && p->shared_sends() > 0) {
+      said_shared = true;
+      std::printf("shared\n");
+      std::fflush(stdout);
+    }
     while (in_flight.load() > 64)
       std::this_thread::yield();
     ++in_flight;

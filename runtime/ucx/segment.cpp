@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "runtime/ucx/segment.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/link_proof.hpp"
+
+namespace actorps::ucx {
+
+namespace {
+
+// The file: a control page (the tag, then one flag per slot: 1 while the
+// writer waits for the reader, 0 once the reader is done), then the bytes.
+constexpr std::size_t control_size = 4096;
+constexpr std::size_t flags_at = 64;
+static_assert(flags_at + segment_slots * sizeof(uint32_t) <= control_size);
+
+// Messages start at multiples of a cache line.
+constexpr std::size_t alignment = 64;
+
+constexpr char info_magic[4] = {'A', 'P', 'S', 'G'};
+constexpr std::size_t info_size = sizeof(info_magic) + 4 + 4 + 8
+                                  + segment_tag_size;
+
+std::size_t rounded(std::size_t n) {
+  return (n + alignment - 1) / alignment * alignment;
+}
+
+std::string why(const char* what) {
+  return std::string{what} + ": " + std::strerror(errno);
+}
+
+template <class T>
+void put(char*& out, T x) {
+  std::memcpy(out, &x, sizeof(T));
+  out += sizeof(T);
+}
+
+template <class T>
+T get(const char*& in) {
+  T x;
+  std::memcpy(&x, in, sizeof(T));
+  in += sizeof(T);
+  return x;
+}
+
+} // namespace
+
+// -- out_segment --------------------------------------------------------------
+
+std::unique_ptr<out_segment> out_segment::create(std::size_t size,
+                                                 std::string& error) {
+  std::unique_ptr<out_segment> x{new out_segment};
+  x->fd_ = ::memfd_create("actorps-plane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (x->fd_ < 0) {
+    error = why("memfd_create");
+    return nullptr;
+  }
+  x->map_size_ = control_size + size;
+  if (::ftruncate(x->fd_, static_cast<off_t>(x->map_size_)) != 0) {
+    error = why("ftruncate");
+    return nullptr;
+  }
+  // Sealed, the file keeps its size: a reader's copy can never fault.
+  if (::fcntl(x->fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+      != 0) {
+    error = why("sealing the segment");
+    return nullptr;
+  }
+  auto* map = ::mmap(nullptr, x->map_size_, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     x->fd_, 0);
+  if (map == MAP_FAILED) {
+    error = why("mmap");
+    return nullptr;
+  }
+  x->map_ = map;
+  auto* base = static_cast<char*>(map);
+  x->flags_ = reinterpret_cast<uint32_t*>(base + flags_at);
+  x->data_ = base + control_size;
+  x->info_.pid = static_cast<uint32_t>(::getpid());
+  x->info_.fd = static_cast<uint32_t>(x->fd_);
+  x->info_.size = size;
+  if (!core::fill_random(x->info_.tag, segment_tag_size)) {
+    error = "no random bytes for a segment's tag";
+    return nullptr;
+  }
+  std::memcpy(base, x->info_.tag, segment_tag_size);
+  x->free_indices_.reserve(segment_slots);
+  for (uint32_t i = segment_slots; i > 0; --i)
+    x->free_indices_.push_back(i - 1);
+  return x;
+}
+
+out_segment::~out_segment() {
+  if (map_ != nullptr)
+    ::munmap(map_, map_size_);
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+void out_segment::reclaim() {
+  while (!busy_.empty()
+         && __atomic_load_n(flags_ + busy_.front().index, __ATOMIC_ACQUIRE)
+              == 0) {
+    free_indices_.push_back(busy_.front().index);
+    busy_.pop_front();
+  }
+  if (busy_.empty())
+    head_ = 0;
+}
+
+std::optional<segment_slot> out_segment::reserve(std::size_t length) {
+  reclaim();
+  auto n = rounded(length);
+  if (length == 0 || n > info_.size || free_indices_.empty())
+    return std::nullopt;
+  uint64_t at = 0;
+  if (!busy_.empty()) {
+    auto tail = busy_.front().offset;
+    if (busy_.back().offset < tail) {
+      // Wrapped: the room lies between the newest and the oldest.
+      if (tail - head_ < n)
+        return std::nullopt;
+      at = head_;
+    } else if (info_.size - head_ >= n) {
+      at = head_;
+    } else if (tail >= n) {
+      at = 0;
+    } else {
+      return std::nullopt;
+    }
+  }
+  segment_slot x{at, length, free_indices_.back()};
+  free_indices_.pop_back();
+  __atomic_store_n(flags_ + x.index, 1u, __ATOMIC_RELAXED);
+  busy_.push_back(x);
+  head_ = at + n;
+  return x;
+}
+
+void out_segment::cancel(const segment_slot& x) {
+  __atomic_store_n(flags_ + x.index, 0u, __ATOMIC_RELEASE);
+}
+
+// -- in_segment ---------------------------------------------------------------
+
+std::unique_ptr<in_segment> in_segment::open(const segment_info& x,
+                                             std::size_t max_size,
+                                             std::string& error) {
+  if (x.size == 0 || x.size > max_size) {
+    error = "a segment of " + std::to_string(x.size) + " bytes";
+    return nullptr;
+  }
+  auto path = "/proc/" + std::to_string(x.pid) + "/fd/" + std::to_string(x.fd);
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    error = why(path.c_str());
+    return nullptr;
+  }
+  struct stat st {};
+  auto total = control_size + x.size;
+  auto seals = ::fcntl(fd, F_GET_SEALS);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)
+      || static_cast<uint64_t>(st.st_size) != total || seals < 0
+      || (seals & F_SEAL_SHRINK) == 0) {
+    ::close(fd);
+    error = path + " is no sealed segment of the size announced";
+    return nullptr;
+  }
+  auto* map = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    error = why("mmap");
+    return nullptr;
+  }
+  std::unique_ptr<in_segment> y{new in_segment};
+  y->map_ = map;
+  y->map_size_ = total;
+  auto* base = static_cast<char*>(map);
+  if (std::memcmp(base, x.tag, segment_tag_size) != 0) {
+    error = path + " is not the segment announced (its tag differs)";
+    return nullptr;
+  }
+  y->flags_ = reinterpret_cast<uint32_t*>(base + flags_at);
+  y->data_ = base + control_size;
+  y->size_ = x.size;
+  return y;
+}
+
+in_segment::~in_segment() {
+  if (map_ != nullptr)
+    ::munmap(map_, map_size_);
+}
+
+bool in_segment::valid(const segment_slot& x) const noexcept {
+  return x.index < segment_slots && x.length > 0 && x.offset <= size_
+         && x.length <= size_ - x.offset;
+}
+
+void in_segment::read(const segment_slot& x, char* out) const {
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  std::memcpy(out, data_ + x.offset, x.length);
+}
+
+void in_segment::release(const segment_slot& x) {
+  __atomic_store_n(flags_ + x.index, 0u, __ATOMIC_RELEASE);
+}
+
+// -- encoding -----------------------------------------------------------------
+
+std::vector<char> encode(const segment_info& x) {
+  std::vector<char> out(info_size);
+  auto* at = out.data();
+  std::memcpy(at, info_magic, sizeof(info_magic));
+  at += sizeof(info_magic);
+  put(at, x.pid);
+  put(at, x.fd);
+  put(at, x.size);
+  std::memcpy(at, x.tag, segment_tag_size);
+  return out;
+}
+
+bool decode(const void* data, std::size_t size, segment_info& x) {
+  if (size != info_size
+      || std::memcmp(data, info_magic, sizeof(info_magic)) != 0)
+    return false;
+  auto* at = static_cast<const char*>(data) + sizeof(info_magic);
+  x.pid = get<uint32_t>(at);
+  x.fd = get<uint32_t>(at);
+  x.size = get<uint64_t>(at);
+  std::memcpy(x.tag, at, segment_tag_size);
+  return true;
+}
+
+void encode(const segment_slot& x, char* out) {
+  put(out, x.offset);
+  put(out, x.length);
+  put(out, x.index);
+}
+
+segment_slot decode_slot(const char* in) {
+  segment_slot x;
+  x.offset = get<uint64_t>(in);
+  x.length = get<uint64_t>(in);
+  x.index = get<uint32_t>(in);
+  return x;
+}
+
+} // namespace actorps::ucx

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#pragma once
+
+// Internal to runtime/ucx: shared memory between two planes of one host.
+// No UCX, no CAF here.
+//
+// A plane that sends large messages to a peer on its host writes them into
+// a memory segment of its own (`out_segment`) and tells the peer, over its
+// UCX connection, only where they lie; the peer maps the segment
+// (`in_segment`), copies a message out and marks its slot free. So a large
+// message costs two copies and one small message instead of a trip through
+// the kernel's TCP stack.
+//
+// Safe against the peer: the segment is a memfd sealed against shrinking,
+// so no writer can make the reader's copy fault (SIGBUS); every place a
+// peer names is checked against the mapping; a reader that dies or stops
+// only keeps its slots, and a writer then sends by TCP again; a writer that
+// dies leaves a mapping that stays valid until the reader lets go of it.
+// The reader opens the segment through /proc/PID/fd/FD, which only a
+// process of the same user may; a random tag in the segment shows that the
+// file it opened is the one the writer meant.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace actorps::ucx {
+
+/// Slots of a segment: messages that may be in flight through it at once.
+constexpr uint32_t segment_slots = 256;
+
+/// Bytes of the random tag that names a segment.
+constexpr std::size_t segment_tag_size = 16;
+
+/// Where a segment lies, as its writer announces it to its reader.
+struct segment_info {
+  uint32_t pid = 0;
+  uint32_t fd = 0;
+  /// Bytes for messages (the file holds a control page before them).
+  uint64_t size = 0;
+  unsigned char tag[segment_tag_size] = {};
+};
+
+/// A message's place in a segment.
+struct segment_slot {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t index = 0;
+};
+
+/// The writer's side: a sealed memfd mapped in this process, handed out in
+/// slots, oldest reclaimed first once the reader freed them.
+class out_segment {
+public:
+  /// A segment of `size` bytes for messages; null with `error` set if the
+  /// system refuses one.
+  static std::unique_ptr<out_segment> create(std::size_t size,
+                                             std::string& error);
+
+  ~out_segment();
+
+  out_segment(const out_segment&) = delete;
+  out_segment& operator=(const out_segment&) = delete;
+
+  /// What the reader needs to open it.
+  const segment_info& info() const noexcept {
+    return info_;
+  }
+
+  /// A slot of `length` bytes (> 0); none if the segment has no room now.
+  std::optional<segment_slot> reserve(std::size_t length);
+
+  /// Where a reserved slot's bytes go.
+  char* data(const segment_slot& x) noexcept {
+    return data_ + x.offset;
+  }
+
+  /// Gives a reserved slot back without the reader (its message was never
+  /// announced).
+  void cancel(const segment_slot& x);
+
+  /// Slots reserved and not yet freed.
+  std::size_t in_flight() const noexcept {
+    return busy_.size();
+  }
+
+private:
+  out_segment() = default;
+
+  // Frees the oldest slots the reader released.
+  void reclaim();
+
+  segment_info info_;
+  int fd_ = -1;
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  uint32_t* flags_ = nullptr;
+  char* data_ = nullptr;
+  // Reserved slots, oldest first; a message's bytes follow the previous
+  // one's, wrapping to the start.
+  std::deque<segment_slot> busy_;
+  std::vector<uint32_t> free_indices_;
+  uint64_t head_ = 0;
+};
+
+/// The reader's side: a peer's segment mapped in this process.
+class in_segment {
+public:
+  /// Maps the segment `x` names; null with `error` set if it cannot be
+  /// opened or is not what `x` says (size, seals, tag). `max_size` bounds
+  /// the size a peer may announce.
+  static std::unique_ptr<in_segment>
+  open(const segment_info& x, std::size_t max_size, std::string& error);
+
+  ~in_segment();
+
+  in_segment(const in_segment&) = delete;
+  in_segment& operator=(const in_segment&) = delete;
+
+  /// True if `x` lies within the segment.
+  bool valid(const segment_slot& x) const noexcept;
+
+  /// Copies a valid slot's bytes to `out`.
+  void read(const segment_slot& x, char* out) const;
+
+  /// Tells the writer the slot is free.
+  void release(const segment_slot& x);
+
+private:
+  in_segment() = default;
+
+  void* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  uint32_t* flags_ = nullptr;
+  const char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+/// The bytes a segment announcement carries, and back.
+std::vector<char> encode(const segment_info& x);
+bool decode(const void* data, std::size_t size, segment_info& x);
+
+/// The bytes that place a message in a segment, and back.
+constexpr std::size_t segment_slot_size = 20;
+void encode(const segment_slot& x, char* out);
+segment_slot decode_slot(const char* in);
+
+} // namespace actorps::ucx

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A plane's shared-memory lane to peers on its host (runtime/ucx/segment.hpp):
+// offering its segment, a peer's answer, and messages whose bodies lie in a
+// peer's segment. The connection stays UCX's (it watches the peer); only a
+// large body's bytes go around it.
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/ucx/hello.hpp"
+#include "runtime/ucx/plane_impl.hpp"
+#include "runtime/ucx/testing.hpp"
+
+namespace actorps::ucx {
+
+void plane::impl::offer_segment(peer_id id, ucp_ep_h ep) {
+  auto& p = peers[id];
+  if (opts.shared_segment == 0 || p.unwatched || p.out_seg)
+    return;
+  std::string error;
+  auto seg = out_segment::create(opts.shared_segment, error);
+  if (!seg)
+    return; // Every message goes through UCX.
+  auto* state = new send_state;
+  state->self = this;
+  state->to = id;
+  state->header = encode(seg->info());
+  p.out_seg = std::move(seg);
+  submit(ep, segment_am, state);
+}
+
+std::optional<segment_slot>
+plane::impl::reserve_shared(peer_id to, std::size_t size,
+                            std::shared_ptr<out_segment>& seg) {
+  auto i = peers.find(to);
+  if (i == peers.end() || i->second.down || !i->second.out_seg_ready || stopping
+      || closed)
+    return std::nullopt;
+  auto slot = i->second.out_seg->reserve(size);
+  if (slot)
+    seg = i->second.out_seg;
+  return slot;
+}
+
+bool plane::impl::send_shared(peer_id to, send_state* state,
+                              const std::shared_ptr<out_segment>& seg,
+                              const segment_slot& slot) {
+  auto i = peers.find(to);
+  if (stopping || closed || i == peers.end() || i->second.down
+      || i->second.out == nullptr || i->second.out_seg != seg) {
+    seg->cancel(slot);
+    if (state->done)
+      state->done(stopping || closed ? "UCX: the data plane is closed"
+                                     : "UCX: the peer is down");
+    delete state;
+    return false;
+  }
+  state->self = this;
+  state->to = to;
+  ++shared_sends;
+  // The copy into the segment comes before the peer learns of it.
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  return submit(i->second.out, shared_am, state);
+}
+
+peer_id plane::impl::admitted_sender(const ucp_am_recv_param_t* param) {
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0)
+    return 0;
+  auto i = by_reply_ep.find(param->reply_ep);
+  if (i == by_reply_ep.end())
+    return 0;
+  auto& p = peers[i->second];
+  return p.down || !p.admitted ? 0 : i->second;
+}
+
+ucs_status_t plane::impl::on_segment(void* arg, const void* header,
+                                     size_t header_length, void*, size_t length,
+                                     const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<impl*>(arg);
+  auto id = self->admitted_sender(param);
+  if (id == 0 || length != 0)
+    return UCS_OK;
+  auto& p = self->peers[id];
+  if (p.in_seg || p.out == nullptr)
+    return UCS_OK; // One segment per peer.
+  std::string peer_host;
+  std::vector<char> ucp_address;
+  segment_info info;
+  bool ok = false;
+  // Only a peer of this host, whose connection UCX watches, and only a
+  // sealed segment of the size it names.
+  if (!p.unwatched && split_address(p.address, peer_host, ucp_address)
+      && peer_host == self->host && decode(header, header_length, info)) {
+    std::string error;
+    p.in_seg = in_segment::open(info, self->opts.max_body, error);
+    ok = p.in_seg != nullptr;
+  }
+  auto* state = new send_state;
+  state->self = self;
+  state->to = id;
+  state->header.assign(1, ok ? 1 : 0);
+  self->submit(p.out, segment_ack_am, state);
+  return UCS_OK;
+}
+
+ucs_status_t plane::impl::on_segment_ack(void* arg, const void* header,
+                                         size_t header_length, void*,
+                                         size_t length,
+                                         const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<impl*>(arg);
+  auto id = self->admitted_sender(param);
+  if (id == 0 || length != 0 || header_length != 1)
+    return UCS_OK;
+  auto& p = self->peers[id];
+  if (!p.out_seg || p.out_seg_ready)
+    return UCS_OK;
+  if (*static_cast<const char*>(header) == 1)
+    p.out_seg_ready = true;
+  else
+    p.out_seg.reset();
+  return UCS_OK;
+}
+
+ucs_status_t plane::impl::on_shared(void* arg, const void* header,
+                                    size_t header_length, void*, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<impl*>(arg);
+  auto id = self->admitted_sender(param);
+  if (id == 0)
+    return UCS_OK; // Not admitted: never read, never allocated for.
+  auto& p = self->peers[id];
+  segment_slot slot;
+  bool ok = length == 0 && header_length >= segment_slot_size
+            && header_length - segment_slot_size <= self->opts.max_header
+            && p.in_seg != nullptr;
+  if (ok) {
+    slot = decode_slot(static_cast<const char*>(header));
+    ok = p.in_seg->valid(slot) && slot.length <= self->opts.max_body;
+  }
+  if (!ok) {
+    self->mark_down(id, "UCX: the peer named a message outside its shared "
+                        "segment");
+    return UCS_OK;
+  }
+  auto* bytes = static_cast<const char*>(header);
+  std::vector<char> head(bytes + segment_slot_size, bytes + header_length);
+  auto* f = new fetch_state{
+    self, id, nullptr, std::move(head), slot.length, 0, {}, false, true, slot};
+  if (self->opts.priority_of)
+    f->priority = self->opts.priority_of(f->header);
+  self->enqueue(f);
+  return UCS_OK;
+}
+
+void plane_testing::send_shared(plane& self, peer_id to, uint64_t offset,
+                                uint64_t length, uint32_t index,
+                                std::vector<char> header) {
+  auto* d = self.impl_.get();
+  auto* state = new plane::impl::send_state;
+  state->header.resize(segment_slot_size);
+  encode(segment_slot{offset, length, index}, state->header.data());
+  state->header.insert(state->header.end(), header.begin(), header.end());
+  std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+  auto i = d->peers.find(to);
+  if (i == d->peers.end() || i->second.out == nullptr) {
+    delete state;
+    return;
+  }
+  state->self = d;
+  state->to = to;
+  if (d->submit(i->second.out, shared_am, state))
+    d->wake();
+}
+
+} // namespace actorps::ucx

@@ -1,0 +1,422 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The data plane's shared-memory lane between planes of one host: segments
+// on their own, then planes that send their large messages through them.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "runtime/ucx/plane.hpp"
+#include "runtime/ucx/segment.hpp"
+#include "runtime/ucx/testing.hpp"
+#include "tests/integration/process.hpp"
+#include "tests/runtime/ucx_planes.hpp"
+
+using namespace actorps;
+using namespace actorps::ucx;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::unique_ptr<out_segment> make_segment(std::size_t size) {
+  std::string error;
+  auto x = out_segment::create(size, error);
+  INFO(error);
+  REQUIRE(x);
+  return x;
+}
+
+std::unique_ptr<in_segment> map_segment(const segment_info& info,
+                                        std::size_t max_size = 1 << 30) {
+  std::string error;
+  auto x = in_segment::open(info, max_size, error);
+  INFO(error);
+  REQUIRE(x);
+  return x;
+}
+
+} // namespace
+
+TEST_CASE("ucx segment: slots are handed out in turn and come back oldest "
+          "first once the reader freed them",
+          "[ucx]") {
+  constexpr std::size_t size = 1 << 20;
+  auto out = make_segment(size);
+  auto in = map_segment(out->info());
+  constexpr std::size_t third = 300 << 10;
+  std::vector<segment_slot> slots;
+  for (int i = 0; i < 3; ++i) {
+    auto x = out->reserve(third);
+    REQUIRE(x);
+    std::memset(out->data(*x), 'a' + i, third);
+    slots.push_back(*x);
+  }
+  CHECK(slots[0].offset == 0);
+  CHECK(slots[1].offset >= third);
+  CHECK(slots[2].offset >= slots[1].offset + third);
+  // No room for a fourth, nor for one larger than the segment.
+  CHECK_FALSE(out->reserve(third));
+  CHECK_FALSE(out->reserve(size + 1));
+  CHECK_FALSE(out->reserve(0));
+  // The reader sees what the writer wrote.
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(in->valid(slots[i]));
+    std::vector<char> got(third);
+    in->read(slots[i], got.data());
+    CHECK(got == std::vector<char>(third, static_cast<char>('a' + i)));
+  }
+  // The second freed alone frees nothing: the oldest goes first.
+  in->release(slots[1]);
+  CHECK_FALSE(out->reserve(third));
+  CHECK(out->in_flight() == 3);
+  in->release(slots[0]);
+  // Now both: the next message wraps to the start.
+  auto wrapped = out->reserve(400 << 10);
+  REQUIRE(wrapped);
+  CHECK(wrapped->offset == 0);
+  CHECK(out->in_flight() == 2);
+  // The wrapped one may not reach the oldest still in flight.
+  CHECK_FALSE(out->reserve(300 << 10));
+  // A slot given back by the writer (never announced) is free as well.
+  auto small = out->reserve(1000);
+  REQUIRE(small);
+  CHECK(small->offset >= wrapped->offset + (400 << 10));
+  out->cancel(*small);
+  in->release(slots[2]);
+  in->release(*wrapped);
+  CHECK(out->reserve(size));
+  CHECK(out->in_flight() == 1);
+}
+
+TEST_CASE("ucx segment: at most segment_slots messages are in flight",
+          "[ucx]") {
+  auto out = make_segment(1 << 20);
+  auto in = map_segment(out->info());
+  std::vector<segment_slot> slots;
+  while (auto x = out->reserve(64))
+    slots.push_back(*x);
+  CHECK(slots.size() == segment_slots);
+  in->release(slots.front());
+  CHECK(out->reserve(64));
+}
+
+TEST_CASE("ucx segment: a reader refuses a place outside the segment",
+          "[ucx]") {
+  constexpr std::size_t size = 1 << 20;
+  auto out = make_segment(size);
+  auto in = map_segment(out->info());
+  CHECK(in->valid(segment_slot{0, size, 0}));
+  CHECK(in->valid(segment_slot{size - 1, 1, segment_slots - 1}));
+  CHECK_FALSE(in->valid(segment_slot{0, 0, 0}));
+  CHECK_FALSE(in->valid(segment_slot{0, size + 1, 0}));
+  CHECK_FALSE(in->valid(segment_slot{size, 1, 0}));
+  CHECK_FALSE(in->valid(segment_slot{1, size, 0}));
+  CHECK_FALSE(in->valid(segment_slot{~uint64_t{0}, 2, 0}));
+  CHECK_FALSE(in->valid(segment_slot{8, ~uint64_t{0} - 4, 0}));
+  CHECK_FALSE(in->valid(segment_slot{0, 8, segment_slots}));
+}
+
+TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
+          "[ucx]") {
+  auto out = make_segment(1 << 20);
+  std::string error;
+  SECTION("another size") {
+    auto info = out->info();
+    info.size += 4096;
+    CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+  }
+  SECTION("more than the reader allows") {
+    CHECK_FALSE(in_segment::open(out->info(), (1 << 20) - 1, error));
+  }
+  SECTION("another tag") {
+    auto info = out->info();
+    info.tag[3] ^= 1;
+    CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+    CHECK(error.find("tag") != std::string::npos);
+  }
+  SECTION("a file descriptor that is not open") {
+    auto info = out->info();
+    info.fd = 1 << 20;
+    CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+  }
+  SECTION("a memory file without seals: its writer could shrink it under "
+          "the reader") {
+    int fd = ::memfd_create("unsealed", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, 4096 + (1 << 20)) == 0);
+    auto info = out->info();
+    info.fd = static_cast<uint32_t>(fd);
+    CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+    CHECK(error.find("sealed") != std::string::npos);
+    ::close(fd);
+  }
+  SECTION("a regular file") {
+    char path[] = "/tmp/actorps-segment-XXXXXX";
+    int fd = ::mkstemp(path);
+    REQUIRE(fd >= 0);
+    ::unlink(path);
+    REQUIRE(::ftruncate(fd, 4096 + (1 << 20)) == 0);
+    auto info = out->info();
+    info.fd = static_cast<uint32_t>(fd);
+    CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+    ::close(fd);
+  }
+  SECTION("announcements that are not one") {
+    auto bytes = encode(out->info());
+    segment_info back;
+    REQUIRE(decode(bytes.data(), bytes.size(), back));
+    CHECK(back.pid == out->info().pid);
+    CHECK(back.fd == out->info().fd);
+    CHECK(back.size == out->info().size);
+    CHECK(std::memcmp(back.tag, out->info().tag, segment_tag_size) == 0);
+    CHECK_FALSE(decode(bytes.data(), bytes.size() - 1, back));
+    bytes[0] ^= 1;
+    CHECK_FALSE(decode(bytes.data(), bytes.size(), back));
+  }
+}
+
+namespace {
+
+using test::inbox;
+
+// Planes over connections UCX watches (loopback TCP), with a segment of
+// `segment` bytes each for their large messages to one another.
+std::unique_ptr<plane> start_plane(inbox& box, std::size_t segment,
+                                   const std::string& secret = "job-secret",
+                                   std::size_t max_body = 1 << 30) {
+  plane_options opts;
+  opts.secret = secret;
+  opts.shared_memory = false;
+  opts.shared_segment = segment;
+  opts.max_body = max_body;
+  return test::started(opts, box.handlers());
+}
+
+std::vector<char> bytes(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+
+// `n` floats counting up from `first`.
+std::shared_ptr<std::vector<float>> counting(std::size_t n, float first) {
+  auto x = std::make_shared<std::vector<float>>(n);
+  std::iota(x->begin(), x->end(), first);
+  return x;
+}
+
+bool same(const std::vector<char>& got, const std::vector<float>& want) {
+  return got.size() == want.size() * sizeof(float)
+         && std::memcmp(got.data(), want.data(), got.size()) == 0;
+}
+
+// A connected pair: A sends to B, B answers on the connection A's hello
+// opened. Both sides' segments are in use once a first message went back
+// and forth (the offer and its answer travel before it).
+struct pair_of_planes {
+  inbox a_box;
+  inbox b_box;
+  std::unique_ptr<plane> a;
+  std::unique_ptr<plane> b;
+  peer_id to_b = 0;
+  peer_id to_a = 0;
+
+  explicit pair_of_planes(std::size_t segment, std::size_t b_max_body = 1 << 30)
+    : a(start_plane(a_box, segment)),
+      b(start_plane(b_box, segment, "job-secret", b_max_body)) {
+    to_b = a->connect(b->address());
+    a->send(to_b, bytes("ping"), payload{});
+    REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == 1; }));
+    REQUIRE(a_box.wait([](inbox& x) { return x.up.size() == 1; }));
+    // B's peer id for A: the one its messages came from.
+    to_a = b->connect(a->address());
+    b->send(to_a, bytes("pong"), payload{});
+    REQUIRE(a_box.wait([](inbox& x) { return x.bodies.size() == 1; }));
+  }
+};
+
+} // namespace
+
+TEST_CASE("ucx: large messages to a plane of this host go through a shared "
+          "segment, both ways, exactly and in order",
+          "[ucx]") {
+  pair_of_planes job{8 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  // Large ones (through the segment), a small one between them (through
+  // UCX), and pieces gathered into one body.
+  std::vector<std::shared_ptr<std::vector<float>>> sent;
+  for (int i = 0; i < 6; ++i)
+    sent.push_back(counting(std::size_t{256} << 10, 1000.0f * i));
+  for (int i = 0; i < 3; ++i)
+    a->send(to_b, bytes("l" + std::to_string(i)),
+            payload{sent[i]->data(), sent[i]->size() * sizeof(float), sent[i]});
+  std::string small = "small";
+  a->send(to_b, bytes("s"), payload{small.data(), small.size()});
+  auto half = sent[3]->size() * sizeof(float) / 2;
+  auto* base = reinterpret_cast<const char*>(sent[3]->data());
+  a->send(to_b, bytes("pieces"),
+          payload{{{base, half}, {base + half, half}}, sent[3]});
+  REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == 6; }));
+  CHECK(a->shared_sends() == 4);
+  std::vector<std::string> large_order;
+  for (std::size_t i = 1; i < b_box.headers.size(); ++i) {
+    std::string h{b_box.headers[i].second.begin(),
+                  b_box.headers[i].second.end()};
+    if (h == "s") {
+      CHECK(b_box.bodies[i] == bytes("small"));
+      continue;
+    }
+    large_order.push_back(h);
+    auto k = h == "pieces" ? 3 : std::stoi(h.substr(1));
+    CHECK(same(b_box.bodies[i], *sent[k]));
+  }
+  CHECK(large_order == std::vector<std::string>{"l0", "l1", "l2", "pieces"});
+  // And back: B's answers through its own segment.
+  for (int i = 4; i < 6; ++i)
+    b->send(to_a, bytes("r" + std::to_string(i)),
+            payload{sent[i]->data(), sent[i]->size() * sizeof(float), sent[i]});
+  REQUIRE(a_box.wait([](inbox& x) { return x.bodies.size() == 3; }));
+  CHECK(b->shared_sends() == 2);
+  CHECK(same(a_box.bodies[1], *sent[4]));
+  CHECK(same(a_box.bodies[2], *sent[5]));
+  CHECK(a_box.down.empty());
+  CHECK(b_box.down.empty());
+}
+
+TEST_CASE("ucx: messages beyond a segment's free room go through UCX, "
+          "none lost",
+          "[ucx]") {
+  // A 1 MB segment and 24 messages of 512 KB sent at once: some go through
+  // the segment, the others through UCX, all arrive whole.
+  pair_of_planes job{1 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  // B reads nothing from the first message's arrival until all are sent.
+  std::promise<void> open_gate;
+  b_box.gate_at_zero = open_gate.get_future().share();
+  constexpr int n = 24;
+  std::vector<std::shared_ptr<std::vector<float>>> sent;
+  for (int i = 0; i < n; ++i) {
+    sent.push_back(counting(std::size_t{128} << 10, 10.0f * i));
+    a->send(to_b, bytes(std::to_string(i)),
+            payload{sent[i]->data(), sent[i]->size() * sizeof(float), sent[i]});
+  }
+  // Two fit in the segment; a third if B had read the first (it frees the
+  // first's slot before it waits), none after.
+  CHECK(a->shared_sends() >= 2);
+  CHECK(a->shared_sends() <= 3);
+  open_gate.set_value();
+  REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == n + 1; }));
+  CHECK(a->shared_sends() >= 2);
+  CHECK(a->shared_sends() < n);
+  std::vector<bool> seen(n, false);
+  for (std::size_t i = 1; i < b_box.headers.size(); ++i) {
+    auto k = std::stoi(std::string{b_box.headers[i].second.begin(),
+                                   b_box.headers[i].second.end()});
+    REQUIRE(k < n);
+    CHECK_FALSE(seen[k]);
+    seen[k] = true;
+    CHECK(same(b_box.bodies[i], *sent[k]));
+  }
+}
+
+TEST_CASE("ucx: a peer that cannot map a plane's segment gets everything "
+          "through UCX",
+          "[ucx]") {
+  // B takes bodies of at most 1 MB, so it refuses A's 8 MB segment.
+  pair_of_planes job{8 << 20, 1 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  auto x = counting(std::size_t{200} << 10, 5.0f);
+  a->send(to_b, bytes("large"),
+          payload{x->data(), x->size() * sizeof(float), x});
+  REQUIRE(b_box.wait([](inbox& r) { return r.bodies.size() == 2; }));
+  CHECK(same(b_box.bodies[1], *x));
+  CHECK(a->shared_sends() == 0);
+  // B's own segment, which A took, still carries B's large messages.
+  b->send(to_a, bytes("back"),
+          payload{x->data(), x->size() * sizeof(float), x});
+  REQUIRE(a_box.wait([](inbox& r) { return r.bodies.size() == 2; }));
+  CHECK(same(a_box.bodies[1], *x));
+  CHECK(b->shared_sends() == 1);
+}
+
+TEST_CASE("ucx: an admitted peer that names a place outside its segment is "
+          "cut off; an unadmitted one is not heard",
+          "[ucx]") {
+  constexpr std::size_t segment = 1 << 20;
+  pair_of_planes job{segment};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  struct bad {
+    uint64_t offset;
+    uint64_t length;
+    uint32_t index;
+  };
+  auto which = GENERATE(bad{segment, 1, 0}, bad{0, segment + 1, 0},
+                        bad{8, ~uint64_t{0} - 4, 0}, bad{0, 64, segment_slots});
+  plane_testing::send_shared(*a, to_b, which.offset, which.length, which.index,
+                             bytes("bad"));
+  REQUIRE(b_box.wait([](inbox& x) { return !x.down.empty(); }));
+  CHECK(b_box.down[0].find("outside its shared segment") != std::string::npos);
+  CHECK(b_box.count() == 1);
+  // An intruder without the secret, naming a place in a segment it never
+  // offered, is ignored (B takes a legitimate peer afterwards).
+  inbox intruder_box;
+  auto intruder = start_plane(intruder_box, segment, "guessed");
+  auto to_b2 = intruder->connect(b->address());
+  plane_testing::send_shared(*intruder, to_b2, 0, 64, 0, bytes("x"));
+  inbox c_box;
+  auto c = start_plane(c_box, segment);
+  auto c_to_b = c->connect(b->address());
+  c->send(c_to_b, bytes("ok"), payload{});
+  REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == 2; }));
+  CHECK(b_box.headers[1].second == bytes("ok"));
+  CHECK(b_box.down.size() == 1);
+}
+
+TEST_CASE("ucx: a peer killed while it sends through its segment takes "
+          "nothing down",
+          "[ucx]") {
+  // A process on this host floods A with 256 KB messages through its
+  // segment and is killed in the middle, three times; A lives on, is told
+  // of each death by UCX, and C's large messages still get through.
+  inbox a_box;
+  auto a = start_plane(a_box, 8 << 20);
+  inbox c_box;
+  auto c = start_plane(c_box, 8 << 20);
+  auto c_to_a = c->connect(a->address());
+  auto hex = test::hex_of(a->address());
+  auto x = counting(std::size_t{64} << 10, 3.0f);
+  for (int kill = 0; kill < 3; ++kill) {
+    INFO("kill " << kill);
+    auto before = a_box.count();
+    test::process sender{{ACTORPS_UCX_SENDER_BIN, hex, "job-secret", "large"}};
+    REQUIRE(sender.wait_for("shared\n", 30s));
+    REQUIRE(a_box.wait([&](inbox& r) { return r.bodies.size() >= before + 20; },
+                       30s));
+    sender.kill9();
+    REQUIRE(sender.wait_exit(30s));
+    REQUIRE(a_box.wait(
+      [&](inbox& r) { return r.down.size() == std::size_t(kill + 1); }, 60s));
+    auto note = "after kill " + std::to_string(kill);
+    c->send(c_to_a, bytes(note),
+            payload{x->data(), x->size() * sizeof(float), x});
+    REQUIRE(a_box.wait([&](inbox& r) {
+      return !r.headers.empty() && r.headers.back().second == bytes(note);
+    }));
+    std::lock_guard<std::mutex> guard{a_box.mtx};
+    CHECK(same(a_box.bodies.back(), *x));
+    // Every flooded message that arrived is whole.
+    for (std::size_t i = before; i + 1 < a_box.bodies.size(); ++i)
+      if (a_box.headers[i].second == bytes("spam"))
+        CHECK(a_box.bodies[i] == std::vector<char>(256 << 10, 'x'));
+  }
+  CHECK(c->shared_sends() >= 3);
+}
