@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/segment.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -106,14 +107,13 @@ out_segment::~out_segment() {
 }
 
 void out_segment::reclaim() {
-  while (!busy_.empty()
-         && __atomic_load_n(flags_ + busy_.front().index, __ATOMIC_ACQUIRE)
-              == 0) {
-    free_indices_.push_back(busy_.front().index);
-    busy_.pop_front();
-  }
-  if (busy_.empty())
-    head_ = 0;
+  auto freed = [this](const segment_slot& x) {
+    if (__atomic_load_n(flags_ + x.index, __ATOMIC_ACQUIRE) != 0)
+      return false;
+    free_indices_.push_back(x.index);
+    return true;
+  };
+  busy_.erase(std::remove_if(busy_.begin(), busy_.end(), freed), busy_.end());
 }
 
 std::optional<segment_slot> out_segment::reserve(std::size_t length) {
@@ -121,27 +121,21 @@ std::optional<segment_slot> out_segment::reserve(std::size_t length) {
   auto n = rounded(length);
   if (length == 0 || n > info_.size || free_indices_.empty())
     return std::nullopt;
+  // The lowest gap that fits: the pages in use stay as few as the bytes in
+  // flight need, whatever order the reader frees slots in.
   uint64_t at = 0;
-  if (!busy_.empty()) {
-    auto tail = busy_.front().offset;
-    if (busy_.back().offset < tail) {
-      // Wrapped: the room lies between the newest and the oldest.
-      if (tail - head_ < n)
-        return std::nullopt;
-      at = head_;
-    } else if (info_.size - head_ >= n) {
-      at = head_;
-    } else if (tail >= n) {
-      at = 0;
-    } else {
-      return std::nullopt;
-    }
+  auto next = busy_.begin();
+  for (; next != busy_.end(); ++next) {
+    if (next->offset >= at + n)
+      break;
+    at = next->offset + rounded(next->length);
   }
+  if (next == busy_.end() && info_.size - at < n)
+    return std::nullopt;
   segment_slot x{at, length, free_indices_.back()};
   free_indices_.pop_back();
   __atomic_store_n(flags_ + x.index, 1u, __ATOMIC_RELAXED);
-  busy_.push_back(x);
-  head_ = at + n;
+  busy_.insert(next, x);
   return x;
 }
 

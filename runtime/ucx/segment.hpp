@@ -22,7 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,7 +52,8 @@ struct segment_slot {
 };
 
 /// The writer's side: a sealed memfd mapped in this process, handed out in
-/// slots, oldest reclaimed first once the reader freed them.
+/// slots (each at the lowest place with room), taken back once the reader
+/// freed them.
 class out_segment {
 public:
   /// A segment of `size` bytes for messages; null with `error` set if the
@@ -91,7 +91,7 @@ public:
 private:
   out_segment() = default;
 
-  // Frees the oldest slots the reader released.
+  // Takes back the slots the reader freed.
   void reclaim();
 
   segment_info info_;
@@ -100,11 +100,9 @@ private:
   std::size_t map_size_ = 0;
   uint32_t* flags_ = nullptr;
   char* data_ = nullptr;
-  // Reserved slots, oldest first; a message's bytes follow the previous
-  // one's, wrapping to the start.
-  std::deque<segment_slot> busy_;
+  // Reserved slots by place.
+  std::vector<segment_slot> busy_;
   std::vector<uint32_t> free_indices_;
-  uint64_t head_ = 0;
 };
 
 /// The reader's side: a peer's segment mapped in this process.

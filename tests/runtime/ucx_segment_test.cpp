@@ -48,8 +48,8 @@ std::unique_ptr<in_segment> map_segment(const segment_info& info,
 
 } // namespace
 
-TEST_CASE("ucx segment: slots are handed out in turn and come back oldest "
-          "first once the reader freed them",
+TEST_CASE("ucx segment: each slot takes the lowest place with room, and "
+          "places come back in whatever order the reader frees them",
           "[ucx]") {
   constexpr std::size_t size = 1 << 20;
   auto out = make_segment(size);
@@ -69,6 +69,7 @@ TEST_CASE("ucx segment: slots are handed out in turn and come back oldest "
   CHECK_FALSE(out->reserve(third));
   CHECK_FALSE(out->reserve(size + 1));
   CHECK_FALSE(out->reserve(0));
+  CHECK(out->in_flight() == 3);
   // The reader sees what the writer wrote.
   for (int i = 0; i < 3; ++i) {
     REQUIRE(in->valid(slots[i]));
@@ -76,26 +77,33 @@ TEST_CASE("ucx segment: slots are handed out in turn and come back oldest "
     in->read(slots[i], got.data());
     CHECK(got == std::vector<char>(third, static_cast<char>('a' + i)));
   }
-  // The second freed alone frees nothing: the oldest goes first.
+  // The middle one freed: its place is the only one with room.
   in->release(slots[1]);
+  auto middle = out->reserve(third);
+  REQUIRE(middle);
+  CHECK(middle->offset == slots[1].offset);
   CHECK_FALSE(out->reserve(third));
-  CHECK(out->in_flight() == 3);
+  // The first freed: a smaller one goes to the start, a larger one finds
+  // no gap that fits.
   in->release(slots[0]);
-  // Now both: the next message wraps to the start.
-  auto wrapped = out->reserve(400 << 10);
-  REQUIRE(wrapped);
-  CHECK(wrapped->offset == 0);
-  CHECK(out->in_flight() == 2);
-  // The wrapped one may not reach the oldest still in flight.
-  CHECK_FALSE(out->reserve(300 << 10));
+  CHECK_FALSE(out->reserve(third + 4096));
+  auto start = out->reserve(1000);
+  REQUIRE(start);
+  CHECK(start->offset == 0);
+  auto after = out->reserve(1000);
+  REQUIRE(after);
+  CHECK(after->offset == 1024);
   // A slot given back by the writer (never announced) is free as well.
-  auto small = out->reserve(1000);
-  REQUIRE(small);
-  CHECK(small->offset >= wrapped->offset + (400 << 10));
-  out->cancel(*small);
-  in->release(slots[2]);
-  in->release(*wrapped);
-  CHECK(out->reserve(size));
+  out->cancel(*start);
+  auto again = out->reserve(64);
+  REQUIRE(again);
+  CHECK(again->offset == 0);
+  // Everything freed: the whole segment in one.
+  for (auto* x : {&*again, &*after, &*middle, &slots[2]})
+    in->release(*x);
+  auto whole = out->reserve(size);
+  REQUIRE(whole);
+  CHECK(whole->offset == 0);
   CHECK(out->in_flight() == 1);
 }
 
