@@ -153,7 +153,8 @@ std::unique_ptr<in_segment> in_segment::open(const segment_info& x,
     return nullptr;
   }
   auto path = "/proc/" + std::to_string(x.pid) + "/fd/" + std::to_string(x.fd);
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // (Non-blocking: a peer naming a FIFO or a device must not stall us.)
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     error = why(path.c_str());
     return nullptr;
