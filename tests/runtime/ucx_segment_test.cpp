@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "runtime/ucx/ingress.hpp"
 #include "runtime/ucx/plane.hpp"
 #include "runtime/ucx/segment.hpp"
 #include "runtime/ucx/testing.hpp"
@@ -427,4 +429,43 @@ TEST_CASE("ucx: a peer killed while it sends through its segment takes "
         CHECK(a_box.bodies[i] == std::vector<char>(256 << 10, 'x'));
   }
   CHECK(c->shared_sends() >= 3);
+}
+
+TEST_CASE("ucx: ACTORPS_UCX_SEGMENT_MB sizes the segments, and a value that "
+          "is no size is refused by name",
+          "[ucx]") {
+  struct restore {
+    std::string old;
+    bool had = false;
+    restore() {
+      if (auto* x = std::getenv("ACTORPS_UCX_SEGMENT_MB")) {
+        old = x;
+        had = true;
+      }
+    }
+    ~restore() {
+      if (had)
+        ::setenv("ACTORPS_UCX_SEGMENT_MB", old.c_str(), 1);
+      else
+        ::unsetenv("ACTORPS_UCX_SEGMENT_MB");
+    }
+  } guard;
+  std::size_t bytes = 1;
+  std::string error;
+  ::unsetenv("ACTORPS_UCX_SEGMENT_MB");
+  REQUIRE(segment_size_from_env(bytes, error));
+  CHECK(bytes == default_segment_mb << 20);
+  ::setenv("ACTORPS_UCX_SEGMENT_MB", "0", 1);
+  REQUIRE(segment_size_from_env(bytes, error));
+  CHECK(bytes == 0);
+  ::setenv("ACTORPS_UCX_SEGMENT_MB", "16", 1);
+  REQUIRE(segment_size_from_env(bytes, error));
+  CHECK(bytes == std::size_t{16} << 20);
+  for (auto bad : {"", "abc", "-1", "1.5", "16M", "1025", "99999999999"}) {
+    INFO(bad);
+    ::setenv("ACTORPS_UCX_SEGMENT_MB", bad, 1);
+    error.clear();
+    CHECK_FALSE(segment_size_from_env(bytes, error));
+    CHECK(error.find("ACTORPS_UCX_SEGMENT_MB") != std::string::npos);
+  }
 }
