@@ -199,6 +199,8 @@ void plane::impl::mark_down(peer_id id, const std::string& why) {
   // Its messages waiting in `fetches` are dropped unread (run_fetches).
   p.out_seg.reset();
   p.out_seg_ready = false;
+  if (p.in_seg)
+    mapped_segments.erase(p.in_seg->file());
   p.in_seg.reset();
   if (handlers.on_peer_down)
     handlers.on_peer_down(id, why);
@@ -332,6 +334,8 @@ void plane::impl::finish(send_state* state, ucs_status_t status) {
     state->call_status = status;
     return;
   }
+  if (status != UCS_OK && state->seg)
+    state->seg->cancel(state->slot); // Never announced: the slot is free.
   if (state->abandoned) {
     abandoned_sends.erase(state);
   } else {

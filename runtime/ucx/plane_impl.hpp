@@ -72,6 +72,8 @@ struct plane::impl {
     std::shared_ptr<out_segment> out_seg;
     bool out_seg_ready = false;
     std::unique_ptr<in_segment> in_seg;
+    // The peer offered a segment (and got our one answer).
+    bool seg_answered = false;
   };
 
   // A send in flight: owns what UCX reads until completion.
@@ -86,6 +88,9 @@ struct plane::impl {
     // Failed by `mark_down` while UCX still holds it: UCX's completion only
     // frees it.
     bool abandoned = false;
+    // A message in a segment: its slot is given back if the send fails.
+    std::shared_ptr<out_segment> seg;
+    segment_slot slot;
     // Inside the UCX call that starts it, and completed there (UCX may run
     // the callback before it returns: a purge on a failed endpoint), with
     // what status.
@@ -152,6 +157,10 @@ struct plane::impl {
   std::vector<fetch_state*> fetches;
   std::shared_ptr<held_bytes> held = std::make_shared<held_bytes>();
   std::atomic<std::size_t> shared_sends{0};
+  // Segment messages from peers not admitted, dropped unread (tests).
+  std::atomic<std::size_t> unheard{0};
+  // The files of the peers' segments mapped here: each serves one peer.
+  std::set<std::pair<uint64_t, uint64_t>> mapped_segments;
   // Endpoints of dropped unwatched peers, closed with the plane.
   std::vector<ucp_ep_h> dropped_eps;
   // Sends and receives UCX still holds after their peer was dropped.

@@ -7,8 +7,10 @@
 #include <string>
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "core/link_proof.hpp"
@@ -148,22 +150,37 @@ void out_segment::cancel(const segment_slot& x) {
 std::unique_ptr<in_segment> in_segment::open(const segment_info& x,
                                              std::size_t max_size,
                                              std::string& error) {
-  if (x.size == 0 || x.size > max_size) {
+  if (x.size == 0 || max_size < control_size
+      || x.size > max_size - control_size) {
     error = "a segment of " + std::to_string(x.size) + " bytes";
     return nullptr;
   }
   auto path = "/proc/" + std::to_string(x.pid) + "/fd/" + std::to_string(x.fd);
-  // (Non-blocking: a peer naming a FIFO or a device must not stall us.)
+  // Only a memfd, before anything opens it: a file on a network or FUSE
+  // mount could block the open (and with it the plane's thread) for good.
+  // (Reading the link touches no file system.)
+  char target[64] = {};
+  auto n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+  constexpr char memfd_prefix[] = "/memfd:";
+  if (n < 0
+      || std::strncmp(target, memfd_prefix, sizeof(memfd_prefix) - 1) != 0) {
+    error = path + " is no memfd";
+    return nullptr;
+  }
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     error = why(path.c_str());
     return nullptr;
   }
+  // A regular shmem file (not hugetlbfs, whose writer could punch holes the
+  // reader then faults on) of the size announced, sealed against shrinking.
   struct stat st {};
+  struct statfs fs {};
   auto total = control_size + x.size;
   auto seals = ::fcntl(fd, F_GET_SEALS);
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)
-      || static_cast<uint64_t>(st.st_size) != total || seals < 0
+      || static_cast<uint64_t>(st.st_size) != total || ::fstatfs(fd, &fs) != 0
+      || fs.f_type != TMPFS_MAGIC || seals < 0
       || (seals & F_SEAL_SHRINK) == 0) {
     ::close(fd);
     error = path + " is no sealed segment of the size announced";
@@ -186,6 +203,8 @@ std::unique_ptr<in_segment> in_segment::open(const segment_info& x,
   y->flags_ = reinterpret_cast<uint32_t*>(base + flags_at);
   y->data_ = base + control_size;
   y->size_ = x.size;
+  y->file_ = {static_cast<uint64_t>(st.st_dev),
+              static_cast<uint64_t>(st.st_ino)};
   return y;
 }
 

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace actorps::ucx {
@@ -128,8 +129,15 @@ public:
   /// Tells the writer the slot is free.
   void release(const segment_slot& x);
 
+  /// The file mapped (device and inode): one segment serves one peer.
+  std::pair<uint64_t, uint64_t> file() const noexcept {
+    return file_;
+  }
+
 private:
   in_segment() = default;
+
+  std::pair<uint64_t, uint64_t> file_;
 
   void* map_ = nullptr;
   std::size_t map_size_ = 0;

@@ -58,6 +58,8 @@ bool plane::impl::send_shared(peer_id to, send_state* state,
   }
   state->self = this;
   state->to = to;
+  state->seg = seg;
+  state->slot = slot;
   ++shared_sends;
   // The copy into the segment comes before the peer learns of it.
   __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -82,8 +84,9 @@ ucs_status_t plane::impl::on_segment(void* arg, const void* header,
   if (id == 0 || length != 0)
     return UCS_OK;
   auto& p = self->peers[id];
-  if (p.in_seg || p.out == nullptr)
-    return UCS_OK; // One segment per peer.
+  if (p.seg_answered || p.out == nullptr)
+    return UCS_OK; // One offer per peer, answered once.
+  p.seg_answered = true;
   std::string peer_host;
   std::vector<char> ucp_address;
   segment_info info;
@@ -94,12 +97,19 @@ ucs_status_t plane::impl::on_segment(void* arg, const void* header,
       && peer_host == self->host && decode(header, header_length, info)) {
     std::string error;
     p.in_seg = in_segment::open(info, self->opts.max_body, error);
+    // A segment another peer offered too is no one's (a peer of this host
+    // could name another's segment to have its messages read as its own).
+    if (p.in_seg && !self->mapped_segments.insert(p.in_seg->file()).second)
+      p.in_seg.reset();
     ok = p.in_seg != nullptr;
   }
+  // The answer names the segment it answers by its tag.
   auto* state = new send_state;
   state->self = self;
   state->to = id;
   state->header.assign(1, ok ? 1 : 0);
+  state->header.insert(state->header.end(), info.tag,
+                       info.tag + segment_tag_size);
   self->submit(p.out, segment_ack_am, state);
   return UCS_OK;
 }
@@ -110,12 +120,14 @@ ucs_status_t plane::impl::on_segment_ack(void* arg, const void* header,
                                          const ucp_am_recv_param_t* param) {
   auto* self = static_cast<impl*>(arg);
   auto id = self->admitted_sender(param);
-  if (id == 0 || length != 0 || header_length != 1)
+  if (id == 0 || length != 0 || header_length != 1 + segment_tag_size)
     return UCS_OK;
   auto& p = self->peers[id];
-  if (!p.out_seg || p.out_seg_ready)
+  auto* bytes = static_cast<const char*>(header);
+  if (!p.out_seg || p.out_seg_ready
+      || std::memcmp(bytes + 1, p.out_seg->info().tag, segment_tag_size) != 0)
     return UCS_OK;
-  if (*static_cast<const char*>(header) == 1)
+  if (bytes[0] == 1)
     p.out_seg_ready = true;
   else
     p.out_seg.reset();
@@ -127,8 +139,10 @@ ucs_status_t plane::impl::on_shared(void* arg, const void* header,
                                     const ucp_am_recv_param_t* param) {
   auto* self = static_cast<impl*>(arg);
   auto id = self->admitted_sender(param);
-  if (id == 0)
-    return UCS_OK; // Not admitted: never read, never allocated for.
+  if (id == 0) {
+    ++self->unheard; // Not admitted: never read, never allocated for.
+    return UCS_OK;
+  }
   auto& p = self->peers[id];
   segment_slot slot;
   bool ok = length == 0 && header_length >= segment_slot_size
@@ -151,6 +165,10 @@ ucs_status_t plane::impl::on_shared(void* arg, const void* header,
     f->priority = self->opts.priority_of(f->header);
   self->enqueue(f);
   return UCS_OK;
+}
+
+std::size_t plane_testing::unheard(const plane& self) {
+  return self.impl_->unheard.load();
 }
 
 void plane_testing::send_shared(plane& self, peer_id to, uint64_t offset,

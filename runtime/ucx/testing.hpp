@@ -4,6 +4,7 @@
 // Internal to runtime/ucx and its tests: what a misbehaving peer could send,
 // so that tests can show a plane refusing it. Not for the apps.
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +19,9 @@ struct plane_testing {
   static void send_shared(plane& self, peer_id to, uint64_t offset,
                           uint64_t length, uint32_t index,
                           std::vector<char> header);
+
+  /// Messages in a segment from peers not admitted, dropped unread.
+  static std::size_t unheard(const plane& self);
 };
 
 } // namespace actorps::ucx

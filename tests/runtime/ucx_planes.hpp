@@ -54,16 +54,21 @@ struct inbox {
   std::vector<std::vector<char>> bodies;
   std::vector<ucx::peer_id> up;
   std::vector<std::string> down;
-  // Set, the plane's thread waits on it in the message with header "0"
-  // (and reads nothing else meanwhile).
+  // Set (under `mtx`), the plane's thread waits on it in the message with
+  // header "0" (and reads nothing else meanwhile).
   std::shared_future<void> gate_at_zero;
 
   ucx::plane_handlers handlers() {
     ucx::plane_handlers h;
     h.on_message = [this](ucx::peer_id from, std::vector<char> header,
                           ucx::buffer body) {
-      if (gate_at_zero.valid() && header == std::vector<char>{'0'})
-        gate_at_zero.wait();
+      std::shared_future<void> gate;
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        gate = gate_at_zero;
+      }
+      if (gate.valid() && header == std::vector<char>{'0'})
+        gate.wait();
       std::lock_guard<std::mutex> guard{mtx};
       headers.emplace_back(from, std::move(header));
       bodies.push_back(body.bytes());

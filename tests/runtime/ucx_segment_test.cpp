@@ -12,6 +12,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -145,9 +146,14 @@ TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
     auto info = out->info();
     info.size += 4096;
     CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+    CHECK(error.find("size announced") != std::string::npos);
   }
   SECTION("more than the reader allows") {
     CHECK_FALSE(in_segment::open(out->info(), (1 << 20) - 1, error));
+    CHECK(error.find("a segment of") != std::string::npos);
+    auto huge = out->info();
+    huge.size = ~uint64_t{0};
+    CHECK_FALSE(in_segment::open(huge, ~std::size_t{0}, error));
   }
   SECTION("another tag") {
     auto info = out->info();
@@ -159,6 +165,7 @@ TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
     auto info = out->info();
     info.fd = 1 << 20;
     CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+    CHECK(error.find("no memfd") != std::string::npos);
   }
   SECTION("a memory file without seals: its writer could shrink it under "
           "the reader") {
@@ -180,6 +187,7 @@ TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
     auto info = out->info();
     info.fd = static_cast<uint32_t>(fd);
     CHECK_FALSE(in_segment::open(info, 1 << 30, error));
+    CHECK(error.find("no memfd") != std::string::npos);
     ::close(fd);
   }
   SECTION("announcements that are not one") {
@@ -311,7 +319,10 @@ TEST_CASE("ucx: messages beyond a segment's free room go through UCX, "
   auto& [a_box, b_box, a, b, to_b, to_a] = job;
   // B reads nothing from the first message's arrival until all are sent.
   std::promise<void> open_gate;
-  b_box.gate_at_zero = open_gate.get_future().share();
+  {
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    b_box.gate_at_zero = open_gate.get_future().share();
+  }
   constexpr int n = 24;
   std::vector<std::shared_ptr<std::vector<float>>> sent;
   for (int i = 0; i < n; ++i) {
@@ -377,11 +388,16 @@ TEST_CASE("ucx: an admitted peer that names a place outside its segment is "
   CHECK(b_box.down[0].find("outside its shared segment") != std::string::npos);
   CHECK(b_box.count() == 1);
   // An intruder without the secret, naming a place in a segment it never
-  // offered, is ignored (B takes a legitimate peer afterwards).
+  // offered, is dropped unread (B takes a legitimate peer afterwards).
   inbox intruder_box;
   auto intruder = start_plane(intruder_box, segment, "guessed");
   auto to_b2 = intruder->connect(b->address());
   plane_testing::send_shared(*intruder, to_b2, 0, 64, 0, bytes("x"));
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (plane_testing::unheard(*b) == 0
+         && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms); // A count, with nothing to wait on.
+  CHECK(plane_testing::unheard(*b) == 1);
   inbox c_box;
   auto c = start_plane(c_box, segment);
   auto c_to_b = c->connect(b->address());
