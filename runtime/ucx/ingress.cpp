@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/ingress.hpp"
+#include "runtime/ucx/segment.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -70,28 +71,6 @@ void frame_queue::push(frame x) {
 std::vector<frame> frame_queue::take() {
   std::lock_guard<std::mutex> guard{mtx_};
   return std::exchange(items_, {});
-}
-
-bool segment_size_from_env(std::size_t& bytes, std::string& error) {
-  bytes = default_segment_mb << 20;
-  auto* text = std::getenv("ACTORPS_UCX_SEGMENT_MB");
-  if (text == nullptr)
-    return true;
-  std::string s{text};
-  std::size_t mb = 0;
-  bool ok = !s.empty() && s.size() <= 5;
-  for (auto c : s)
-    ok = ok && c >= '0' && c <= '9';
-  if (ok)
-    mb = std::stoul(s);
-  if (!ok || mb > max_segment_mb) {
-    error = "ACTORPS_UCX_SEGMENT_MB: expected the megabytes of the data "
-            "plane's shared-memory segment per peer on this host, 0 to "
-            + std::to_string(max_segment_mb) + " (0: none), got '" + s + "'";
-    return false;
-  }
-  bytes = mb << 20;
-  return true;
 }
 
 std::shared_ptr<plane>

@@ -85,17 +85,6 @@ private:
   std::vector<frame> items_;
 };
 
-/// Megabytes of a plane's shared-memory segment per peer on its host
-/// (plane_options::shared_segment) unless ACTORPS_UCX_SEGMENT_MB says
-/// otherwise, and the most it may say.
-constexpr std::size_t default_segment_mb = 64;
-constexpr std::size_t max_segment_mb = 1024;
-
-/// The segment size ACTORPS_UCX_SEGMENT_MB asks for, in bytes (the default
-/// when it is not set); false with `error` set if it is no number of
-/// megabytes within bounds.
-bool segment_size_from_env(std::size_t& bytes, std::string& error);
-
 /// Starts the plane of a node that joined job `job` with `token` (its
 /// secret is `data_secret(token, job.data_salt)`), every message of which
 /// goes into `queue`, tagged with what its sender proved; null, with UCX's

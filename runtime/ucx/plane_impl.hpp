@@ -6,6 +6,7 @@
 // (hellos, data, rendezvous fetches).
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -157,8 +158,11 @@ struct plane::impl {
   std::vector<fetch_state*> fetches;
   std::shared_ptr<held_bytes> held = std::make_shared<held_bytes>();
   std::atomic<std::size_t> shared_sends{0};
-  // Segment messages from peers not admitted, dropped unread (tests).
-  std::atomic<std::size_t> unheard{0};
+  // Segment messages from peers not admitted, dropped unread (tests wait
+  // on the count).
+  std::mutex unheard_mtx;
+  std::condition_variable unheard_cv;
+  std::size_t unheard = 0;
   // The files of the peers' segments mapped here: each serves one peer.
   std::set<std::pair<uint64_t, uint64_t>> mapped_segments;
   // Endpoints of dropped unwatched peers, closed with the plane.

@@ -267,4 +267,28 @@ segment_slot decode_slot(const char* in) {
   return x;
 }
 
+// -- size ---------------------------------------------------------------------
+
+bool segment_size_from_env(std::size_t& bytes, std::string& error) {
+  bytes = default_segment_mb << 20;
+  auto* text = std::getenv("ACTORPS_UCX_SEGMENT_MB");
+  if (text == nullptr)
+    return true;
+  std::string s{text};
+  std::size_t mb = 0;
+  bool ok = !s.empty() && s.size() <= 5;
+  for (auto c : s)
+    ok = ok && c >= '0' && c <= '9';
+  if (ok)
+    mb = std::stoul(s);
+  if (!ok || mb > max_segment_mb) {
+    error = "ACTORPS_UCX_SEGMENT_MB: expected the megabytes of the data "
+            "plane's shared-memory segment per peer on this host, 0 to "
+            + std::to_string(max_segment_mb) + " (0: none), got '" + s + "'";
+    return false;
+  }
+  bytes = mb << 20;
+  return true;
+}
+
 } // namespace actorps::ucx

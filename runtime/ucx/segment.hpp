@@ -155,4 +155,15 @@ constexpr std::size_t segment_slot_size = 20;
 void encode(const segment_slot& x, char* out);
 segment_slot decode_slot(const char* in);
 
+/// Megabytes of a plane's shared-memory segment per peer on its host
+/// (plane_options::shared_segment) unless ACTORPS_UCX_SEGMENT_MB says
+/// otherwise, and the most it may say.
+constexpr std::size_t default_segment_mb = 64;
+constexpr std::size_t max_segment_mb = 1024;
+
+/// The segment size ACTORPS_UCX_SEGMENT_MB asks for, in bytes (the default
+/// when it is not set); false with `error` set if it is no number of
+/// megabytes within bounds.
+bool segment_size_from_env(std::size_t& bytes, std::string& error);
+
 } // namespace actorps::ucx

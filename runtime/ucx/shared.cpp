@@ -140,7 +140,10 @@ ucs_status_t plane::impl::on_shared(void* arg, const void* header,
   auto* self = static_cast<impl*>(arg);
   auto id = self->admitted_sender(param);
   if (id == 0) {
-    ++self->unheard; // Not admitted: never read, never allocated for.
+    // Not admitted: never read, never allocated for.
+    std::lock_guard<std::mutex> guard{self->unheard_mtx};
+    ++self->unheard;
+    self->unheard_cv.notify_all();
     return UCS_OK;
   }
   auto& p = self->peers[id];
@@ -167,8 +170,12 @@ ucs_status_t plane::impl::on_shared(void* arg, const void* header,
   return UCS_OK;
 }
 
-std::size_t plane_testing::unheard(const plane& self) {
-  return self.impl_->unheard.load();
+bool plane_testing::wait_unheard(const plane& self, std::size_t n,
+                                 std::chrono::milliseconds limit) {
+  auto* d = self.impl_.get();
+  std::unique_lock<std::mutex> lock{d->unheard_mtx};
+  d->unheard_cv.wait_for(lock, limit, [&] { return d->unheard >= n; });
+  return d->unheard == n;
 }
 
 void plane_testing::send_shared(plane& self, peer_id to, uint64_t offset,

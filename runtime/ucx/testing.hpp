@@ -4,6 +4,7 @@
 // Internal to runtime/ucx and its tests: what a misbehaving peer could send,
 // so that tests can show a plane refusing it. Not for the apps.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -20,8 +21,10 @@ struct plane_testing {
                           uint64_t length, uint32_t index,
                           std::vector<char> header);
 
-  /// Messages in a segment from peers not admitted, dropped unread.
-  static std::size_t unheard(const plane& self);
+  /// True once exactly `n` messages in a segment from peers not admitted
+  /// were dropped unread (waits up to `limit` for that many).
+  static bool wait_unheard(const plane& self, std::size_t n,
+                           std::chrono::milliseconds limit);
 };
 
 } // namespace actorps::ucx

@@ -12,7 +12,6 @@
 #include <mutex>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -167,28 +166,26 @@ TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
     CHECK_FALSE(in_segment::open(info, 1 << 30, error));
     CHECK(error.find("no memfd") != std::string::npos);
   }
-  SECTION("a memory file without seals: its writer could shrink it under "
-          "the reader") {
-    int fd = ::memfd_create("unsealed", MFD_CLOEXEC);
+  // A file of the segment's size at `fd`, announced in its place, is
+  // refused with `why` in the error.
+  auto refused = [&](int fd, const std::string& why) {
     REQUIRE(fd >= 0);
     REQUIRE(::ftruncate(fd, 4096 + (1 << 20)) == 0);
     auto info = out->info();
     info.fd = static_cast<uint32_t>(fd);
     CHECK_FALSE(in_segment::open(info, 1 << 30, error));
-    CHECK(error.find("sealed") != std::string::npos);
+    CHECK(error.find(why) != std::string::npos);
     ::close(fd);
+  };
+  SECTION("a memory file without seals: its writer could shrink it under "
+          "the reader") {
+    refused(::memfd_create("unsealed", MFD_CLOEXEC), "sealed");
   }
   SECTION("a regular file") {
     char path[] = "/tmp/actorps-segment-XXXXXX";
     int fd = ::mkstemp(path);
-    REQUIRE(fd >= 0);
     ::unlink(path);
-    REQUIRE(::ftruncate(fd, 4096 + (1 << 20)) == 0);
-    auto info = out->info();
-    info.fd = static_cast<uint32_t>(fd);
-    CHECK_FALSE(in_segment::open(info, 1 << 30, error));
-    CHECK(error.find("no memfd") != std::string::npos);
-    ::close(fd);
+    refused(fd, "no memfd");
   }
   SECTION("announcements that are not one") {
     auto bytes = encode(out->info());
@@ -393,11 +390,7 @@ TEST_CASE("ucx: an admitted peer that names a place outside its segment is "
   auto intruder = start_plane(intruder_box, segment, "guessed");
   auto to_b2 = intruder->connect(b->address());
   plane_testing::send_shared(*intruder, to_b2, 0, 64, 0, bytes("x"));
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (plane_testing::unheard(*b) == 0
-         && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms); // A count, with nothing to wait on.
-  CHECK(plane_testing::unheard(*b) == 1);
+  CHECK(plane_testing::wait_unheard(*b, 1, 10s));
   inbox c_box;
   auto c = start_plane(c_box, segment);
   auto c_to_b = c->connect(b->address());
