@@ -19,7 +19,25 @@ shared_floats::shared_floats(std::vector<float> x)
   : buf_(std::make_shared<std::vector<float>>(std::move(x))) {
 }
 
+shared_floats::shared_floats(std::shared_ptr<const void> keep,
+                             const float* data, std::size_t n) {
+  if (n == 0 || data == nullptr)
+    return;
+  keep_ = std::move(keep);
+  view_ = data;
+  view_size_ = n;
+}
+
+void shared_floats::own() const {
+  buf_ = std::make_shared<std::vector<float>>(view_, view_ + view_size_);
+  keep_.reset();
+  view_ = nullptr;
+  view_size_ = 0;
+}
+
 const std::vector<float>& shared_floats::vec() const {
+  if (view_ != nullptr)
+    own();
   return buf_ ? *buf_ : no_floats;
 }
 
@@ -33,6 +51,8 @@ bool shared_floats::unique() const noexcept {
 }
 
 std::vector<float>& shared_floats::mutate() {
+  if (view_ != nullptr)
+    own();
   if (!buf_)
     buf_ = std::make_shared<std::vector<float>>();
   else if (!unique())
@@ -42,6 +62,13 @@ std::vector<float>& shared_floats::mutate() {
 
 std::vector<float> shared_floats::take() {
   std::vector<float> out;
+  if (view_ != nullptr) {
+    out.assign(view_, view_ + view_size_);
+    keep_.reset();
+    view_ = nullptr;
+    view_size_ = 0;
+    return out;
+  }
   if (unique())
     out = std::move(*buf_);
   else if (buf_)

@@ -38,22 +38,37 @@ public:
   /// Takes over `x` without copying it.
   explicit shared_floats(std::vector<float> x);
 
+  /// A view of the `n` floats at `data`, valid while `keep` (and every copy
+  /// of this) lives: memory that is not ours to change, such as a pulled
+  /// value in a peer's shared-memory segment (runtime/ucx/segment.hpp),
+  /// read where it lies. Read-only like a shared buffer: `vec`, `mutate`
+  /// and `take` copy it into a buffer of its own first.
+  shared_floats(std::shared_ptr<const void> keep, const float* data,
+                std::size_t n);
+
   const float* data() const noexcept {
-    return buf_ ? buf_->data() : nullptr;
+    return buf_ ? buf_->data() : view_;
   }
 
   std::size_t size() const noexcept {
-    return buf_ ? buf_->size() : 0;
+    return buf_ ? buf_->size() : view_size_;
   }
 
   bool empty() const noexcept {
     return size() == 0;
   }
 
-  /// The floats, read-only.
+  /// The floats, read-only (a view is copied into a buffer of its own
+  /// first: not while another thread reads this object).
   const std::vector<float>& vec() const;
 
-  /// True if no other `shared_floats` refers to this buffer.
+  /// True if this is a view (see above).
+  bool is_view() const noexcept {
+    return view_ != nullptr;
+  }
+
+  /// True if no other `shared_floats` refers to this buffer (never for a
+  /// view).
   bool unique() const noexcept;
 
   /// The buffer for writing: copied first if it is shared.
@@ -64,7 +79,14 @@ public:
   std::vector<float> take();
 
 private:
-  std::shared_ptr<std::vector<float>> buf_;
+  // Copies a view into a buffer of its own, letting go of what it viewed.
+  void own() const;
+
+  mutable std::shared_ptr<std::vector<float>> buf_;
+  // A view: its floats and what keeps them (buf_ is null then).
+  mutable std::shared_ptr<const void> keep_;
+  mutable const float* view_ = nullptr;
+  mutable std::size_t view_size_ = 0;
 };
 
 /// `length` floats of buffer `buffer` of a `float_parts`, starting at

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <actorps/core/compression.hpp>
+#include <actorps/core/values.hpp>
 
 namespace actorps {
 
@@ -79,8 +80,10 @@ struct data_reply {
   /// a value.
   bool failed = false;
   std::vector<char> error;
-  /// The reply's values (none for `ok_atom`).
-  std::vector<float> values;
+  /// The reply's values (none for `ok_atom`): possibly a view of memory
+  /// another process may write (a server's shared-memory segment), to be
+  /// copied where it goes, not checked where it lies.
+  shared_floats values;
 };
 
 /// What a worker needs of a data transport. The transport wakes the worker

@@ -400,12 +400,13 @@ bool decode_reply(data_reply& r, caf::ok_atom&) {
 }
 
 bool decode_reply(data_reply& r, shared_floats& x) {
-  x = shared_floats{std::move(r.values)};
+  x = std::move(r.values);
   return true;
 }
 
 bool decode_reply(data_reply& r, float_parts& x) {
-  x = float_parts{std::move(r.values)};
+  x = float_parts{};
+  x.append(std::move(r.values));
   return true;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The plane's byte types: what a send reads (payload) and what a receive
 // fills (buffer).
+#include <cstdint>
 #include <cstring>
 
 #include "runtime/ucx/plane.hpp"
@@ -38,11 +39,45 @@ buffer::buffer(const void* data, std::size_t size) : buffer(size) {
     std::memcpy(words_.data(), data, size);
 }
 
+buffer buffer::view(const char* data, std::size_t size,
+                    std::shared_ptr<const void> keep) {
+  buffer out;
+  if (size == 0 || data == nullptr)
+    return out;
+  out.view_ = data;
+  out.size_ = size;
+  out.keep_ = std::move(keep);
+  return out;
+}
+
+void buffer::own() {
+  if (view_ == nullptr)
+    return;
+  words_.resize((size_ + sizeof(float) - 1) / sizeof(float));
+  std::memcpy(words_.data(), view_, size_);
+  view_ = nullptr;
+  keep_.reset();
+}
+
 bool buffer::take_floats(std::vector<float>& out) {
   if (size_ % sizeof(float) != 0)
     return false;
-  out = std::move(words_);
-  words_.clear();
+  if (view_ != nullptr) {
+    auto n = size_ / sizeof(float);
+    if (reinterpret_cast<std::uintptr_t>(view_) % alignof(float) == 0) {
+      // One pass: no zeroing first.
+      auto* first = reinterpret_cast<const float*>(view_);
+      out.assign(first, first + n);
+    } else {
+      out.resize(n);
+      std::memcpy(out.data(), view_, size_);
+    }
+    view_ = nullptr;
+    keep_.reset();
+  } else {
+    out = std::move(words_);
+    words_.clear();
+  }
   size_ = 0;
   return true;
 }

@@ -3,6 +3,7 @@
 #include "runtime/ucx/segment.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -345,6 +346,14 @@ struct ingress {
     auto h = decode(x.header);
     if (!h)
       return;
+    // Requests copy each byte of their body out once (values, ids) before
+    // they check it; anything else is decoded in several passes, so a body
+    // that lies in a peer's segment, which the peer may still write, is
+    // copied first.
+    if (h->kind != frame_kind::push && h->kind != frame_kind::push_pull
+        && h->kind != frame_kind::pull && h->kind != frame_kind::batch
+        && h->kind != frame_kind::rows_push && h->kind != frame_kind::rows_pull)
+      x.body.own();
     if (h->kind == frame_kind::reply || h->kind == frame_kind::failure) {
       // Answers to this server's forwards (from servers only).
       if (link && x.identity == server_identity)
@@ -550,9 +559,21 @@ public:
       data_reply r;
       r.request = h->request;
       r.failed = h->kind == frame_kind::failure;
+      std::vector<float> values;
       if (r.failed) {
         r.error = x.body.bytes();
-      } else if (!x.body.take_floats(r.values)) {
+      } else if (x.body.is_view() && x.body.size() % sizeof(float) == 0
+                 && reinterpret_cast<std::uintptr_t>(x.body.data())
+                        % alignof(float)
+                      == 0) {
+        // Values in the server's segment are read there, by whoever copies
+        // them to their destination.
+        r.values = shared_floats{x.body.viewed(),
+                                 reinterpret_cast<const float*>(x.body.data()),
+                                 x.body.size() / sizeof(float)};
+      } else if (x.body.take_floats(values)) {
+        r.values = shared_floats{std::move(values)};
+      } else {
         r.failed = true;
         auto body = error_body(
           sys_, make_error(errc::bad_config,

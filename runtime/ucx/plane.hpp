@@ -55,7 +55,10 @@ struct payload {
 };
 
 /// A received body: its bytes in storage aligned for floats, so that a
-/// body of floats becomes a `std::vector<float>` without a copy.
+/// body of floats becomes a `std::vector<float>` without a copy; or a view
+/// of bytes that lie elsewhere (a message in a peer's shared-memory
+/// segment, read where it lies), which another process may still write:
+/// read each byte once (copy it out before checking it), never write it.
 class buffer {
 public:
   buffer() = default;
@@ -66,20 +69,42 @@ public:
   /// A copy of `size` bytes at `data`.
   buffer(const void* data, std::size_t size);
 
+  /// A view of `size` bytes at `data`, valid while `keep` (and every copy
+  /// of this buffer) lives.
+  static buffer view(const char* data, std::size_t size,
+                     std::shared_ptr<const void> keep);
+
+  /// Where the bytes lie; a view's are read-only.
   char* data() noexcept {
-    return reinterpret_cast<char*>(words_.data());
+    return view_ != nullptr ? const_cast<char*>(view_)
+                            : reinterpret_cast<char*>(words_.data());
   }
 
   const char* data() const noexcept {
-    return reinterpret_cast<const char*>(words_.data());
+    return view_ != nullptr ? view_
+                            : reinterpret_cast<const char*>(words_.data());
   }
 
   std::size_t size() const noexcept {
     return size_;
   }
 
-  /// The bytes as floats, taken over without a copy; false (and nothing
-  /// taken) if the size is no multiple of a float's.
+  /// True if this is a view (see above).
+  bool is_view() const noexcept {
+    return view_ != nullptr;
+  }
+
+  /// What keeps a view's bytes valid (null for no view).
+  const std::shared_ptr<const void>& viewed() const noexcept {
+    return keep_;
+  }
+
+  /// Copies a view's bytes into storage of its own (nothing for no view).
+  void own();
+
+  /// The bytes as floats, taken over without a copy (a view's copied, in
+  /// one pass, and let go of); false (and nothing taken) if the size is no
+  /// multiple of a float's.
   bool take_floats(std::vector<float>& out);
 
   /// A copy of the bytes.
@@ -102,6 +127,9 @@ private:
   std::vector<float> words_;
   std::size_t size_ = 0;
   std::shared_ptr<void> hold_;
+  // A view: its bytes and what keeps them (words_ is empty then).
+  const char* view_ = nullptr;
+  std::shared_ptr<const void> keep_;
 };
 
 /// What a plane tells its owner, on its progress thread: keep it short.

@@ -35,6 +35,12 @@ constexpr unsigned segment_am = 3;
 constexpr unsigned segment_ack_am = 4;
 constexpr unsigned shared_am = 5;
 
+// Messages in a peer's segment are read where they lie while those kept
+// that way take at most 1 / view_share of it; beyond, they are copied out
+// (so views kept long, such as the pieces of a large pull waiting for the
+// rest, never make the peer touch its whole segment).
+constexpr uint64_t view_share = 4;
+
 inline std::string reason(ucs_status_t status) {
   return ucs_status_string(status);
 }
@@ -72,7 +78,8 @@ struct plane::impl {
     // it mapped it; and the peer's segment, mapped here.
     std::shared_ptr<out_segment> out_seg;
     bool out_seg_ready = false;
-    std::unique_ptr<in_segment> in_seg;
+    // (Shared with the messages read where they lie in it.)
+    std::shared_ptr<in_segment> in_seg;
     // The peer offered a segment (and got our one answer).
     bool seg_answered = false;
   };

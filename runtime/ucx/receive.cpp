@@ -171,20 +171,39 @@ void plane::impl::run_fetches() {
                      todo.begin() + static_cast<std::ptrdiff_t>(k), todo.end());
       return;
     }
+    if (f->shared) {
+      auto seg = p->second.in_seg;
+      if (!seg) {
+        delete f;
+        continue;
+      }
+      auto slot = f->slot;
+      if (seg->viewed.load() + slot.length <= seg->size() / view_share) {
+        // Read where it lies in the peer's segment (no copy here): its slot
+        // is free for the peer again once the last copy of the view is let
+        // go of, which the mapping outlives.
+        seg->viewed += slot.length;
+        std::shared_ptr<const void> keep{seg.get(), [seg, slot](const void*) {
+                                           seg->viewed -= slot.length;
+                                           seg->release(slot);
+                                         }};
+        f->body = buffer::view(seg->at(slot), slot.length, std::move(keep));
+      } else {
+        // Views kept hold much of the segment already (a large pull in
+        // pieces): copied out, the slot is free at once, and the pages of
+        // the peer's segment in use stay few.
+        f->body = buffer{f->length};
+        seg->read(slot, f->body.data());
+        seg->release(slot);
+      }
+      if (opts.max_held_bytes > 0)
+        f->body.set_hold(held_bytes::make(held, f->length));
+      fetched(f, UCS_OK);
+      continue;
+    }
     f->body = buffer{f->length};
     if (opts.max_held_bytes > 0)
       f->body.set_hold(held_bytes::make(held, f->length));
-    if (f->shared) {
-      // Out of the peer's segment, whose slot is then free for it again.
-      if (auto* seg = p->second.in_seg.get()) {
-        seg->read(f->slot, f->body.data());
-        seg->release(f->slot);
-        fetched(f, UCS_OK);
-      } else {
-        delete f;
-      }
-      continue;
-    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK
                          | UCP_OP_ATTR_FIELD_USER_DATA;

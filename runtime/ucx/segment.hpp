@@ -7,9 +7,9 @@
 // A plane that sends large messages to a peer on its host writes them into
 // a memory segment of its own (`out_segment`) and tells the peer, over its
 // UCX connection, only where they lie; the peer maps the segment
-// (`in_segment`), copies a message out and marks its slot free. So a large
-// message costs two copies and one small message instead of a trip through
-// the kernel's TCP stack.
+// (`in_segment`), reads a message where it lies (or copies it out) and
+// marks its slot free. So a large message costs one copy in, one read and
+// one small message instead of a trip through the kernel's TCP stack.
 //
 // Safe against the peer: the segment is a memfd sealed against shrinking,
 // so no writer can make the reader's copy fault (SIGBUS); every place a
@@ -20,6 +20,7 @@
 // process of the same user may; a random tag in the segment shows that the
 // file it opened is the one the writer meant.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -126,6 +127,13 @@ public:
   /// Copies a valid slot's bytes to `out`.
   void read(const segment_slot& x, char* out) const;
 
+  /// Where a valid slot's bytes lie, to be read there (the writer may
+  /// still change them: read each byte once) until the slot is released.
+  const char* at(const segment_slot& x) const noexcept {
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return data_ + x.offset;
+  }
+
   /// Tells the writer the slot is free.
   void release(const segment_slot& x);
 
@@ -133,6 +141,15 @@ public:
   std::pair<uint64_t, uint64_t> file() const noexcept {
     return file_;
   }
+
+  /// Bytes for messages.
+  uint64_t size() const noexcept {
+    return size_;
+  }
+
+  /// Bytes of messages read where they lie and not yet released (kept by
+  /// whoever reads them that way).
+  std::atomic<uint64_t> viewed{0};
 
 private:
   in_segment() = default;

@@ -64,6 +64,62 @@ TEST_CASE("shared_floats: copies share, writes copy first", "[payload]") {
   }
 }
 
+TEST_CASE("shared_floats: a view reads memory where it lies, and lets go of "
+          "it once copied or dropped",
+          "[payload]") {
+  // The viewed memory and how many hold it (its `keep`).
+  auto memory
+    = std::make_shared<std::vector<float>>(std::vector<float>{4, 5, 6, 7});
+  auto keep = std::shared_ptr<const void>(memory, memory->data());
+  auto holders = [&] { return memory.use_count() - 1; };
+  shared_floats v{keep, memory->data() + 1, 3};
+  keep.reset();
+  CHECK(v.is_view());
+  CHECK(v.data() == memory->data() + 1);
+  CHECK(v.size() == 3);
+  CHECK_FALSE(v.unique());
+  CHECK(holders() == 1);
+  // Copies share the view; a pull's pieces copy out of it.
+  shared_floats w = v;
+  CHECK(w.data() == v.data());
+  CHECK(holders() == 2);
+  float_parts parts;
+  parts.append(w);
+  std::vector<float> out(3);
+  parts.copy_to(out.data());
+  CHECK(out == std::vector<float>{5, 6, 7});
+  parts = float_parts{};
+  SECTION("mutate copies first, the viewed memory is never written") {
+    v.mutate()[0] = 9;
+    CHECK_FALSE(v.is_view());
+    CHECK(v.vec() == std::vector<float>{9, 6, 7});
+    CHECK(*memory == std::vector<float>{4, 5, 6, 7});
+    CHECK(holders() == 1);
+  }
+  SECTION("take copies and lets go") {
+    CHECK(v.take() == std::vector<float>{5, 6, 7});
+    CHECK(v.empty());
+    CHECK(holders() == 1);
+  }
+  SECTION("vec copies once, then reads its own copy") {
+    const auto& x = v.vec();
+    CHECK(x == std::vector<float>{5, 6, 7});
+    CHECK(&v.vec() == &x);
+    CHECK(v.data() != memory->data() + 1);
+    CHECK(holders() == 1);
+  }
+  SECTION("serialized as the floats it views") {
+    CHECK(round_trip(v).vec() == std::vector<float>{5, 6, 7});
+  }
+  SECTION("dropped, it lets go") {
+    v = shared_floats{};
+    w = shared_floats{};
+    CHECK(holders() == 0);
+  }
+  // A view of nothing is empty.
+  CHECK(shared_floats{nullptr, nullptr, 0}.empty());
+}
+
 TEST_CASE("shared_floats: serialized as the raw floats", "[payload]") {
   shared_floats a{std::vector<float>{1.5f, -2, 3e7f}};
   CHECK(round_trip(a).vec() == a.vec());

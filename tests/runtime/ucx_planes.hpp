@@ -57,6 +57,10 @@ struct inbox {
   // Set (under `mtx`), the plane's thread waits on it in the message with
   // header "0" (and reads nothing else meanwhile).
   std::shared_future<void> gate_at_zero;
+  // Set (under `mtx`), every received buffer is kept here as it came (a
+  // view of a peer's segment keeps its slot).
+  bool keep_buffers = false;
+  std::vector<ucx::buffer> buffers;
 
   ucx::plane_handlers handlers() {
     ucx::plane_handlers h;
@@ -72,6 +76,8 @@ struct inbox {
       std::lock_guard<std::mutex> guard{mtx};
       headers.emplace_back(from, std::move(header));
       bodies.push_back(body.bytes());
+      if (keep_buffers)
+        buffers.push_back(std::move(body));
       cv.notify_all();
     };
     h.on_peer_up = [this](ucx::peer_id id, const std::vector<char>&, uint32_t) {

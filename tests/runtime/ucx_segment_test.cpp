@@ -346,6 +346,71 @@ TEST_CASE("ucx: messages beyond a segment's free room go through UCX, "
   }
 }
 
+TEST_CASE("ucx: a message is read where it lies in the segment until views "
+          "kept take a quarter of it, each kept until its last copy goes",
+          "[ucx]") {
+  // A 4 MB segment: messages of 256 KB are read where they lie while those
+  // kept that way take at most 1 MB.
+  pair_of_planes job{4 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  {
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    b_box.keep_buffers = true;
+  }
+  std::vector<std::shared_ptr<std::vector<float>>> sent;
+  // Sends message i and returns what B received (and keeps).
+  auto exchange = [&, &a = a, &to_b = to_b, &b_box = b_box](int i) {
+    sent.push_back(counting(std::size_t{64} << 10, 100.0f * i));
+    a->send(to_b, bytes(std::to_string(i)),
+            payload{sent[i]->data(), sent[i]->size() * sizeof(float), sent[i]});
+    auto n = static_cast<std::size_t>(i) + 1;
+    REQUIRE(b_box.wait([n](inbox& x) { return x.buffers.size() == n; }));
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    auto x = b_box.buffers.at(i);
+    CHECK(same(x.bytes(), *sent[i]));
+    return x;
+  };
+  auto let_go = [&, &b_box = b_box](int i) {
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    b_box.buffers.at(i) = ucx::buffer{};
+  };
+  for (int i = 0; i < 4; ++i)
+    CHECK(exchange(i).is_view());
+  // A fifth would take more than a quarter: copied out.
+  CHECK_FALSE(exchange(4).is_view());
+  // B lets go of the first, but a copy of it lives on; then of the copy.
+  auto copy = exchange(5);
+  CHECK_FALSE(copy.is_view());
+  {
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    copy = b_box.buffers.at(0);
+  }
+  let_go(0);
+  CHECK_FALSE(exchange(6).is_view());
+  copy = ucx::buffer{};
+  CHECK(exchange(7).is_view());
+  CHECK(a->shared_sends() == 8);
+  // A view outlives both planes: the mapping stays while it is held.
+  auto last = exchange(8);
+  CHECK_FALSE(last.is_view());
+  last = [&, &b_box = b_box] {
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    auto x = b_box.buffers.at(7);
+    b_box.buffers.clear();
+    return x;
+  }();
+  REQUIRE(last.is_view());
+  job.b.reset();
+  job.a.reset();
+  CHECK(same(last.bytes(), *sent[7]));
+  // Taken as floats, it is copied and let go of.
+  std::vector<float> floats;
+  REQUIRE(last.take_floats(floats));
+  CHECK(floats == *sent[7]);
+  CHECK_FALSE(last.is_view());
+  CHECK(last.size() == 0);
+}
+
 TEST_CASE("ucx: a peer that cannot map a plane's segment gets everything "
           "through UCX",
           "[ucx]") {
