@@ -108,6 +108,12 @@ out_segment::~out_segment() {
     ::close(fd_);
 }
 
+void out_segment::close_file() noexcept {
+  if (fd_ >= 0)
+    ::close(fd_);
+  fd_ = -1;
+}
+
 void out_segment::reclaim() {
   auto freed = [this](const segment_slot& x) {
     if (__atomic_load_n(flags_ + x.index, __ATOMIC_ACQUIRE) != 0)

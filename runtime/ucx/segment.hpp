@@ -17,8 +17,9 @@
 // only keeps its slots, and a writer then sends by TCP again; a writer that
 // dies leaves a mapping that stays valid until the reader lets go of it.
 // The reader opens the segment through /proc/PID/fd/FD, which only a
-// process of the same user may; a random tag in the segment shows that the
-// file it opened is the one the writer meant.
+// process of the same user may, and only until the writer closes the file
+// (once the reader answered that it mapped it); a random tag in the
+// segment shows that the file it opened is the one the writer meant.
 
 #include <atomic>
 #include <cstddef>
@@ -89,6 +90,12 @@ public:
   std::size_t in_flight() const noexcept {
     return busy_.size();
   }
+
+  /// Closes the segment's file, once its reader said it mapped it: the
+  /// mapping stays, and no other process can open the file through
+  /// /proc/PID/fd any more (only in the moments between the offer and the
+  /// answer could one).
+  void close_file() noexcept;
 
 private:
   out_segment() = default;

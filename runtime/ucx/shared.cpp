@@ -127,10 +127,13 @@ ucs_status_t plane::impl::on_segment_ack(void* arg, const void* header,
   if (!p.out_seg || p.out_seg_ready
       || std::memcmp(bytes + 1, p.out_seg->info().tag, segment_tag_size) != 0)
     return UCS_OK;
-  if (bytes[0] == 1)
+  if (bytes[0] == 1) {
     p.out_seg_ready = true;
-  else
+    // Mapped by its reader: the file is no one else's to open.
+    p.out_seg->close_file();
+  } else {
     p.out_seg.reset();
+  }
   return UCS_OK;
 }
 

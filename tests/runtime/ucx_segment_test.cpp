@@ -48,7 +48,39 @@ std::unique_ptr<in_segment> map_segment(const segment_info& info,
   return x;
 }
 
+// Files of planes' segments this process holds open (what another process
+// of its user could open through /proc/PID/fd).
+int open_segment_files() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    auto path = "/proc/self/fd/" + std::to_string(fd);
+    char target[64] = {};
+    if (::readlink(path.c_str(), target, sizeof(target) - 1) > 0
+        && std::strncmp(target, "/memfd:actorps-plane", 20) == 0)
+      ++n;
+  }
+  return n;
+}
+
 } // namespace
+
+TEST_CASE("ucx segment: closed once mapped, its file can no longer be "
+          "opened, and both mappings still share it",
+          "[ucx]") {
+  auto out = make_segment(1 << 20);
+  CHECK(open_segment_files() == 1);
+  auto in = map_segment(out->info());
+  out->close_file();
+  CHECK(open_segment_files() == 0);
+  std::string error;
+  CHECK_FALSE(in_segment::open(out->info(), 1 << 30, error));
+  auto slot = out->reserve(1000);
+  REQUIRE(slot);
+  std::memset(out->data(*slot), 'x', 1000);
+  std::vector<char> got(1000);
+  in->read(*slot, got.data());
+  CHECK(got == std::vector<char>(1000, 'x'));
+}
 
 TEST_CASE("ucx segment: each slot takes the lowest place with room, and "
           "places come back in whatever order the reader frees them",
@@ -301,6 +333,8 @@ TEST_CASE("ucx: large messages to a plane of this host go through a shared "
             payload{sent[i]->data(), sent[i]->size() * sizeof(float), sent[i]});
   REQUIRE(a_box.wait([](inbox& x) { return x.bodies.size() == 3; }));
   CHECK(b->shared_sends() == 2);
+  // Each writer closed its segment's file once its reader mapped it.
+  CHECK(open_segment_files() == 0);
   CHECK(same(a_box.bodies[1], *sent[4]));
   CHECK(same(a_box.bodies[2], *sent[5]));
   CHECK(a_box.down.empty());
