@@ -134,12 +134,22 @@ void push_from_plane(shard_ptr self, const char* op, op_kind kind,
                      slice_push& msg, plane_reply& r) {
   // The values are used up (or taken over) once this returns.
   auto hold = std::move(r.hold);
+  auto values = std::move(r.values);
   if (!from_plane(self, r))
     return;
   op_target t;
   t.kind = kind;
   t.single().direct = std::move(r);
-  self->state.submit(op, msg, std::move(t));
+  auto& st = self->state;
+  if (!values.empty() && !st.backup) {
+    // Read where they lie (an operation that must wait copies them).
+    st.submit(op, st.find(msg.slice), msg.slice, msg.worker, msg.seq,
+              values.data(), values.size(), t, nullptr);
+  } else {
+    if (!values.empty())
+      msg.grad.data = values.take();
+    st.submit(op, msg, std::move(t));
+  }
   flush(self);
 }
 

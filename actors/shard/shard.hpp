@@ -279,6 +279,12 @@ struct plane_reply {
   /// held (plane_options::max_held_bytes); the shard lets go of it once it
   /// has handled the message, whatever becomes of the reply.
   std::shared_ptr<void> hold;
+  /// A push's values where they lie (a view of the worker's shared-memory
+  /// segment, which it may still write) instead of in its `slice_push`:
+  /// read once where they lie by a shard that forwards nothing, copied
+  /// first by one with a backup (so that both apply the same values); let
+  /// go of, like `hold`, once the message was handled.
+  shared_floats values;
 };
 
 /// The answer to a forward a primary sent over its `replica_link`: `err`

@@ -376,7 +376,7 @@ struct ingress {
                  make_error(errc::bad_config,
                             "ucx: a request body does not decode"));
     };
-    plane_reply reply{sink, from, request, nullptr};
+    plane_reply reply{sink, from, request, nullptr, {}};
     if (h->kind == frame_kind::replicate
         || h->kind == frame_kind::replicate_change) {
       if (x.identity != server_identity) {
@@ -398,7 +398,20 @@ struct ingress {
         auto meta = decode_meta(x.header);
         if (!meta)
           return bad_body();
-        auto values = values_of(*meta, x.body);
+        std::optional<floats> values;
+        if (meta->encoding.kind == codec::none && x.body.is_view()
+            && x.body.size() % sizeof(float) == 0
+            && x.body.size() / sizeof(float) == meta->count
+            && reinterpret_cast<std::uintptr_t>(x.body.data()) % alignof(float)
+                 == 0) {
+          // Raw values in the worker's segment: the shard reads them there.
+          values.emplace();
+          reply.values = shared_floats{
+            x.body.viewed(), reinterpret_cast<const float*>(x.body.data()),
+            meta->count};
+        } else {
+          values = values_of(*meta, x.body);
+        }
         if (!values)
           return bad_body();
         if (!admits(x, meta->worker, request))

@@ -265,7 +265,7 @@ TEST_CASE("chain: a copy paired anew takes forwards only over the connection "
   };
   auto forward = [&](uint64_t from, uint64_t number, uint64_t request) {
     caf::anon_send(copy, replicate_atom::value, number, replica_batch{},
-                   plane_reply{sink, from, request, nullptr});
+                   plane_reply{sink, from, request, nullptr, {}});
     f.run();
     REQUIRE(sink->got.count(request) == 1);
     return sink->got.at(request);

@@ -2,6 +2,7 @@
 #include "actors/shard/shard.hpp"
 
 #include <cmath>
+#include <map>
 
 #include "caf/message_priority.hpp"
 
@@ -191,6 +192,68 @@ TEST_CASE_METHOD(shard_fixture,
   CHECK(pull(slice_a, 0, 1) == std::vector<float>{5, 6});
   REQUIRE(push(slice_a, 1, 0, {7, 8}));
   CHECK(pull(slice_a, 1, 1) == std::vector<float>{7, 8});
+}
+
+namespace {
+
+// What a data plane's sink was told, by request.
+struct plane_answers : reply_sink {
+  std::map<uint64_t, std::vector<float>> values;
+  std::map<uint64_t, int> oks;
+
+  void ok(uint64_t, uint64_t request) override {
+    ++oks[request];
+  }
+
+  void value(uint64_t, uint64_t request, const shared_floats& x) override {
+    values[request].assign(x.data(), x.data() + x.size());
+  }
+
+  void parts(uint64_t, uint64_t, float_parts&&) override {
+  }
+
+  void fail(uint64_t, uint64_t request, const caf::error&) override {
+    values.erase(request);
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: a data plane's push is read where its values lie, "
+                 "never kept there, and let go of once handled",
+                 "[shard]") {
+  REQUIRE(init(slice_a, {1, 1}));
+  auto sink = std::make_shared<plane_answers>();
+  // Memory of someone else's (a worker's segment) holding pushes.
+  auto memory = std::make_shared<std::vector<float>>(
+    std::vector<float>{5, 6, 7, 8, 9, 10});
+  auto viewers = [&] { return memory.use_count() - 1; };
+  auto from_plane = [&](auto atom, uint32_t worker, uint64_t seq,
+                        std::size_t at, uint64_t request) {
+    auto keep = std::shared_ptr<const void>(memory, memory->data());
+    caf::anon_send(shard, atom, slice_push{slice_a, worker, seq, floats{}},
+                   plane_reply{sink, 1, request, nullptr,
+                               shared_floats{keep, memory->data() + at, 2}});
+    run();
+  };
+  // The value becomes the push (no optimizer): a copy of it.
+  from_plane(push_pull_atom::value, 0, 0, 0, 1);
+  CHECK(viewers() == 0);
+  CHECK(sink->values[1] == std::vector<float>{5, 6});
+  (*memory)[0] = -1;
+  CHECK(pull(slice_a, 0, 1) == std::vector<float>{5, 6});
+  // Out of order: seq 3 waits for seq 2 (copied, the view let go of at
+  // once), then both apply in order.
+  from_plane(push_atom::value, 0, 3, 4, 3);
+  CHECK(viewers() == 0);
+  CHECK(sink->oks.count(3) == 0);
+  (*memory)[4] = 100;
+  from_plane(push_atom::value, 0, 2, 2, 2);
+  CHECK(viewers() == 0);
+  CHECK(sink->oks[2] == 1);
+  CHECK(sink->oks[3] == 1);
+  CHECK(pull(slice_a, 0, 4) == std::vector<float>{9, 10});
 }
 
 TEST_CASE_METHOD(shard_fixture,
