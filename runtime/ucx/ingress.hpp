@@ -30,7 +30,9 @@
 // names a shard this server does not host, is answered with a `failure`
 // frame (`bad_config`); a frame that is no request is dropped. Pushed
 // values are taken over from the received buffer without a copy when
-// uncompressed; replies go out straight from the shards' buffers.
+// uncompressed, and a push or push_pull whose raw values lie in the
+// worker's shared-memory segment reaches the shard as a view of them
+// (plane_reply::values); replies go out straight from the shards' buffers.
 
 #include <cstdint>
 #include <functional>
