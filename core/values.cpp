@@ -28,6 +28,23 @@ shared_floats::shared_floats(std::shared_ptr<const void> keep,
   view_size_ = n;
 }
 
+shared_floats::shared_floats(shared_floats&& other) noexcept
+  : buf_(std::move(other.buf_)),
+    keep_(std::move(other.keep_)),
+    view_(std::exchange(other.view_, nullptr)),
+    view_size_(std::exchange(other.view_size_, 0)) {
+}
+
+shared_floats& shared_floats::operator=(shared_floats&& other) noexcept {
+  if (this != &other) {
+    buf_ = std::move(other.buf_);
+    keep_ = std::move(other.keep_);
+    view_ = std::exchange(other.view_, nullptr);
+    view_size_ = std::exchange(other.view_size_, 0);
+  }
+  return *this;
+}
+
 void shared_floats::own() const {
   buf_ = std::make_shared<std::vector<float>>(view_, view_ + view_size_);
   keep_.reset();

@@ -46,6 +46,14 @@ public:
   shared_floats(std::shared_ptr<const void> keep, const float* data,
                 std::size_t n);
 
+  shared_floats(const shared_floats&) = default;
+  shared_floats& operator=(const shared_floats&) = default;
+
+  /// Moved from, a view (or buffer) is left empty, never pointing at
+  /// memory it no longer keeps.
+  shared_floats(shared_floats&& other) noexcept;
+  shared_floats& operator=(shared_floats&& other) noexcept;
+
   const float* data() const noexcept {
     return buf_ ? buf_->data() : view_;
   }

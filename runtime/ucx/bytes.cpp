@@ -3,6 +3,7 @@
 // fills (buffer).
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "runtime/ucx/plane.hpp"
 
@@ -37,6 +38,25 @@ buffer::buffer(std::size_t size)
 buffer::buffer(const void* data, std::size_t size) : buffer(size) {
   if (size > 0)
     std::memcpy(words_.data(), data, size);
+}
+
+buffer::buffer(buffer&& other) noexcept
+  : words_(std::move(other.words_)),
+    size_(std::exchange(other.size_, 0)),
+    hold_(std::move(other.hold_)),
+    view_(std::exchange(other.view_, nullptr)),
+    keep_(std::move(other.keep_)) {
+}
+
+buffer& buffer::operator=(buffer&& other) noexcept {
+  if (this != &other) {
+    words_ = std::move(other.words_);
+    size_ = std::exchange(other.size_, 0);
+    hold_ = std::move(other.hold_);
+    view_ = std::exchange(other.view_, nullptr);
+    keep_ = std::move(other.keep_);
+  }
+  return *this;
 }
 
 buffer buffer::view(const char* data, std::size_t size,

@@ -69,12 +69,21 @@ public:
   /// A copy of `size` bytes at `data`.
   buffer(const void* data, std::size_t size);
 
+  buffer(const buffer&) = default;
+  buffer& operator=(const buffer&) = default;
+
+  /// Moved from, a buffer is left empty (a view never pointing at bytes it
+  /// no longer keeps).
+  buffer(buffer&& other) noexcept;
+  buffer& operator=(buffer&& other) noexcept;
+
   /// A view of `size` bytes at `data`, valid while `keep` (and every copy
   /// of this buffer) lives.
   static buffer view(const char* data, std::size_t size,
                      std::shared_ptr<const void> keep);
 
-  /// Where the bytes lie; a view's are read-only.
+  /// Where the bytes lie; a view's are read-only (mapped so: a write
+  /// faults).
   char* data() noexcept {
     return view_ != nullptr ? const_cast<char*>(view_)
                             : reinterpret_cast<char*>(words_.data());

@@ -202,6 +202,12 @@ std::unique_ptr<in_segment> in_segment::open(const segment_info& x,
   y->map_ = map;
   y->map_size_ = total;
   auto* base = static_cast<char*>(map);
+  // The messages are read where they lie, never written here: a stray
+  // write faults instead of changing what the peer sent.
+  if (::mprotect(base + control_size, x.size, PROT_READ) != 0) {
+    error = why("mprotect");
+    return nullptr;
+  }
   if (std::memcmp(base, x.tag, segment_tag_size) != 0) {
     error = path + " is not the segment announced (its tag differs)";
     return nullptr;

@@ -116,6 +116,17 @@ TEST_CASE("shared_floats: a view reads memory where it lies, and lets go of "
     w = shared_floats{};
     CHECK(holders() == 0);
   }
+  SECTION("moved from, it is empty, pointing nowhere") {
+    shared_floats moved = std::move(v);
+    CHECK(moved.data() == memory->data() + 1);
+    CHECK(v.empty());
+    CHECK(v.data() == nullptr);
+    CHECK_FALSE(v.is_view());
+    w = std::move(moved);
+    CHECK(moved.empty());
+    CHECK(moved.data() == nullptr);
+    CHECK(holders() == 1);
+  }
   // A view of nothing is empty.
   CHECK(shared_floats{nullptr, nullptr, 0}.empty());
 }

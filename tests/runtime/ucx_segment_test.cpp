@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,28 @@ std::unique_ptr<in_segment> map_segment(const segment_info& info,
   return x;
 }
 
+// The permissions ("rw-s", ...) of the mapping of this process that holds
+// `at` ("" if none does).
+std::string permissions_at(const void* at) {
+  auto where = reinterpret_cast<std::uintptr_t>(at);
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  REQUIRE(maps != nullptr);
+  char line[512];
+  std::string found;
+  while (std::fgets(line, sizeof(line), maps) != nullptr) {
+    unsigned long from = 0;
+    unsigned long to = 0;
+    char perms[5] = {};
+    if (std::sscanf(line, "%lx-%lx %4s", &from, &to, perms) == 3
+        && where >= from && where < to) {
+      found = perms;
+      break;
+    }
+  }
+  std::fclose(maps);
+  return found;
+}
+
 // Files of planes' segments this process holds open (what another process
 // of its user could open through /proc/PID/fd).
 int open_segment_files() {
@@ -80,6 +103,9 @@ TEST_CASE("ucx segment: closed once mapped, its file can no longer be "
   std::vector<char> got(1000);
   in->read(*slot, got.data());
   CHECK(got == std::vector<char>(1000, 'x'));
+  // The reader maps the messages read-only (a stray write would fault).
+  CHECK(permissions_at(in->at(*slot)).substr(0, 2) == "r-");
+  CHECK(permissions_at(out->data(*slot)).substr(0, 2) == "rw");
 }
 
 TEST_CASE("ucx segment: each slot takes the lowest place with room, and "
@@ -436,6 +462,11 @@ TEST_CASE("ucx: a message is read where it lies in the segment until views "
   REQUIRE(last.is_view());
   job.b.reset();
   job.a.reset();
+  // Moved, the view goes along; what it was moved from is empty.
+  auto moved = std::move(last);
+  CHECK(last.size() == 0);
+  CHECK_FALSE(last.is_view());
+  last = std::move(moved);
   CHECK(same(last.bytes(), *sent[7]));
   // Taken as floats, it is copied and let go of.
   std::vector<float> floats;
