@@ -79,6 +79,14 @@ void buffer::own() {
   keep_.reset();
 }
 
+shared_floats buffer::floats_in_place() const {
+  if (view_ == nullptr || size_ % sizeof(float) != 0
+      || reinterpret_cast<std::uintptr_t>(view_) % alignof(float) != 0)
+    return {};
+  return shared_floats{keep_, reinterpret_cast<const float*>(view_),
+                       size_ / sizeof(float)};
+}
+
 bool buffer::take_floats(std::vector<float>& out) {
   if (size_ % sizeof(float) != 0)
     return false;

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "core/values.hpp"
+
 namespace actorps::ucx {
 
 /// Identifies a peer plane within this plane (never 0).
@@ -103,13 +105,13 @@ public:
     return view_ != nullptr;
   }
 
-  /// What keeps a view's bytes valid (null for no view).
-  const std::shared_ptr<const void>& viewed() const noexcept {
-    return keep_;
-  }
-
   /// Copies a view's bytes into storage of its own (nothing for no view).
   void own();
+
+  /// A view's bytes as floats read where they lie (sharing what keeps
+  /// them); empty unless this is a view of whole floats at a float's
+  /// alignment.
+  shared_floats floats_in_place() const;
 
   /// The bytes as floats, taken over without a copy (a view's copied, in
   /// one pass, and let go of); false (and nothing taken) if the size is no
