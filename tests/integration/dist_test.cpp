@@ -280,7 +280,13 @@ TEST_CASE("dist: a new worker takes a dead worker's place", "[integration]") {
   dist_job job{"dist_async", 2, 1, {"--log-level", "debug"}};
   job.add_server();
   auto args = replacement_args();
-  auto& first = job.add_worker(args);
+  // The survivor holds before its last barrier until the replacement has
+  // joined: had it ended first, so would the job, and the replacement would
+  // find no coordinator (seen once under the sanitizers, whose process
+  // starts are slow).
+  auto first_args = args;
+  first_args.insert(first_args.end(), {"--hold-after-rounds", "300"});
+  auto& first = job.add_worker(first_args, true);
   REQUIRE(first.wait_for(" of 2 (", startup));
   auto& victim = job.add_worker(args);
   REQUIRE(victim.wait_for("round 5\n", job_time));
@@ -292,6 +298,7 @@ TEST_CASE("dist: a new worker takes a dead worker's place", "[integration]") {
   // The job is full: a new worker gets the dead one's rank, once the
   // coordinator saw it die, and both finish.
   auto& replacement = rejoin(job, args, rank, "2", "none of them died");
+  first.send_line("");
   CHECK_EXIT(replacement, 0, job_time);
   CHECK(replacement.output().find("all rounds done") != std::string::npos);
   CHECK_EXIT(first, 0, job_time);
