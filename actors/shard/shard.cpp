@@ -141,13 +141,12 @@ void push_from_plane(shard_ptr self, const char* op, op_kind kind,
   t.kind = kind;
   t.single().direct = std::move(r);
   auto& st = self->state;
-  if (!values.empty() && !st.backup) {
-    // Read where they lie (an operation that must wait copies them).
+  if (!values.empty()) {
+    // Read where they lie, also by a forward to the backup (an operation
+    // that must wait copies them).
     st.submit(op, st.find(msg.slice), msg.slice, msg.worker, msg.seq,
-              values.data(), values.size(), t, nullptr);
+              values.data(), values.size(), t, nullptr, &values);
   } else {
-    if (!values.empty())
-      msg.grad.data = values.take();
     st.submit(op, msg, std::move(t));
   }
   flush(self);
@@ -179,6 +178,7 @@ void submit_rows(shard_ptr self, rows_pull& msg, op_target t) {
 shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   auto& st = self->state;
   st.cfg = cfg;
+  st.forward_now = [self] { flush(self); };
   st.trusted.add_admitters(cfg.trusted);
   ignore_strays(self, st.trusted);
   st.live.assign(cfg.num_workers, true);

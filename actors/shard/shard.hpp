@@ -280,10 +280,10 @@ struct plane_reply {
   /// has handled the message, whatever becomes of the reply.
   std::shared_ptr<void> hold;
   /// A push's values where they lie (a view of the worker's shared-memory
-  /// segment, which it may still write) instead of in its `slice_push`:
-  /// read once where they lie by a shard that forwards nothing, copied
-  /// first by one with a backup (so that both apply the same values); let
-  /// go of, like `hold`, once the message was handled.
+  /// segment) instead of in its `slice_push`: read where they lie by the
+  /// shard and by its forward to a backup (which keeps the view until it
+  /// has left); copied by an operation that must wait. Let go of, like
+  /// `hold`, once the message was handled.
   shared_floats values;
 };
 

@@ -282,12 +282,25 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   t.pulled(s.value);
 }
 
+namespace {
+
+// A push of at least this many values goes to the backup over the link
+// before this shard applies it (both then apply it at once), not at the end
+// of the handler.
+constexpr std::size_t early_forward_floats = std::size_t{1} << 16;
+
+} // namespace
+
 void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
                       uint64_t seq, const float* g, std::size_t n, op_target& t,
-                      std::vector<float>* owned) {
+                      std::vector<float>* owned, const shared_floats* view) {
   // The outbox's operation whose values are the slice's value after this
   // push (below), if any.
   std::optional<std::size_t> share;
+  bool early = false;
+  // Keeps `g` while a forward sent before the push is applied here may let
+  // go of the values it took.
+  shared_floats pinned;
   if (backup) {
     // The backup runs it too, before anyone hears of it.
     replica_op r;
@@ -300,10 +313,23 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
       if (t.table)
         r.rows = t.single().rows;
       // The pushed buffer goes to the backup when this shard would not keep
-      // it (async, an update rule that reads the push): no copy then.
-      if (owned != nullptr && !cfg.sync && (t.table || !replaces)) {
-        r.values.data = std::move(*owned);
-        g = r.values.data.data();
+      // it (async, an update rule that reads the push): no copy then. A
+      // view of the worker's segment goes from there. (Only a worker that
+      // breaks the segment's protocol could change it meanwhile: then its
+      // own push differs between the copies, nothing else.)
+      // Over the link a large push leaves first (early, below): shared then.
+      early = link_peer != 0 && n >= early_forward_floats;
+      if (view != nullptr && !t.table) {
+        r.shared = *view;
+      } else if (owned != nullptr && !cfg.sync && (t.table || !replaces)) {
+        if (early) {
+          r.shared = shared_floats{std::move(*owned)};
+          pinned = r.shared;
+          g = pinned.data();
+        } else {
+          r.values.data = std::move(*owned);
+          g = r.values.data.data();
+        }
         owned = nullptr;
       } else if (!cfg.sync && !t.table && replaces) {
         // Async "assign": the value becomes the push, shared once applied.
@@ -312,6 +338,7 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
         r.values.data.assign(g, g + n);
       }
     }
+    early = early && !share;
     outbox.push_back(std::move(r));
   }
   // (Also while the coordinator is told that the backup is lost.)
@@ -319,6 +346,8 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
     t.gate = gate;
     t.forward = ++forwarded;
   }
+  if (early && forward_now)
+    forward_now();
   if (t.kind != op_kind::pull) {
     auto err = t.table
                  ? do_push_rows(s, id, worker, g, n, t.single().rows, owned)
@@ -357,8 +386,8 @@ void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
 
 void shard_state::submit(const char* op, slice_state* s, slice_id id,
                          uint32_t worker, uint64_t seq, const float* g,
-                         std::size_t n, op_target& t,
-                         std::vector<float>* owned) {
+                         std::size_t n, op_target& t, std::vector<float>* owned,
+                         const shared_floats* view) {
   if (s == nullptr) {
     t.fail(not_initialized(op, id));
     return;
@@ -380,7 +409,7 @@ void shard_state::submit(const char* op, slice_state* s, slice_id id,
     return;
   }
   if (*now) {
-    run(*s, id, worker, seq, g, n, t, owned);
+    run(*s, id, worker, seq, g, n, t, owned, view);
     drain(*s, id, worker);
     return;
   }

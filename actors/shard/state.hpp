@@ -171,8 +171,12 @@ struct shard_state {
   gate_ptr new_gate();
 
   ~shard_state();
-  // Operations run since the last forward, sent at the end of the handler.
+  // Operations run since the last forward, sent at the end of the handler,
+  // or at once before a large push is applied (`forward_now`), so that the
+  // backup applies it while this shard does.
   std::vector<replica_op> outbox;
+  // Sends the outbox (set by the shard's behavior: see flush).
+  std::function<void()> forward_now;
   // Forwards over shard_config::link: the way to the backup's server (0:
   // through CAF), the forwards sent that way (numbered from 1) and what
   // runs when each is answered (with its error, if any).
@@ -320,9 +324,12 @@ struct shard_state {
 
   // Runs operation `seq` of `worker`, whose predecessors all ran (and
   // forwards it to the backup, if any).
+  // `view`, if set, shares the pushed values `g` (a view of the worker's
+  // shared-memory segment): a forward to the backup is sent from there.
   void run(slice_state& s, slice_id id, uint32_t worker, uint64_t seq,
            const float* g, std::size_t n, op_target& t,
-           std::vector<float>* owned = nullptr);
+           std::vector<float>* owned = nullptr,
+           const shared_floats* view = nullptr);
 
   // A promoted backup got operation `seq` again, which it ran as its
   // primary's forward: answers it without applying it twice.
@@ -334,14 +341,16 @@ struct shard_state {
   // Orders one operation on slice `id` (`s`, null if the slice does not
   // exist here) among those of its worker: runs it now, or stashes it (with
   // its pushed values) until its predecessors ran. `owned`, if set, holds the
-  // pushed values and may be taken over. Errors go to the operation's target,
+  // pushed values and may be taken over; `view`, if set, shares them (see
+  // run). Errors go to the operation's target,
   // which is moved from when the operation waits (stashed, or a pull waiting
   // for its round); otherwise at most its gate and forward number change (a
   // backup's hold takes the gate), so that a batch resets those and reuses
   // it without touching its reference counts.
   void submit(const char* op, slice_state* s, slice_id id, uint32_t worker,
               uint64_t seq, const float* g, std::size_t n, op_target& t,
-              std::vector<float>* owned = nullptr);
+              std::vector<float>* owned = nullptr,
+              const shared_floats* view = nullptr);
 
   // Submits a push or push_pull; the message's buffer may be taken over.
   void submit(const char* op, slice_push& msg, op_target t);

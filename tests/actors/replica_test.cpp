@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -153,6 +155,134 @@ TEST_CASE("a push completes only once the backup ran it") {
   auto v = f.takeover(0, 1);
   REQUIRE(v);
   CHECK(*v == std::vector<float>{11, 22});
+}
+
+namespace {
+
+// A data plane's sink: the requests answered ok, and those failed.
+struct plane_oks : reply_sink {
+  std::map<uint64_t, int> oks;
+  std::map<uint64_t, caf::error> failed;
+
+  void ok(uint64_t, uint64_t request) override {
+    ++oks[request];
+  }
+  void value(uint64_t, uint64_t, const shared_floats&) override {
+  }
+  void parts(uint64_t, uint64_t, float_parts&&) override {
+  }
+  void fail(uint64_t, uint64_t request, const caf::error& err) override {
+    failed[request] = err;
+  }
+};
+
+// A replica_link that keeps what it is given to send, answered by the test.
+struct kept_link : replica_link {
+  static constexpr uint64_t peer = 5;
+  std::vector<uint64_t> numbers;
+  std::vector<replica_batch> batches;
+
+  uint64_t open(const std::string&) override {
+    return peer;
+  }
+  uint64_t source(const std::string&) override {
+    return 0;
+  }
+  void send(uint64_t, uint32_t, uint64_t number, replica_batch&& ops,
+            const caf::actor&) override {
+    numbers.push_back(number);
+    batches.push_back(std::move(ops));
+  }
+  void send(uint64_t, uint32_t, uint64_t number, const caf::message&,
+            const caf::actor&) override {
+    numbers.push_back(number);
+  }
+  void forget(uint64_t, uint32_t) override {
+  }
+};
+
+} // namespace
+
+TEST_CASE("a push read where it lies in the worker's segment goes to the "
+          "backup from there") {
+  // Memory of someone else's (a worker's segment) holding the pushes.
+  auto memory
+    = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 10, 20});
+  auto viewers = [&] { return memory.use_count() - 1; };
+  auto sink = std::make_shared<plane_oks>();
+  auto from_plane = [&](test::deterministic_fixture& f, const shard_actor& to,
+                        uint32_t worker, std::size_t at, uint64_t request) {
+    auto keep = std::shared_ptr<const void>(memory, memory->data());
+    caf::anon_send(to, push_atom::value, slice_push{slice_a, worker, 0, {}},
+                   plane_reply{sink, 1, request, nullptr,
+                               shared_floats{keep, memory->data() + at, 2}});
+    f.run();
+  };
+  SECTION("through CAF: the backup gets the values") {
+    replica_fixture f;
+    from_plane(f, f.primary, 0, 0, 1);
+    from_plane(f, f.primary, 1, 2, 2);
+    CHECK(sink->oks[1] == 1);
+    CHECK(sink->oks[2] == 1);
+    CHECK(viewers() == 0);
+    auto v = f.takeover(0, 1);
+    REQUIRE(v);
+    CHECK(*v == std::vector<float>{11, 22});
+  }
+  SECTION("over a link: the forward reads the segment, which stays taken "
+          "until the forward is let go of, and the push is answered once "
+          "the backup ran it") {
+    test::deterministic_fixture f;
+    auto link = std::make_shared<kept_link>();
+    auto cfg = test::shard_cfg(0, 2, false);
+    cfg.link = link;
+    auto primary = f.guard(spawn_shard(f.sys, cfg));
+    auto stand_in = f.guard(spawn_shard(f.sys, cfg));
+    std::size_t acked = 0;
+    // The backup answers every forward sent so far.
+    auto answer_all = [&] {
+      for (; acked < link->numbers.size(); ++acked) {
+        replica_ack a;
+        a.peer = kept_link::peer;
+        a.number = link->numbers[acked];
+        caf::anon_send(primary, replicate_atom::value, a);
+      }
+      f.run();
+    };
+    f.self->send(primary, replica_atom::value,
+                 caf::actor_cast<caf::actor>(stand_in), true,
+                 std::string{"plane b"});
+    f.run();
+    answer_all();
+    REQUIRE(f.reply<caf::ok_atom>());
+    f.self->send(primary, init_atom::value,
+                 slice_init{slice_a, floats{std::vector<float>{0, 0}}});
+    f.run();
+    answer_all();
+    REQUIRE(f.reply<caf::ok_atom>());
+    link->batches.clear();
+    from_plane(f, primary, 0, 2, 7);
+    REQUIRE(link->batches.size() == 1);
+    REQUIRE(link->batches[0].ops.size() == 1);
+    auto& op = link->batches[0].ops[0];
+    CHECK(op.shared.data() == memory->data() + 2);
+    CHECK(op.shared.size() == 2);
+    CHECK(op.values.data.empty());
+    CHECK(viewers() == 1);
+    CHECK(sink->oks.count(7) == 0);
+    answer_all();
+    CHECK(sink->oks[7] == 1);
+    link->batches.clear();
+    CHECK(viewers() == 0);
+    // Applied by the primary too (a pull is answered once the backup knows
+    // of it).
+    f.self->send(primary, pull_atom::value, slice_pull{slice_a, 0, 1});
+    f.run();
+    answer_all();
+    auto v = f.reply<shared_floats>();
+    REQUIRE(v);
+    CHECK(v->vec() == std::vector<float>{10, 20});
+  }
 }
 
 TEST_CASE("a promoted backup answers what is sent again without applying it "
