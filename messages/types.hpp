@@ -225,10 +225,11 @@ struct replica_op {
   bool table = false;
   std::vector<uint64_t> rows;
   floats values;
-  /// Instead of `values` in the primary's process only (never sent: a
-  /// transport takes `values` from it): the slice's own value after the
-  /// push, which under the "assign" rule is the pushed values, shared
-  /// instead of copied.
+  /// Instead of `values` in the primary's process only (never serialized:
+  /// CAF's path copies it into `values`, the UCX link sends it from where it
+  /// lies): the pushed values shared instead of copied. The slice's own
+  /// value after the push (the "assign" rule), a view of the worker's
+  /// segment, or a pushed buffer that the primary applies too.
   shared_floats shared;
 };
 

@@ -90,7 +90,13 @@ void send_forward(shard_ptr self, T x,
                   bool state_part = false) {
   auto& st = self->state;
   if (st.sending_state && !state_part) {
-    // Behind the state's parts: sent once the backup took them all.
+    // Behind the state's parts: sent once the backup took them all. (Views
+    // of workers' segments are copied out meanwhile: they would hold the
+    // workers' slots for the whole transfer.)
+    if constexpr (std::is_same_v<T, replica_batch>)
+      for (auto& op : x.ops)
+        if (op.shared.is_view())
+          op.values.data = op.shared.take();
     auto later = std::make_shared<T>(std::move(x));
     st.deferred.emplace_back(
       [self, later, done] { send_forward(self, std::move(*later), done); });
@@ -254,12 +260,10 @@ void flush(shard_ptr self) {
     };
   };
   if (st.link_peer == 0) {
-    // (CAF sends `values`: shared ones are copied there.)
+    // (CAF sends `values`: shared ones are copied there, once.)
     for (auto& op : b.ops)
-      if (!op.shared.empty()) {
-        op.values.data = op.shared.vec();
-        op.shared = shared_floats{};
-      }
+      if (!op.shared.empty())
+        op.values.data = op.shared.take();
     send_forward(self, std::move(b), acked(st.forwarded));
     return;
   }

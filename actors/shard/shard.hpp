@@ -281,9 +281,9 @@ struct plane_reply {
   std::shared_ptr<void> hold;
   /// A push's values where they lie (a view of the worker's shared-memory
   /// segment) instead of in its `slice_push`: read where they lie by the
-  /// shard and by its forward to a backup (which keeps the view until it
-  /// has left); copied by an operation that must wait. Let go of, like
-  /// `hold`, once the message was handled.
+  /// shard and by its forward to a backup; copied by an operation that must
+  /// wait. The shard lets go of it once the message was handled, except for
+  /// the share a forward keeps until it has left.
   shared_floats values;
 };
 

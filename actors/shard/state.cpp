@@ -314,9 +314,12 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
         r.rows = t.single().rows;
       // The pushed buffer goes to the backup when this shard would not keep
       // it (async, an update rule that reads the push): no copy then. A
-      // view of the worker's segment goes from there. (Only a worker that
-      // breaks the segment's protocol could change it meanwhile: then its
-      // own push differs between the copies, nothing else.)
+      // view of the worker's segment goes from there: the worker's memory
+      // is read twice, by the apply here and by the forward. (A worker that
+      // breaks the segment's protocol and writes it meanwhile makes the
+      // copies apply different values for its push: no more than it could
+      // do by pushing them, except that they then differ. Floats only: no
+      // length or offset is read twice.)
       // Over the link a large push leaves first (early, below): shared then.
       early = link_peer != 0 && n >= early_forward_floats;
       if (view != nullptr && !t.table) {

@@ -309,6 +309,9 @@ bool plane::impl::submit(ucp_ep_h ep, unsigned am, send_state* state) {
     }
     buf = state->gathered.data();
     count = state->gathered.size();
+    // What it was gathered from (views of a peer's segment, a shard's
+    // buffers) is let go of now, not once UCX is done.
+    state->body = payload{};
   }
   state->in_call = true;
   auto req = ucp_am_send_nbx(ep, am, state->header.data(), state->header.size(),
