@@ -550,4 +550,36 @@ caf::error run_change(shard_ptr self, caf::message& m) {
   return caf::none;
 }
 
+// A backup runs its primary's forwards (see shard.hpp, "Replicas").
+void shard_state::replay(replica_batch& batch) {
+  for (auto& op : batch.ops) {
+    auto s = find(op.slice);
+    if (s == nullptr || op.worker >= cfg.num_workers
+        || op.kind > static_cast<uint8_t>(op_kind::push_pull))
+      continue;
+    // Seen already: a worker sent it again to the promoted shard first.
+    if (op.seq < s->clocks[op.worker].next_seq)
+      continue;
+    s->clocks[op.worker].next_seq = op.seq + 1;
+    if (op.kind == static_cast<uint8_t>(op_kind::pull)) {
+      // A backup with a backup of its own passes the pull's number on.
+      if (backup)
+        outbox.push_back(op);
+      if (holding())
+        ++forwarded;
+    } else {
+      op_target t;
+      t.mute = true;
+      t.table = op.table;
+      if (op.table)
+        t.single().rows = std::move(op.rows);
+      auto& g = op.values.data;
+      run(*s, op.slice, op.worker, op.seq, g.data(), g.size(), t, &g);
+    }
+    // Promoted: what the worker sent again behind it may run now.
+    if (promoted)
+      drain(*s, op.slice, op.worker);
+  }
+}
+
 } // namespace actorps

@@ -438,37 +438,6 @@ void shard_state::answer_again(slice_state& s, uint32_t worker, op_target& t) {
     do_pull(s, worker, t);
 }
 
-void shard_state::replay(replica_batch& batch) {
-  for (auto& op : batch.ops) {
-    auto s = find(op.slice);
-    if (s == nullptr || op.worker >= cfg.num_workers
-        || op.kind > static_cast<uint8_t>(op_kind::push_pull))
-      continue;
-    // Seen already: a worker sent it again to the promoted shard first.
-    if (op.seq < s->clocks[op.worker].next_seq)
-      continue;
-    s->clocks[op.worker].next_seq = op.seq + 1;
-    if (op.kind == static_cast<uint8_t>(op_kind::pull)) {
-      // A backup with a backup of its own passes the pull's number on.
-      if (backup)
-        outbox.push_back(op);
-      if (holding())
-        ++forwarded;
-    } else {
-      op_target t;
-      t.mute = true;
-      t.table = op.table;
-      if (op.table)
-        t.single().rows = std::move(op.rows);
-      auto& g = op.values.data;
-      run(*s, op.slice, op.worker, op.seq, g.data(), g.size(), t, &g);
-    }
-    // Promoted: what the worker sent again behind it may run now.
-    if (promoted)
-      drain(*s, op.slice, op.worker);
-  }
-}
-
 caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
                                        slice_id id, uint32_t worker,
                                        uint64_t seq) {
