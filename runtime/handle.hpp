@@ -20,6 +20,7 @@
 #include "caf/scoped_actor.hpp"
 #include "caf/sec.hpp"
 
+#include "actors/run_here.hpp"
 #include "core/layout.hpp"
 #include "core/list_memo.hpp"
 #include "messages/errors.hpp"
@@ -81,12 +82,15 @@ struct kvstore::impl {
   // their outputs, which the caller may have freed already.
   bool discarding = false;
   bool barrier_before_exit = false;
+  // True under CAF's work-sharing scheduler (detail::can_run_here).
+  bool run_here = false;
   // Set by close_failed: the leave tells the coordinator why.
   std::string failure;
 
   impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
     : rt(std::move(runtime)), type(std::move(t)), rank(r) {
     worker = rt->workers.at(r);
+    run_here = detail::can_run_here(rt->sys);
     self = std::make_unique<caf::scoped_actor>(rt->sys, true);
     ++rt->open_handles;
   }
@@ -121,11 +125,34 @@ struct kvstore::impl {
                      rt->opts.timeout);
   }
 
+  // Sends a request to the worker actor and returns the id of its reply.
+  // With `here`, this thread runs the worker if the request wakes it
+  // (detail::send_and_run): a caller about to wait for the reply then
+  // saves the hand-off to a scheduler thread and back.
+  template <class... Ts>
+  caf::message_id send_worker(bool here, Ts&&... xs) {
+    if (!here || !run_here) {
+      auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
+      return h.id();
+    }
+    using token
+      = caf::detail::type_list<typename caf::detail::implicit_conversions<
+        typename std::decay<Ts>::type>::type...>;
+    static_assert(caf::response_type_unbox<caf::signatures_of_t<worker_actor>,
+                                           token>::valid,
+                  "the worker does not accept this message");
+    auto* me = self->ptr();
+    auto id = me->new_request_id(caf::message_priority::normal);
+    detail::send_and_run(me->ctrl(), id, caf::actor_cast<caf::actor>(worker),
+                         caf::make_message(std::forward<Ts>(xs)...));
+    return id.response_id();
+  }
+
   // Blocking request to the worker actor; `on_value` gets the reply.
   template <class OnValue, class... Ts>
   caf::error call(std::chrono::milliseconds dur, OnValue on_value, Ts&&... xs) {
-    auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
-    return await(h.id(), dur, on_value);
+    auto mid = send_worker(true, std::forward<Ts>(xs)...);
+    return await(mid, dur, on_value);
   }
 
   // Sends a request and keeps its finisher under a new ticket number. The
@@ -135,8 +162,10 @@ struct kvstore::impl {
   template <class OnValue, class... Ts>
   uint64_t start(OnValue on_value, Ts&&... xs) {
     auto id = next_ticket++;
-    auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
-    pending.emplace(id, [this, mid = h.id(), on_value]() mutable {
+    // Runs the worker here only for an operation started alone: one that
+    // joins others in flight goes on while this thread goes on too.
+    auto mid = send_worker(pending.empty(), std::forward<Ts>(xs)...);
+    pending.emplace(id, [this, mid, on_value]() mutable {
       return await(mid, timeout(), on_value);
     });
     return id;

@@ -18,6 +18,7 @@
 #include "caf/message_priority.hpp"
 #include "caf/send.hpp"
 
+#include "actors/run_here.hpp"
 #include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -68,6 +69,36 @@ void frame_queue::push(frame x) {
     caf::anon_send(wake, ucx_atom::value);
 }
 
+void frame_queue::push_later(frame x) {
+  std::shared_ptr<std::function<void(frame&)>> handler;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    handler = handler_;
+    if (!handler) {
+      if (items_.empty() && target_)
+        wake_owed_ = true;
+      items_.push_back(std::move(x));
+    }
+  }
+  if (handler)
+    (*handler)(x);
+}
+
+void frame_queue::flush() {
+  caf::actor wake;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (!wake_owed_)
+      return;
+    wake_owed_ = false;
+    wake = target_;
+  }
+  // The worker takes its replies on this thread: no scheduler thread
+  // needs waking between a reply and its caller.
+  detail::send_and_run(nullptr, caf::make_message_id(), wake,
+                       caf::make_message(ucx_atom::value));
+}
+
 std::vector<frame> frame_queue::take() {
   std::lock_guard<std::mutex> guard{mtx_};
   return std::exchange(items_, {});
@@ -88,9 +119,10 @@ start_plane(const std::string& token, const job_info& job,
   handlers.on_message
     = [queue, identities](peer_id from, std::vector<char> header, buffer body) {
         auto i = identities->find(from);
-        queue->push(frame{from, i != identities->end() ? i->second : 0,
-                          std::move(header), std::move(body)});
+        queue->push_later(frame{from, i != identities->end() ? i->second : 0,
+                                std::move(header), std::move(body)});
       };
+  handlers.on_idle = [queue] { queue->flush(); };
   plane_options opts;
   opts.secret = data_secret(token, job.data_salt);
   opts.loopback_only = job.loopback;

@@ -77,6 +77,14 @@ public:
   /// Queues `x` and wakes the target if the queue was empty, or serves it.
   void push(frame x);
 
+  /// As `push`, but a wake it owes waits for `flush`, which runs the
+  /// target on the calling thread (detail::send_and_run): for the plane's
+  /// progress thread, which pushes under its lock and flushes outside it.
+  void push_later(frame x);
+
+  /// Sends the wake `push_later` owes, if any, running the target here.
+  void flush();
+
   /// Takes everything queued.
   std::vector<frame> take();
 
@@ -85,6 +93,7 @@ private:
   std::shared_ptr<std::function<void(frame&)>> handler_;
   caf::actor target_;
   std::vector<frame> items_;
+  bool wake_owed_ = false;
 };
 
 /// Starts the plane of a node that joined job `job` with `token` (its

@@ -77,6 +77,8 @@ void plane::impl::run() {
   ev.data.fd = wake_fd;
   epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
   for (;;) {
+    if (handlers.on_idle)
+      handlers.on_idle();
     {
       std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
       if (stopping)
@@ -95,6 +97,10 @@ void plane::impl::run() {
         continue;
       }
     }
+    // (What it does may wake this thread again: the wake finds `sleeping`
+    // set and the wait returns at once.)
+    if (handlers.on_idle)
+      handlers.on_idle();
     epoll_event events[2];
     auto n = epoll_wait(epoll_fd, events, 2, -1);
     sleeping.store(false);

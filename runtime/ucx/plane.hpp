@@ -156,6 +156,9 @@ struct plane_handlers {
     on_peer_up;
   /// A peer's connection failed or closed: sends to it fail from now on.
   std::function<void(peer_id, const std::string& why)> on_peer_down;
+  /// Between passes of progress and before the thread sleeps, outside the
+  /// plane's lock: what the other handlers put off (they run under it).
+  std::function<void()> on_idle;
 };
 
 /// The data secret of a job whose token is `token` and whose coordinator
