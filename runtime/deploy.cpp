@@ -2,6 +2,7 @@
 #include "runtime/deploy.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "caf/exit_reason.hpp"
@@ -139,6 +140,10 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     return std::move(where.error());
   if (auto err = check_tls(o.tls))
     return make_error(errc::bad_config, "create: " + context_of(err));
+#ifdef ACTORPS_HAVE_UCX
+  if (std::string why; !ucx::plane_settings_ok(why))
+    return make_error(errc::bad_config, "create: " + why);
+#endif
   auto so = system_options_of(o);
   so.network = true;
   so.heartbeat = o.heartbeat;

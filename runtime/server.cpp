@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,10 @@ caf::error run_server(const server_options& opts,
     return make_error(errc::bad_config, "server: needs at least one shard");
   if (auto err = check_tls(opts.system.tls))
     return make_error(errc::bad_config, "server: " + context_of(err));
+#ifdef ACTORPS_HAVE_UCX
+  if (std::string why; !ucx::plane_settings_ok(why))
+    return make_error(errc::bad_config, "server: " + why);
+#endif
   auto sopts = opts.system;
   sopts.network = true;
   sopts.token = opts.token;

@@ -104,6 +104,11 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
+bool plane_settings_ok(std::string& error) {
+  std::size_t bytes = 0;
+  return segment_size_from_env(bytes, error);
+}
+
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error,

@@ -109,6 +109,13 @@ private:
 /// this host go through a shared-memory segment of
 /// `segment_size_from_env()` bytes; an unusable ACTORPS_UCX_SEGMENT_MB
 /// fails the start with `error` naming it.
+/// False, with why in `error`, if this process's environment holds a plane
+/// setting that `start_plane` would refuse (ACTORPS_UCX_SEGMENT_MB). A
+/// node checks it before it joins a job: one that joined and then failed
+/// would count as a dead node to the job. (Checked whatever the job's
+/// transport turns out to be: the setting is wrong either way.)
+bool plane_settings_ok(std::string& error);
+
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error,

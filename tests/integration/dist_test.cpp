@@ -670,6 +670,35 @@ TEST_CASE("dist: an unreachable coordinator fails fast with a clear message",
         != std::string::npos);
 }
 
+#ifdef ACTORPS_HAVE_UCX
+TEST_CASE("dist: a node whose plane settings are bad fails before it joins, "
+          "and the job goes on without it",
+          "[integration]") {
+  dist_job job{"dist_async", 1, 1, {"--transport", "ucx"}};
+  auto bad = [&](const char* bin) {
+    return std::vector<std::string>{"/usr/bin/env",
+                                    "ACTORPS_UCX_SEGMENT_MB=lots",
+                                    bin,
+                                    "--coordinator",
+                                    job.address,
+                                    "--token",
+                                    token()};
+  };
+  process server{bad(ACTORPS_SERVER_BIN)};
+  process worker{bad(ACTORPS_WORKER_BIN)};
+  CHECK_EXIT(server, 1, startup);
+  CHECK_EXIT(worker, 1, startup);
+  CHECK(server.output().find("ACTORPS_UCX_SEGMENT_MB") != std::string::npos);
+  CHECK(worker.output().find("ACTORPS_UCX_SEGMENT_MB") != std::string::npos);
+  // Neither took a place in the job: it still waits for its server and its
+  // worker, and ends well with good ones.
+  job.add_server();
+  auto& w = job.add_worker({"--rounds", "5", "--size", "100"});
+  CHECK_EXIT(w, 0, job_time);
+  CHECK_EXIT(*job.coordinator, 0, job_time);
+}
+#endif
+
 TEST_CASE("dist: the apps explain bad flags and read config files",
           "[integration]") {
   SECTION("--help") {
