@@ -131,7 +131,8 @@ struct kvstore::impl {
   // saves the hand-off to a scheduler thread and back.
   template <class... Ts>
   caf::message_id send_worker(bool here, Ts&&... xs) {
-    if (!here || !run_here) {
+    // (CAF's request answers a missing worker with an error at once.)
+    if (!here || !run_here || !worker) {
       auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
       return h.id();
     }

@@ -96,6 +96,13 @@ private:
   bool wake_owed_ = false;
 };
 
+/// False, with why in `error`, if this process's environment holds a plane
+/// setting that `start_plane` would refuse (ACTORPS_UCX_SEGMENT_MB). A
+/// node checks it before it joins a job: one that joined and then failed
+/// would count as a dead node to the job. (Checked whatever the job's
+/// transport turns out to be: the setting is wrong either way.)
+bool plane_settings_ok(std::string& error);
+
 /// Starts the plane of a node that joined job `job` with `token` (its
 /// secret is `data_secret(token, job.data_salt)`), every message of which
 /// goes into `queue`, tagged with what its sender proved; null, with UCX's
@@ -109,13 +116,6 @@ private:
 /// this host go through a shared-memory segment of
 /// `segment_size_from_env()` bytes; an unusable ACTORPS_UCX_SEGMENT_MB
 /// fails the start with `error` naming it.
-/// False, with why in `error`, if this process's environment holds a plane
-/// setting that `start_plane` would refuse (ACTORPS_UCX_SEGMENT_MB). A
-/// node checks it before it joins a job: one that joined and then failed
-/// would count as a dead node to the job. (Checked whatever the job's
-/// transport turns out to be: the setting is wrong either way.)
-bool plane_settings_ok(std::string& error);
-
 std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error,

@@ -110,9 +110,14 @@ void plane::impl::run() {
         static_cast<void>(::read(wake_fd, &count, sizeof(count)));
       }
   }
-  std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
-  shut_down();
-  closed = true;
+  {
+    std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
+    shut_down();
+    closed = true;
+  }
+  // What the last progress delivered may owe a wake too.
+  if (handlers.on_idle)
+    handlers.on_idle();
 }
 
 void plane::impl::force_close(ucp_ep_h ep, bool wait) {

@@ -10,6 +10,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -20,6 +21,8 @@
 #include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
 #include "caf/spawn_options.hpp"
+#include "caf/system_messages.hpp"
+#include "caf/weak_intrusive_ptr.hpp"
 
 namespace {
 
@@ -108,9 +111,8 @@ TEST_CASE("run_here: an actor running on another thread is only sent to",
   entered.get_future().wait();
   caf::scoped_actor self{sys};
   auto mid = ask_here(self, busy, 1);
-  // Not run here: the actor is still inside its first handler, so no
-  // answer can exist yet.
-  CHECK(answer(self, mid, std::chrono::milliseconds{0}) == 0);
+  // send_and_run returned while the actor is still inside its first
+  // handler: it could not run it here.
   release.set_value();
   auto got = answer(self, mid, std::chrono::seconds{30});
   CHECK(got != 0);
@@ -152,4 +154,68 @@ TEST_CASE("run_here: under work stealing the actor is only sent to",
   CHECK(got != 0);
   CHECK(got != this_thread());
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("run_here: a pass ends after a few messages, and the scheduler runs "
+          "the rest",
+          "[run_here]") {
+  sharing_config cfg;
+  caf::actor_system sys{cfg};
+  // Each message's thread, by its number; the first message sends the
+  // actor 20 more, then the 21st makes it quit.
+  constexpr int32_t more = 20;
+  std::vector<uint64_t> threads(more + 1, 0);
+  std::promise<void> all_seen;
+  auto counter = sys.spawn<caf::lazy_init>(
+    [&](caf::event_based_actor* self) -> caf::behavior {
+      return {[&, self](int32_t i) {
+        threads[static_cast<size_t>(i)] = this_thread();
+        if (i == 0)
+          for (int32_t j = 1; j <= more; ++j)
+            self->send(self, j);
+        if (i == more) {
+          all_seen.set_value();
+          self->quit();
+        }
+      }};
+    });
+  caf::scoped_actor self{sys};
+  self->monitor(counter);
+  auto seen = all_seen.get_future();
+  actorps::detail::send_and_run(nullptr, caf::make_message_id(), counter,
+                                caf::make_message(int32_t{0}));
+  REQUIRE(seen.wait_for(std::chrono::seconds{30}) == std::future_status::ready);
+  // The first pass ran here, and not all 21 messages in it.
+  CHECK(threads[0] == this_thread());
+  CHECK(threads[more] != this_thread());
+  for (auto t : threads)
+    CHECK(t != 0);
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; },
+                caf::after(std::chrono::seconds{30}) >> [] {});
+  CHECK(down);
+}
+
+TEST_CASE("run_here: an actor that ends in a pass run here is gone after it",
+          "[run_here]") {
+  sharing_config cfg;
+  caf::actor_system sys{cfg};
+  auto quitter = sys.spawn<caf::lazy_init>(
+    [](caf::event_based_actor* self) -> caf::behavior {
+      return {[self](int32_t) { self->quit(); }};
+    });
+  caf::scoped_actor self{sys};
+  self->monitor(quitter);
+  caf::weak_actor_ptr weak = caf::actor_cast<caf::weak_actor_ptr>(quitter);
+  actorps::detail::send_and_run(nullptr, caf::make_message_id(), quitter,
+                                caf::make_message(int32_t{1}));
+  // It ended in the pass, on this thread: its monitors heard of it before
+  // send_and_run returned.
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; },
+                caf::after(std::chrono::milliseconds{0}) >> [] {});
+  CHECK(down);
+  // And nothing kept it alive (a reference leaked by the pass would).
+  quitter = nullptr;
+  CHECK(weak.lock() == nullptr);
 }
