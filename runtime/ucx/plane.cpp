@@ -77,6 +77,7 @@ void plane::impl::run() {
   ev.data.fd = wake_fd;
   epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
   for (;;) {
+    run_copies();
     if (handlers.on_idle)
       handlers.on_idle();
     {
@@ -87,12 +88,12 @@ void plane::impl::run() {
         // Progress until idle.
       }
       run_fetches();
-      if (fetch_ready())
+      if (work_ready())
         continue;
       sleeping.store(true);
       // (A hold let go of between the two checks finds `sleeping` set and
       // wakes this thread.)
-      if (fetch_ready() || ucp_worker_arm(worker) == UCS_ERR_BUSY) {
+      if (work_ready() || ucp_worker_arm(worker) == UCS_ERR_BUSY) {
         sleeping.store(false);
         continue;
       }
@@ -115,6 +116,7 @@ void plane::impl::run() {
     shut_down();
     closed = true;
   }
+  run_copies(); // (Fails those left: the plane is closed.)
   // What the last progress delivered may owe a wake too.
   if (handlers.on_idle)
     handlers.on_idle();
@@ -536,38 +538,8 @@ peer_id plane::find(const std::vector<char>& address, uint32_t identity) const {
 
 void plane::send(peer_id to, std::vector<char> header, payload body,
                  std::function<void(const std::string&)> done) {
-  auto* d = impl_.get();
-  auto* state = new impl::send_state;
-  state->header = std::move(header);
-  state->body = std::move(body);
-  state->done = std::move(done);
-  auto size = state->body.size();
-  std::shared_ptr<out_segment> seg;
-  std::optional<segment_slot> slot;
-  bool pending = false;
-  {
-    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
-    if (d->opts.shared_segment > 0 && size >= d->opts.shared_min)
-      slot = d->reserve_shared(to, size, seg);
-    if (!slot)
-      pending = d->send_now(to, state);
-  }
-  if (slot) {
-    // Copied outside the lock (the progress thread and other senders go
-    // on); the header leads with the body's place.
-    auto* at = seg->data(*slot);
-    for (const auto& x : state->body.pieces) {
-      std::memcpy(at, x.data, x.size);
-      at += x.size;
-    }
-    state->body = payload{};
-    state->header.insert(state->header.begin(), segment_slot_size, 0);
-    encode(*slot, state->header.data());
-    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
-    pending = d->send_shared(to, state, seg, *slot);
-  }
-  if (pending)
-    d->wake();
+  send_staged(to, std::move(header), stage(to, std::move(body)),
+              std::move(done));
 }
 
 void plane::drop(peer_id to, const std::string& why) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/values.hpp"
+#include "runtime/ucx/segment.hpp"
 
 namespace actorps::ucx {
 
@@ -112,6 +113,10 @@ public:
   /// them); empty unless this is a view of whole floats at a float's
   /// alignment.
   shared_floats floats_in_place() const;
+
+  /// The first `count` floats of a view, read where they lie; empty unless
+  /// this is a view at a float's alignment holding at least that many.
+  shared_floats floats_in_place(std::size_t count) const;
 
   /// The bytes as floats, taken over without a copy (a view's copied, in
   /// one pass, and let go of); false (and nothing taken) if the size is no
@@ -251,6 +256,33 @@ struct plane_options {
 /// process's exit (see leave_ucx_to_exit in runtime/network.hpp).
 void keep_ucx_at_close(bool keep);
 
+/// A body made ready ahead of its send (plane::stage): copied into the
+/// shared-memory segment for its peer where it would go that way, so that
+/// its buffers may be let go of at once and the send later is quick; kept
+/// as it is otherwise. Sent by plane::send_staged; one destroyed unsent
+/// gives its place in the segment back.
+class staged_body {
+public:
+  staged_body() = default;
+  staged_body(staged_body&& other) noexcept;
+  staged_body& operator=(staged_body&& other) noexcept;
+  ~staged_body();
+
+  staged_body(const staged_body&) = delete;
+  staged_body& operator=(const staged_body&) = delete;
+
+  /// Whether the body lies in a segment (else it is held as it was).
+  bool in_segment() const noexcept {
+    return seg_ != nullptr;
+  }
+
+private:
+  friend class plane;
+  payload body_;
+  std::shared_ptr<out_segment> seg_;
+  segment_slot slot_;
+};
+
 /// One process's UCX endpoint. Thread-safe: every member may be called from
 /// any thread; the handlers run on the plane's progress thread.
 class plane {
@@ -297,6 +329,20 @@ public:
   /// send failed (peer down, unknown peer, plane closed).
   void send(peer_id to, std::vector<char> header, payload body,
             std::function<void(const std::string&)> done = {});
+
+  /// As `send`, but a body that goes through a segment is copied there by
+  /// the progress thread: the caller goes on at once (a primary applies a
+  /// push while the copy for its backup is made).
+  void send_offloaded(peer_id to, std::vector<char> header, payload body,
+                      std::function<void(const std::string&)> done = {});
+
+  /// Makes `body` ready to be sent to `to` later (see staged_body): the
+  /// copy into a segment happens here, on the caller's thread.
+  staged_body stage(peer_id to, payload body);
+
+  /// Sends `header` and a staged body to `to`, as `send` does.
+  void send_staged(peer_id to, std::vector<char> header, staged_body body,
+                   std::function<void(const std::string&)> done = {});
 
   /// Gives up on peer `to` (its node died, as the owner learned elsewhere):
   /// sends to it, in flight or later, fail, and what it still

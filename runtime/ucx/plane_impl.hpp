@@ -268,6 +268,20 @@ struct plane::impl {
                                 size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
 
+  // Sends whose bodies the progress thread copies into their slots
+  // (plane::send_offloaded): each send_state holds its segment and slot.
+  std::vector<send_state*> copies;
+
+  // Copies the queued bodies into their slots and sends them (on the
+  // progress thread, the copies outside the lock).
+  void run_copies();
+
+  // True if the progress thread has work without UCX's events: a message
+  // that may be received now or a body to copy (under the lock).
+  bool work_ready() const {
+    return fetch_ready() || !copies.empty();
+  }
+
   // Queues `f` after every waiting message of at least its priority.
   void enqueue(fetch_state* f);
 

@@ -66,6 +66,129 @@ bool plane::impl::send_shared(peer_id to, send_state* state,
   return submit(i->second.out, shared_am, state);
 }
 
+// -- bodies staged ahead of their send --------------------------------------
+
+staged_body::staged_body(staged_body&& other) noexcept
+  : body_(std::move(other.body_)),
+    seg_(std::move(other.seg_)),
+    slot_(other.slot_) {
+  other.seg_ = nullptr;
+}
+
+staged_body& staged_body::operator=(staged_body&& other) noexcept {
+  if (this != &other) {
+    if (seg_)
+      seg_->cancel(slot_);
+    body_ = std::move(other.body_);
+    seg_ = std::move(other.seg_);
+    slot_ = other.slot_;
+    other.seg_ = nullptr;
+  }
+  return *this;
+}
+
+staged_body::~staged_body() {
+  // (Giving a slot back is one atomic store: no lock needed.)
+  if (seg_)
+    seg_->cancel(slot_);
+}
+
+staged_body plane::stage(peer_id to, payload body) {
+  auto* d = impl_.get();
+  staged_body out;
+  auto size = body.size();
+  std::optional<segment_slot> slot;
+  if (d->opts.shared_segment > 0 && size >= d->opts.shared_min) {
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    slot = d->reserve_shared(to, size, out.seg_);
+  }
+  if (!slot) {
+    out.body_ = std::move(body);
+    return out;
+  }
+  // Copied outside the lock: the progress thread and other senders go on.
+  auto* at = out.seg_->data(*slot);
+  for (const auto& x : body.pieces) {
+    std::memcpy(at, x.data, x.size);
+    at += x.size;
+  }
+  out.slot_ = *slot;
+  return out;
+}
+
+void plane::send_staged(peer_id to, std::vector<char> header, staged_body body,
+                        std::function<void(const std::string&)> done) {
+  auto* d = impl_.get();
+  auto* state = new impl::send_state;
+  state->header = std::move(header);
+  state->done = std::move(done);
+  bool pending = false;
+  if (!body.seg_) {
+    state->body = std::move(body.body_);
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    pending = d->send_now(to, state);
+  } else {
+    // The header leads with the body's place; the slot goes with the send
+    // (given back by it if it fails).
+    state->header.insert(state->header.begin(), segment_slot_size, 0);
+    encode(body.slot_, state->header.data());
+    auto seg = std::move(body.seg_);
+    body.seg_ = nullptr;
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    pending = d->send_shared(to, state, seg, body.slot_);
+  }
+  if (pending)
+    d->wake();
+}
+
+void plane::send_offloaded(peer_id to, std::vector<char> header, payload body,
+                           std::function<void(const std::string&)> done) {
+  auto* d = impl_.get();
+  auto size = body.size();
+  if (d->opts.shared_segment > 0 && size >= d->opts.shared_min) {
+    std::shared_ptr<out_segment> seg;
+    std::unique_lock<std::recursive_mutex> guard{d->ucx_mtx};
+    if (auto slot = d->reserve_shared(to, size, seg)) {
+      auto* state = new impl::send_state;
+      state->to = to;
+      state->header = std::move(header);
+      state->body = std::move(body);
+      state->done = std::move(done);
+      state->seg = std::move(seg);
+      state->slot = *slot;
+      d->copies.push_back(state);
+      guard.unlock();
+      d->wake();
+      return;
+    }
+  }
+  send(to, std::move(header), std::move(body), std::move(done));
+}
+
+void plane::impl::run_copies() {
+  std::vector<send_state*> todo;
+  {
+    std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
+    todo.swap(copies);
+  }
+  for (auto* state : todo) {
+    auto* at = state->seg->data(state->slot);
+    for (const auto& x : state->body.pieces) {
+      std::memcpy(at, x.data, x.size);
+      at += x.size;
+    }
+    state->body = payload{};
+    state->header.insert(state->header.begin(), segment_slot_size, 0);
+    encode(state->slot, state->header.data());
+    // (send_shared takes the segment and slot over again, or gives the slot
+    // back and fails the send.)
+    auto seg = std::move(state->seg);
+    state->seg = nullptr;
+    std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
+    send_shared(state->to, state, seg, state->slot);
+  }
+}
+
 peer_id plane::impl::admitted_sender(const ucp_am_recv_param_t* param) {
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0)
     return 0;

@@ -24,6 +24,7 @@
 #include "runtime/ucx/segment.hpp"
 #include "runtime/ucx/testing.hpp"
 #include "tests/integration/process.hpp"
+#include "tests/runtime/ucx_pair.hpp"
 #include "tests/runtime/ucx_planes.hpp"
 
 using namespace actorps;
@@ -259,65 +260,12 @@ TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
   }
 }
 
-namespace {
-
+using test::bytes;
+using test::counting;
 using test::inbox;
-
-// Planes over connections UCX watches (loopback TCP), with a segment of
-// `segment` bytes each for their large messages to one another.
-std::unique_ptr<plane> start_plane(inbox& box, std::size_t segment,
-                                   const std::string& secret = "job-secret",
-                                   std::size_t max_body = 1 << 30) {
-  plane_options opts;
-  opts.secret = secret;
-  opts.shared_memory = false;
-  opts.shared_segment = segment;
-  opts.max_body = max_body;
-  return test::started(opts, box.handlers());
-}
-
-std::vector<char> bytes(const std::string& text) {
-  return {text.begin(), text.end()};
-}
-
-// `n` floats counting up from `first`.
-std::shared_ptr<std::vector<float>> counting(std::size_t n, float first) {
-  auto x = std::make_shared<std::vector<float>>(n);
-  std::iota(x->begin(), x->end(), first);
-  return x;
-}
-
-bool same(const std::vector<char>& got, const std::vector<float>& want) {
-  return got.size() == want.size() * sizeof(float)
-         && std::memcmp(got.data(), want.data(), got.size()) == 0;
-}
-
-// A connected pair: A sends to B, B answers on the connection A's hello
-// opened. Both sides' segments are in use once a first message went back
-// and forth (the offer and its answer travel before it).
-struct pair_of_planes {
-  inbox a_box;
-  inbox b_box;
-  std::unique_ptr<plane> a;
-  std::unique_ptr<plane> b;
-  peer_id to_b = 0;
-  peer_id to_a = 0;
-
-  explicit pair_of_planes(std::size_t segment, std::size_t b_max_body = 1 << 30)
-    : a(start_plane(a_box, segment)),
-      b(start_plane(b_box, segment, "job-secret", b_max_body)) {
-    to_b = a->connect(b->address());
-    a->send(to_b, bytes("ping"), payload{});
-    REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == 1; }));
-    REQUIRE(a_box.wait([](inbox& x) { return x.up.size() == 1; }));
-    // B's peer id for A: the one its messages came from.
-    to_a = b->connect(a->address());
-    b->send(to_a, bytes("pong"), payload{});
-    REQUIRE(a_box.wait([](inbox& x) { return x.bodies.size() == 1; }));
-  }
-};
-
-} // namespace
+using test::pair_of_planes;
+using test::same;
+using test::start_plane;
 
 TEST_CASE("ucx: large messages to a plane of this host go through a shared "
           "segment, both ways, exactly and in order",

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Bodies made ready ahead of their send (plane::stage, plane::send_staged)
+// and bodies the progress thread copies into the segment
+// (plane::send_offloaded).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/ucx/plane.hpp"
+#include "tests/runtime/ucx_pair.hpp"
+#include "tests/runtime/ucx_planes.hpp"
+
+using namespace actorps;
+using namespace actorps::ucx;
+using test::bytes;
+using test::counting;
+using test::inbox;
+using test::pair_of_planes;
+using test::same;
+
+namespace {
+
+payload body_of(const std::shared_ptr<std::vector<float>>& x) {
+  return payload{x->data(), x->size() * sizeof(float), x};
+}
+
+} // namespace
+
+TEST_CASE("ucx: a staged body is copied into the segment at once and "
+          "leaves when its send comes",
+          "[ucx]") {
+  pair_of_planes job{8 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  auto x = counting(std::size_t{256} << 10, 5.0f);
+  auto want = *x;
+  auto staged = a->stage(to_b, body_of(x));
+  CHECK(staged.in_segment());
+  // The caller's buffer is its own again: what it writes now is not sent.
+  std::fill(x->begin(), x->end(), -1.0f);
+  x.reset();
+  CHECK(a->shared_sends() == 0);
+  a->send_staged(to_b, bytes("staged"), std::move(staged));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 2; }));
+  CHECK(a->shared_sends() == 1);
+  CHECK(same(b_box.bodies[1], want));
+}
+
+TEST_CASE("ucx: a staged body never sent gives its place in the segment "
+          "back",
+          "[ucx]") {
+  pair_of_planes job{1 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  auto x = counting(std::size_t{192} << 10, 1.0f); // 768 KB
+  {
+    auto first = a->stage(to_b, body_of(x));
+    REQUIRE(first.in_segment());
+    // No room for a second beside it: held as it is.
+    auto second = a->stage(to_b, body_of(x));
+    CHECK_FALSE(second.in_segment());
+  }
+  auto third = a->stage(to_b, body_of(x));
+  CHECK(third.in_segment());
+  // Moved into another, it is sent from there, once.
+  staged_body moved;
+  moved = std::move(third);
+  CHECK_FALSE(third.in_segment());
+  a->send_staged(to_b, bytes("third"), std::move(moved));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 2; }));
+  CHECK(a->shared_sends() == 1);
+  CHECK(same(b_box.bodies[1], *x));
+}
+
+TEST_CASE("ucx: small bodies and bodies without a segment are staged as "
+          "they are and sent through UCX",
+          "[ucx]") {
+  pair_of_planes job{8 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  auto small = counting(64, 3.0f);
+  auto staged = a->stage(to_b, body_of(small));
+  CHECK_FALSE(staged.in_segment());
+  // (Held as it is: the buffer must stay as it was until it left.)
+  a->send_staged(to_b, bytes("small"), std::move(staged));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 2; }));
+  CHECK(same(b_box.bodies[1], *small));
+  CHECK(a->shared_sends() == 0);
+  // A peer this plane does not know: staged as it is, the send fails.
+  auto large = counting(std::size_t{256} << 10, 0.0f);
+  auto nowhere = a->stage(to_b + 1000, body_of(large));
+  CHECK_FALSE(nowhere.in_segment());
+  std::promise<std::string> failed;
+  a->send_staged(to_b + 1000, bytes("nowhere"), std::move(nowhere),
+                 [&failed](const std::string& why) { failed.set_value(why); });
+  auto why = failed.get_future();
+  REQUIRE(why.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_FALSE(why.get().empty());
+}
+
+TEST_CASE("ucx: bodies sent offloaded are copied into the segment by the "
+          "progress thread and arrive whole",
+          "[ucx]") {
+  pair_of_planes job{8 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  std::vector<std::shared_ptr<std::vector<float>>> sent;
+  std::vector<std::promise<std::string>> done(4);
+  for (int i = 0; i < 4; ++i) {
+    sent.push_back(counting(std::size_t{256} << 10, 100.0f * i));
+    a->send_offloaded(to_b, bytes(std::to_string(i)), body_of(sent[i]),
+                      [&done, i](const std::string& why) {
+                        done[i].set_value(why);
+                      });
+  }
+  // And a small one, sent as `send` does.
+  auto small = counting(16, 7.0f);
+  a->send_offloaded(to_b, bytes("small"), body_of(small));
+  for (auto& d : done) {
+    auto f = d.get_future();
+    REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(f.get().empty());
+  }
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 6; }));
+  CHECK(a->shared_sends() == 4);
+  std::vector<bool> seen(4, false);
+  for (std::size_t k = 1; k < b_box.headers.size(); ++k) {
+    std::string h{b_box.headers[k].second.begin(),
+                  b_box.headers[k].second.end()};
+    if (h == "small") {
+      CHECK(same(b_box.bodies[k], *small));
+      continue;
+    }
+    auto i = std::stoi(h);
+    REQUIRE(i < 4);
+    CHECK_FALSE(seen[i]);
+    seen[i] = true;
+    CHECK(same(b_box.bodies[k], *sent[i]));
+  }
+}
