@@ -225,11 +225,12 @@ struct replica_op {
   bool table = false;
   std::vector<uint64_t> rows;
   floats values;
-  /// Instead of `values` in the primary's process only (never serialized:
-  /// CAF's path copies it into `values`, the UCX link sends it from where it
-  /// lies): the pushed values shared instead of copied. The slice's own
+  /// Instead of `values`, never serialized (CAF's path copies it into
+  /// `values`, the UCX link sends it from where it lies): the pushed values
+  /// shared instead of copied. In the primary's process the slice's own
   /// value after the push (the "assign" rule), a view of the worker's
-  /// segment, or a pushed buffer that the primary applies too.
+  /// segment, or a pushed buffer that the primary applies too; in the
+  /// backup's, a view of the primary's segment that the forward came in.
   shared_floats shared;
 };
 

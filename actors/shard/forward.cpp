@@ -574,7 +574,12 @@ void shard_state::replay(replica_batch& batch) {
       if (op.table)
         t.single().rows = std::move(op.rows);
       auto& g = op.values.data;
-      run(*s, op.slice, op.worker, op.seq, g.data(), g.size(), t, &g);
+      if (g.empty() && !op.shared.empty())
+        // Read where they lie in the primary's segment (runtime/ucx).
+        run(*s, op.slice, op.worker, op.seq, op.shared.data(), op.shared.size(),
+            t, nullptr, &op.shared);
+      else
+        run(*s, op.slice, op.worker, op.seq, g.data(), g.size(), t, &g);
     }
     // Promoted: what the worker sent again behind it may run now.
     if (promoted)

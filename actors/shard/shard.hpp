@@ -261,6 +261,19 @@ public:
   virtual void value(uint64_t peer, uint64_t request, const shared_floats& x)
     = 0;
 
+  /// A pull's value that may leave only later (a primary's reply held until
+  /// its backup acknowledged the pushes before it): a sink may copy it now
+  /// to where it leaves from, so that the shard's buffer is let go of at
+  /// once and the reply leaves at once when the returned function runs.
+  /// Empty (the default): the caller keeps the value and calls `value`.
+  virtual std::function<void()> value_later(uint64_t peer, uint64_t request,
+                                            const shared_floats& x) {
+    static_cast<void>(peer);
+    static_cast<void>(request);
+    static_cast<void>(x);
+    return {};
+  }
+
   /// A batch's value, in pieces.
   virtual void parts(uint64_t peer, uint64_t request, float_parts&& x) = 0;
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -149,15 +150,13 @@ struct op_target {
                     dim * sizeof(float));
       }
       shared_floats x{std::move(out)};
-      if (held([t = *this, x]() mutable { t.pulled_value(x); }))
-        return;
-      pulled_value(x);
+      if (!hold_value(x))
+        pulled_value(x);
       return;
     }
     if (!batch) {
-      if (held([t = *this, value]() mutable { t.pulled_value(value); }))
-        return;
-      pulled_value(value);
+      if (!hold_value(value))
+        pulled_value(value);
       return;
     }
     if (!batch->failed && !batch->shared) {
@@ -172,6 +171,21 @@ struct op_target {
     if (held([b = batch]() { b->arrive(); }))
       return;
     batch->arrive();
+  }
+
+  // True if a single pull's value `x` must wait for the backup: then it
+  // leaves once the backup acknowledged. A data plane's sink may make it
+  // ready to leave now (reply_sink::value_later), so that its copy is made
+  // while the backup works and the slice's buffer is not held meanwhile.
+  bool hold_value(const shared_floats& x) {
+    if (!gate || !gate->holds(forward))
+      return false;
+    std::function<void()> later;
+    if (auto* out = sink())
+      later = out->value_later(one->direct.peer, one->direct.request, x);
+    if (!later)
+      later = [t = *this, x]() mutable { t.pulled_value(x); };
+    return held(std::move(later));
   }
 
   // A single pull's value (not a batch's), once nothing holds it.

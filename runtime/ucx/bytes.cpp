@@ -80,11 +80,16 @@ void buffer::own() {
 }
 
 shared_floats buffer::floats_in_place() const {
-  if (view_ == nullptr || size_ % sizeof(float) != 0
+  if (size_ % sizeof(float) != 0)
+    return {};
+  return floats_in_place(size_ / sizeof(float));
+}
+
+shared_floats buffer::floats_in_place(std::size_t count) const {
+  if (view_ == nullptr || count == 0 || count > size_ / sizeof(float)
       || reinterpret_cast<std::uintptr_t>(view_) % alignof(float) != 0)
     return {};
-  return shared_floats{keep_, reinterpret_cast<const float*>(view_),
-                       size_ / sizeof(float)};
+  return shared_floats{keep_, reinterpret_cast<const float*>(view_), count};
 }
 
 bool buffer::take_floats(std::vector<float>& out) {

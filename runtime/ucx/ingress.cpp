@@ -206,6 +206,28 @@ public:
          payload{keep->data(), keep->size() * sizeof(float), keep});
   }
 
+  // Copied into the segment for the peer now (on the shard's thread, while
+  // the backup works), sent when the returned function runs; empty where
+  // the value would not go through a segment (nothing to gain).
+  std::function<void()> value_later(uint64_t peer, uint64_t request,
+                                    const shared_floats& x) override {
+    auto out = out_.lock();
+    if (!out)
+      return {};
+    auto keep = std::make_shared<shared_floats>(x);
+    auto body = std::make_shared<ucx::staged_body>(
+      out->stage(peer & 0xFFFFFFFFu,
+                 payload{keep->data(), keep->size() * sizeof(float), keep}));
+    if (!body->in_segment())
+      return {};
+    return [to = out_, peer, request, body] {
+      if (auto out = to.lock())
+        out->send_staged(peer & 0xFFFFFFFFu,
+                         reply_header(frame_kind::reply, request, peer),
+                         std::move(*body));
+    };
+  }
+
   // The pieces of a pulled value, in the value's order, sent as they lie in
   // the shards' buffers.
   void parts(uint64_t peer, uint64_t request, float_parts&& x) override {
@@ -382,13 +404,14 @@ struct ingress {
     auto h = decode(x.header);
     if (!h)
       return;
-    // Requests copy each byte of their body out once (values, ids) before
-    // they check it; anything else is decoded in several passes, so a body
-    // that lies in a peer's segment, which the peer may still write, is
-    // copied first.
+    // Requests and forwards copy each byte of their body out once (values,
+    // ids, a forward's operations) before they check it; anything else is
+    // decoded in several passes, so a body that lies in a peer's segment,
+    // which the peer may still write, is copied first.
     if (h->kind != frame_kind::push && h->kind != frame_kind::push_pull
         && h->kind != frame_kind::pull && h->kind != frame_kind::batch
-        && h->kind != frame_kind::rows_push && h->kind != frame_kind::rows_pull)
+        && h->kind != frame_kind::rows_push && h->kind != frame_kind::rows_pull
+        && h->kind != frame_kind::replicate)
       x.body.own();
     if (h->kind == frame_kind::reply || h->kind == frame_kind::failure) {
       // Answers to this server's forwards (from servers only).

@@ -88,25 +88,26 @@ void plane_link::post(uint64_t to, uint32_t index, uint64_t number,
   h.kind = kind;
   h.request = request;
   h.shard = index;
-  p->send(to, encode(h, number), std::move(body),
-          [weak = weak_from_this(), request](const std::string& why) {
-            auto self = weak.lock();
-            if (why.empty() || !self)
-              return;
-            waiting w;
-            {
-              std::lock_guard<std::mutex> guard{self->mtx_};
-              auto i = self->waiting_.find(request);
-              if (i == self->waiting_.end())
-                return;
-              w = std::move(i->second);
-              self->waiting_.erase(i);
-            }
-            answer(w.primary, w.to, w.number,
-                   make_error(errc::dead_node,
-                              "replicate: the backup's server is unreachable ("
-                                + why + ")"));
-          });
+  p->send_offloaded(
+    to, encode(h, number), std::move(body),
+    [weak = weak_from_this(), request](const std::string& why) {
+      auto self = weak.lock();
+      if (why.empty() || !self)
+        return;
+      waiting w;
+      {
+        std::lock_guard<std::mutex> guard{self->mtx_};
+        auto i = self->waiting_.find(request);
+        if (i == self->waiting_.end())
+          return;
+        w = std::move(i->second);
+        self->waiting_.erase(i);
+      }
+      answer(w.primary, w.to, w.number,
+             make_error(errc::dead_node,
+                        "replicate: the backup's server is unreachable (" + why
+                          + ")"));
+    });
 }
 
 void plane_link::send(uint64_t to, uint32_t index, uint64_t number,
@@ -230,7 +231,15 @@ bool deliver_forward(caf::actor_system& sys, frame& x, const frame_header& h,
   auto values = rest - padded;
   replica_batch b;
   std::vector<uint64_t> counts;
-  caf::binary_deserializer source{sys, body.data() + values,
+  // A body in the primary's segment (which it may still write) is read
+  // once: the operations from a copy, the values where they lie.
+  std::vector<char> ops;
+  const char* ops_at = body.data() + values;
+  if (body.is_view()) {
+    ops.assign(ops_at, ops_at + length);
+    ops_at = ops.data();
+  }
+  caf::binary_deserializer source{sys, ops_at,
                                   static_cast<std::size_t>(length)};
   if (source(b, counts) || counts.size() != b.ops.size())
     return false;
@@ -244,7 +253,14 @@ bool deliver_forward(caf::actor_system& sys, frame& x, const frame_header& h,
   }
   if (total * sizeof(float) != values)
     return false;
-  if (carriers == 1) {
+  auto in_place = carriers == 1 ? body.floats_in_place(total) : shared_floats{};
+  if (!in_place.empty()) {
+    // One operation's values, at the front of the primary's segment: the
+    // backup reads them there (shared_floats::vec copies them if it must).
+    for (std::size_t i = 0; i < counts.size(); ++i)
+      if (counts[i] > 0)
+        b.ops[i].shared = std::move(in_place);
+  } else if (carriers == 1) {
     // One operation's values, at the front: taken over without a copy.
     std::vector<float> all;
     if (!body.take_floats(all))

@@ -46,11 +46,18 @@ std::string secret_of(uint32_t identity) {
 
 // A plane whose frames go into `queue`, counting the replicate frames in
 // `forwards`. `server`: it proves the servers' identity (else it proves
-// worker `identity - 1`'s, or only the data secret for 0).
+// worker `identity - 1`'s, or only the data secret for 0). `segment`:
+// bytes of a shared-memory segment for large messages to each peer (over
+// loopback TCP, which UCX watches), or none.
 std::shared_ptr<plane>
 plane_into(std::shared_ptr<frame_queue> queue, std::atomic<int>* forwards,
-           bool server, uint32_t identity = 0, std::string server_secret = {}) {
+           bool server, uint32_t identity = 0, std::string server_secret = {},
+           std::size_t segment = 0) {
   plane_options opts;
+  if (segment > 0) {
+    opts.shared_memory = false;
+    opts.shared_segment = segment;
+  }
   opts.secret = "s";
   opts.secret_of = secret_of;
   opts.identity = identity;
@@ -84,7 +91,8 @@ std::vector<char> address_of(const plane& p) {
 }
 
 // Two servers: a primary (index 0, 2 workers) behind plane `p` with the
-// link, its backup behind plane `b`, paired by the test.
+// link, its backup behind plane `b`, paired by the test; with `segment`,
+// their large messages to one another go through shared-memory segments.
 struct link_fixture {
   system_config cfg;
   caf::actor_system sys{cfg};
@@ -93,13 +101,15 @@ struct link_fixture {
   std::atomic<int> forwards{0};
   std::shared_ptr<frame_queue> p_queue = std::make_shared<frame_queue>();
   std::shared_ptr<frame_queue> b_queue = std::make_shared<frame_queue>();
-  std::shared_ptr<plane> p = plane_into(p_queue, nullptr, true);
-  std::shared_ptr<plane> b = plane_into(b_queue, &forwards, true);
+  std::shared_ptr<plane> p;
+  std::shared_ptr<plane> b;
   std::shared_ptr<plane_link> link = std::make_shared<plane_link>(sys);
   shard_actor primary;
   shard_actor backup;
 
-  link_fixture() {
+  explicit link_fixture(std::size_t segment = 0)
+    : p(plane_into(p_queue, nullptr, true, 0, {}, segment)),
+      b(plane_into(b_queue, &forwards, true, 0, {}, segment)) {
     link->attach(p);
     shard_config pc;
     pc.num_workers = 2;
@@ -148,7 +158,12 @@ struct link_fixture {
 TEST_CASE("ucx: a primary's forwards, changes and operations, reach its "
           "backup over the plane in the primary's order",
           "[ucx][replicas]") {
-  link_fixture f;
+  // Through UCX, or through segments: the primary's plane copies a large
+  // forward into its segment on its own thread, and the backup applies it
+  // where it lies there.
+  auto segment = GENERATE(std::size_t{0}, std::size_t{16} << 20);
+  INFO("segment: " << segment);
+  link_fixture f{segment};
   constexpr std::size_t n = 1 << 18; // 1 MB: large frames overtaken by small
   REQUIRE(
     ask<caf::ok_atom>(f.self, f.primary, init_atom::value,
@@ -204,6 +219,9 @@ TEST_CASE("ucx: a primary's forwards, changes and operations, reach its "
   REQUIRE(on_primary);
   auto expected = on_primary->take();
   CHECK(expected[0] == Approx(sum[0] - 1.0f));
+  // The large forwards (12 + 4 + 1 pushes of 1 MB) went through the
+  // primary's segment once its backup had mapped it.
+  CHECK((segment == 0 ? f.p->shared_sends() == 0 : f.p->shared_sends() >= 12));
   auto held = f.takeover(0, seq[0]);
   REQUIRE(held.size() == n);
   CHECK(held == expected);
