@@ -82,15 +82,12 @@ struct kvstore::impl {
   // their outputs, which the caller may have freed already.
   bool discarding = false;
   bool barrier_before_exit = false;
-  // True under CAF's work-sharing scheduler (detail::can_run_here).
-  bool run_here = false;
   // Set by close_failed: the leave tells the coordinator why.
   std::string failure;
 
   impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
     : rt(std::move(runtime)), type(std::move(t)), rank(r) {
     worker = rt->workers.at(r);
-    run_here = detail::can_run_here(rt->sys);
     self = std::make_unique<caf::scoped_actor>(rt->sys, true);
     ++rt->open_handles;
   }
@@ -127,12 +124,13 @@ struct kvstore::impl {
 
   // Sends a request to the worker actor and returns the id of its reply.
   // With `here`, this thread runs the worker if the request wakes it
-  // (detail::send_and_run): a caller about to wait for the reply then
-  // saves the hand-off to a scheduler thread and back.
+  // (detail::send_and_run, which only sends under work stealing): a caller
+  // about to wait for the reply then saves the hand-off to a scheduler
+  // thread and back.
   template <class... Ts>
   caf::message_id send_worker(bool here, Ts&&... xs) {
     // (CAF's request answers a missing worker with an error at once.)
-    if (!here || !run_here || !worker) {
+    if (!here || !worker) {
       auto h = (*self)->request(worker, caf::infinite, std::forward<Ts>(xs)...);
       return h.id();
     }

@@ -51,37 +51,34 @@ void frame_queue::set_handler(std::function<void(frame&)> fn) {
     (*handler_)(x);
 }
 
-void frame_queue::push(frame x) {
+caf::actor frame_queue::enqueue(frame& x, bool later) {
   caf::actor wake;
   std::shared_ptr<std::function<void(frame&)>> handler;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     handler = handler_;
     if (!handler) {
-      if (items_.empty())
-        wake = target_;
+      if (items_.empty()) {
+        if (!later)
+          wake = target_;
+        else if (target_)
+          wake_owed_ = true;
+      }
       items_.push_back(std::move(x));
     }
   }
   if (handler)
     (*handler)(x);
-  else if (wake)
+  return wake;
+}
+
+void frame_queue::push(frame x) {
+  if (auto wake = enqueue(x, false))
     caf::anon_send(wake, ucx_atom::value);
 }
 
 void frame_queue::push_later(frame x) {
-  std::shared_ptr<std::function<void(frame&)>> handler;
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    handler = handler_;
-    if (!handler) {
-      if (items_.empty() && target_)
-        wake_owed_ = true;
-      items_.push_back(std::move(x));
-    }
-  }
-  if (handler)
-    (*handler)(x);
+  enqueue(x, true);
 }
 
 void frame_queue::flush() {

@@ -89,6 +89,10 @@ public:
   std::vector<frame> take();
 
 private:
+  // Queues `x` (or serves it); the target to wake now, if the queue was
+  // empty, or with `later` the wake owed to `flush`.
+  caf::actor enqueue(frame& x, bool later);
+
   std::mutex mtx_;
   std::shared_ptr<std::function<void(frame&)>> handler_;
   caf::actor target_;
