@@ -124,7 +124,7 @@ struct kvstore::impl {
 
   // Sends a request to the worker actor and returns the id of its reply.
   // With `here`, this thread runs the worker if the request wakes it
-  // (detail::send_and_run, which only sends under work stealing): a caller
+  // (detail::send_and_run, which only sends under other schedulers): a caller
   // about to wait for the reply then saves the hand-off to a scheduler
   // thread and back.
   template <class... Ts>

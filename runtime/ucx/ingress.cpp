@@ -401,10 +401,11 @@ struct ingress {
     auto h = decode(x.header);
     if (!h)
       return;
-    // Requests and forwards copy each byte of their body out once (values,
-    // ids, a forward's operations) before they check it; anything else is
-    // decoded in several passes, so a body that lies in a peer's segment,
-    // which the peer may still write, is copied first.
+    // Requests and forwards read each byte of their body once (values,
+    // ids, a forward's operations: copied out before they are checked;
+    // values may be read where they lie); anything else is decoded in
+    // several passes, so a body that lies in a peer's segment, which the
+    // peer may still write, is copied first.
     if (h->kind != frame_kind::push && h->kind != frame_kind::push_pull
         && h->kind != frame_kind::pull && h->kind != frame_kind::batch
         && h->kind != frame_kind::rows_push && h->kind != frame_kind::rows_pull

@@ -332,7 +332,9 @@ public:
 
   /// As `send`, but a body that goes through a segment is copied there by
   /// the progress thread: the caller goes on at once (a primary applies a
-  /// push while the copy for its backup is made).
+  /// push while the copy for its backup is made); one that does not is sent
+  /// as `send` sends it. Messages sent after it to the same peer, by any
+  /// call, may arrive first.
   void send_offloaded(peer_id to, std::vector<char> header, payload body,
                       std::function<void(const std::string&)> done = {});
 

@@ -243,6 +243,10 @@ bool deliver_forward(caf::actor_system& sys, frame& x, const frame_header& h,
                                   static_cast<std::size_t>(length)};
   if (source(b, counts) || counts.size() != b.ops.size())
     return false;
+  // Values travel only behind the operations, never inside them.
+  for (const auto& op : b.ops)
+    if (!op.values.data.empty())
+      return false;
   uint64_t total = 0;
   std::size_t carriers = 0;
   for (auto c : counts) {

@@ -146,17 +146,17 @@ void plane::send_offloaded(peer_id to, std::vector<char> header, payload body,
   auto* d = impl_.get();
   auto size = body.size();
   if (d->opts.shared_segment > 0 && size >= d->opts.shared_min) {
-    std::shared_ptr<out_segment> seg;
+    auto state = std::make_unique<impl::send_state>();
     std::unique_lock<std::recursive_mutex> guard{d->ucx_mtx};
-    if (auto slot = d->reserve_shared(to, size, seg)) {
-      auto* state = new impl::send_state;
+    // (Room first: once a slot is reserved nothing may throw.)
+    d->copies.reserve(d->copies.size() + 1);
+    if (auto slot = d->reserve_shared(to, size, state->seg)) {
       state->to = to;
       state->header = std::move(header);
       state->body = std::move(body);
       state->done = std::move(done);
-      state->seg = std::move(seg);
       state->slot = *slot;
-      d->copies.push_back(state);
+      d->copies.push_back(state.release());
       guard.unlock();
       d->wake();
       return;
@@ -172,7 +172,19 @@ void plane::impl::run_copies() {
     todo.swap(copies);
   }
   for (auto* state : todo) {
-    auto* at = state->seg->data(state->slot);
+    auto seg = std::move(state->seg);
+    state->seg = nullptr;
+    {
+      // Nothing to copy for a send that fails (plane closed, peer gone):
+      // send_shared fails it, giving the slot back.
+      std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
+      auto i = peers.find(state->to);
+      if (stopping || closed || i == peers.end() || i->second.down) {
+        send_shared(state->to, state, seg, state->slot);
+        continue;
+      }
+    }
+    auto* at = seg->data(state->slot);
     for (const auto& x : state->body.pieces) {
       std::memcpy(at, x.data, x.size);
       at += x.size;
@@ -182,8 +194,6 @@ void plane::impl::run_copies() {
     encode(state->slot, state->header.data());
     // (send_shared takes the segment and slot over again, or gives the slot
     // back and fails the send.)
-    auto seg = std::move(state->seg);
-    state->seg = nullptr;
     std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
     send_shared(state->to, state, seg, state->slot);
   }
