@@ -30,6 +30,15 @@ std::size_t payload::size() const {
   return n;
 }
 
+void payload::copy_to(char* out) const {
+  for (const auto& x : pieces) {
+    if (x.size == 0)
+      continue;
+    std::memcpy(out, x.data, x.size);
+    out += x.size;
+  }
+}
+
 buffer::buffer(std::size_t size)
   : words_((size + sizeof(float) - 1) / sizeof(float)), size_(size) {
   // nop

@@ -55,6 +55,9 @@ struct payload {
 
   /// Bytes in all pieces.
   std::size_t size() const;
+
+  /// Copies the pieces back to back to `out` (room for `size()` bytes).
+  void copy_to(char* out) const;
 };
 
 /// A received body: its bytes in storage aligned for floats, so that a

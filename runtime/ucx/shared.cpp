@@ -68,11 +68,22 @@ bool plane::impl::send_shared(peer_id to, send_state* state,
 
 // -- bodies staged ahead of their send --------------------------------------
 
+namespace {
+
+// A message in a segment: its header leads with the body's place.
+void lead_with(std::vector<char>& header, const segment_slot& slot) {
+  header.insert(header.begin(), segment_slot_size, 0);
+  encode(slot, header.data());
+}
+
+} // namespace
+
+// (A moved-from shared_ptr is null: the other gives nothing back.)
 staged_body::staged_body(staged_body&& other) noexcept
   : body_(std::move(other.body_)),
     seg_(std::move(other.seg_)),
     slot_(other.slot_) {
-  other.seg_ = nullptr;
+  // nop
 }
 
 staged_body& staged_body::operator=(staged_body&& other) noexcept {
@@ -82,7 +93,6 @@ staged_body& staged_body::operator=(staged_body&& other) noexcept {
     body_ = std::move(other.body_);
     seg_ = std::move(other.seg_);
     slot_ = other.slot_;
-    other.seg_ = nullptr;
   }
   return *this;
 }
@@ -107,11 +117,7 @@ staged_body plane::stage(peer_id to, payload body) {
     return out;
   }
   // Copied outside the lock: the progress thread and other senders go on.
-  auto* at = out.seg_->data(*slot);
-  for (const auto& x : body.pieces) {
-    std::memcpy(at, x.data, x.size);
-    at += x.size;
-  }
+  body.copy_to(out.seg_->data(*slot));
   out.slot_ = *slot;
   return out;
 }
@@ -128,12 +134,9 @@ void plane::send_staged(peer_id to, std::vector<char> header, staged_body body,
     std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
     pending = d->send_now(to, state);
   } else {
-    // The header leads with the body's place; the slot goes with the send
-    // (given back by it if it fails).
-    state->header.insert(state->header.begin(), segment_slot_size, 0);
-    encode(body.slot_, state->header.data());
+    // The slot goes with the send (given back by it if it fails).
+    lead_with(state->header, body.slot_);
     auto seg = std::move(body.seg_);
-    body.seg_ = nullptr;
     std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
     pending = d->send_shared(to, state, seg, body.slot_);
   }
@@ -173,7 +176,6 @@ void plane::impl::run_copies() {
   }
   for (auto* state : todo) {
     auto seg = std::move(state->seg);
-    state->seg = nullptr;
     {
       // Nothing to copy for a send that fails (plane closed, peer gone):
       // send_shared fails it, giving the slot back.
@@ -184,14 +186,9 @@ void plane::impl::run_copies() {
         continue;
       }
     }
-    auto* at = seg->data(state->slot);
-    for (const auto& x : state->body.pieces) {
-      std::memcpy(at, x.data, x.size);
-      at += x.size;
-    }
+    state->body.copy_to(seg->data(state->slot));
     state->body = payload{};
-    state->header.insert(state->header.begin(), segment_slot_size, 0);
-    encode(state->slot, state->header.data());
+    lead_with(state->header, state->slot);
     // (send_shared takes the segment and slot over again, or gives the slot
     // back and fails the send.)
     std::lock_guard<std::recursive_mutex> guard{ucx_mtx};

@@ -5,9 +5,12 @@
 // shared-memory segment for its large messages to the other (the UCX
 // segment and staged-send tests).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -48,6 +51,34 @@ inline std::shared_ptr<std::vector<float>> counting(std::size_t n,
 inline bool same(const std::vector<char>& got, const std::vector<float>& want) {
   return got.size() == want.size() * sizeof(float)
          && std::memcmp(got.data(), want.data(), got.size()) == 0;
+}
+
+// Checks the bodies `box` got after its first: one whose header is a
+// number i is `sent[i]`, whole, and no number comes twice; one with another
+// header goes to `other` (none is expected without it). Returns the numbers
+// seen. (The caller holds no lock on `box`.)
+inline std::vector<int> check_numbered(
+  inbox& box, const std::vector<std::shared_ptr<std::vector<float>>>& sent,
+  const std::function<void(const std::string&, const std::vector<char>&)>& other
+  = {}) {
+  std::lock_guard<std::mutex> guard{box.mtx};
+  std::vector<int> seen;
+  for (std::size_t k = 1; k < box.headers.size(); ++k) {
+    std::string h{box.headers[k].second.begin(), box.headers[k].second.end()};
+    if (h.empty() || h.find_first_not_of("0123456789") != std::string::npos) {
+      if (other)
+        other(h, box.bodies[k]);
+      else
+        FAIL("a body named " << h);
+      continue;
+    }
+    auto i = std::stoi(h);
+    REQUIRE(static_cast<std::size_t>(i) < sent.size());
+    CHECK(std::find(seen.begin(), seen.end(), i) == seen.end());
+    seen.push_back(i);
+    CHECK(same(box.bodies[k], *sent[static_cast<std::size_t>(i)]));
+  }
+  return seen;
 }
 
 // A connected pair: A sends to B, B answers on the connection A's hello

@@ -261,6 +261,7 @@ TEST_CASE("ucx segment: a reader opens only the sealed segment announced",
 }
 
 using test::bytes;
+using test::check_numbered;
 using test::counting;
 using test::inbox;
 using test::pair_of_planes;
@@ -343,15 +344,7 @@ TEST_CASE("ucx: messages beyond a segment's free room go through UCX, "
   REQUIRE(b_box.wait([](inbox& x) { return x.bodies.size() == n + 1; }));
   CHECK(a->shared_sends() >= 2);
   CHECK(a->shared_sends() < n);
-  std::vector<bool> seen(n, false);
-  for (std::size_t i = 1; i < b_box.headers.size(); ++i) {
-    auto k = std::stoi(std::string{b_box.headers[i].second.begin(),
-                                   b_box.headers[i].second.end()});
-    REQUIRE(k < n);
-    CHECK_FALSE(seen[k]);
-    seen[k] = true;
-    CHECK(same(b_box.bodies[i], *sent[k]));
-  }
+  check_numbered(b_box, sent);
 }
 
 TEST_CASE("ucx: a message is read where it lies in the segment until views "

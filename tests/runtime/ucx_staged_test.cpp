@@ -19,6 +19,7 @@
 using namespace actorps;
 using namespace actorps::ucx;
 using test::bytes;
+using test::check_numbered;
 using test::counting;
 using test::inbox;
 using test::pair_of_planes;
@@ -125,20 +126,15 @@ TEST_CASE("ucx: bodies sent offloaded are copied into the segment by the "
   }
   REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 6; }));
   CHECK(a->shared_sends() == 4);
-  std::vector<bool> seen(4, false);
-  for (std::size_t k = 1; k < b_box.headers.size(); ++k) {
-    std::string h{b_box.headers[k].second.begin(),
-                  b_box.headers[k].second.end()};
-    if (h == "small") {
-      CHECK(same(b_box.bodies[k], *small));
-      continue;
-    }
-    auto i = std::stoi(h);
-    REQUIRE(i < 4);
-    CHECK_FALSE(seen[i]);
-    seen[i] = true;
-    CHECK(same(b_box.bodies[k], *sent[i]));
-  }
+  int smalls = 0;
+  auto seen = check_numbered(
+    b_box, sent, [&](const std::string& h, const std::vector<char>& body) {
+      CHECK(h == "small");
+      CHECK(same(body, *small));
+      ++smalls;
+    });
+  CHECK(seen.size() == 4);
+  CHECK(smalls == 1);
 }
 
 TEST_CASE("ucx: a plane closed with bodies still to copy ends each of their "
@@ -172,12 +168,6 @@ TEST_CASE("ucx: a plane closed with bodies still to copy ends each of their "
       return box.bodies.size() >= static_cast<std::size_t>(went) + 1;
     },
     std::chrono::seconds(2)));
-  std::lock_guard<std::mutex> guard{b_box.mtx};
-  for (std::size_t k = 1; k < b_box.headers.size(); ++k) {
-    auto i = std::stoi(std::string{b_box.headers[k].second.begin(),
-                                   b_box.headers[k].second.end()});
-    REQUIRE(i < n);
+  for (auto i : check_numbered(b_box, sent))
     CHECK_FALSE(failed[i].load());
-    CHECK(same(b_box.bodies[k], *sent[i]));
-  }
 }
