@@ -79,6 +79,15 @@ void parts_reader::append(std::vector<float>& out, uint64_t n) {
   }
 }
 
+bool parts_reader::next_is_view(uint64_t n) {
+  skip_empty();
+  if (pos_ != 0 || i_ == src_.pieces.size())
+    return false;
+  auto& p = src_.pieces[i_];
+  auto& buf = src_.buffers[p.buffer];
+  return p.from == 0 && p.length == n && buf.size() == n && buf.is_view();
+}
+
 void parts_reader::skip_empty() {
   while (i_ < src_.pieces.size() && src_.pieces[i_].length == 0)
     ++i_;

@@ -35,6 +35,10 @@ public:
   /// Appends the next `n` floats to `out`.
   void append(std::vector<float>& out, uint64_t n);
 
+  /// True if the next `n` floats are all of one view (shared_floats::
+  /// is_view), which `take` would copy and `share` passes on as it is.
+  bool next_is_view(uint64_t n);
+
 private:
   void skip_empty();
 

@@ -271,6 +271,7 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     }
     wc.channel = ucx::make_worker_channel(rt->sys, rt->data_plane, replies,
                                           std::move(peers));
+    rt->channel = wc.channel;
 #else
     return make_error(errc::bad_config,
                       "create: the job's transport is ucx, but this worker "

@@ -57,6 +57,9 @@ struct store_runtime {
   // The UCX data plane (transport ucx); closed before the actor system
   // goes (members end in reverse order).
   std::shared_ptr<ucx::plane> data_plane;
+  // The worker's data channel over it: the facade writes large pushes into
+  // room it lends (data_channel::lease).
+  std::shared_ptr<data_channel> channel;
   // The /metrics endpoint (store_options::metrics); stopped first.
   std::unique_ptr<metrics_server> metrics;
 

@@ -230,16 +230,15 @@ kvstore::push(const std::string& key,
   // are added to it.
   auto sum = payload::pack(
     *infos, d.rt->batching,
-    [&](size_t, uint64_t from, uint64_t n, std::vector<float>& out) {
-      auto start = out.size();
-      out.insert(out.end(), values[0].data() + from,
-                 values[0].data() + from + n);
-      Eigen::Map<Eigen::VectorXf> acc{out.data() + start,
-                                      static_cast<Eigen::Index>(n)};
+    [&](size_t, uint64_t from, uint64_t n, auto& out) {
+      Eigen::Map<Eigen::VectorXf> acc{
+        payload::append(out, values[0].data() + from, n),
+        static_cast<Eigen::Index>(n)};
       for (size_t i = 1; i < values.size(); ++i)
         acc += values[i].segment(static_cast<Eigen::Index>(from),
                                  static_cast<Eigen::Index>(n));
-    });
+    },
+    d.lender());
   if (auto err = d.throttle())
     return err;
   d.start([](caf::ok_atom) {}, push_atom::value, key,
@@ -324,7 +323,7 @@ kvstore::push_many(const std::vector<std::string>& keys,
     return err;
   d.start([](caf::ok_atom) {}, push_atom::value, keys,
           static_cast<int32_t>(priority),
-          payload::pack(*infos, d.rt->batching, values));
+          payload::pack(*infos, d.rt->batching, values, d.lender()));
   return caf::none;
 }
 
@@ -360,7 +359,8 @@ caf::expected<pull_ticket> kvstore::push_pull_many(
   auto n = dst.back().at + dst.back().n;
   return d.start_pull(std::move(dst), n, push_pull_atom::value, keys,
                       static_cast<int32_t>(priority),
-                      payload::pack(*infos, d.rt->batching, values));
+                      payload::pack(*infos, d.rt->batching, values,
+                                    d.lender()));
 }
 
 caf::error kvstore::wait(pull_ticket ticket) {
@@ -450,8 +450,11 @@ caf::error kvstore::set_gradient_compression(const std::string& key,
     return closed_error("set_gradient_compression");
   if (auto why = check(c); !why.empty())
     return make_error(errc::bad_config, "set_gradient_compression: " + why);
-  return d.call(
+  auto err = d.call(
     d.timeout(), [](caf::ok_atom) {}, compress_atom::value, key, c);
+  if (!err && c.kind != codec::none)
+    d.compressed = true;
+  return err;
 }
 
 caf::expected<uint32_t> kvstore::num_dead_node(int node_id,

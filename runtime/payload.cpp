@@ -9,13 +9,14 @@ namespace actorps::payload {
 // Packs one value per key.
 float_parts pack(const std::vector<const key_info*>& infos,
                  const core::batching& batching,
-                 const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values) {
-  return pack(infos, batching,
-              [&](size_t i, uint64_t from, uint64_t n,
-                  std::vector<float>& out) {
-                auto first = values[i].data() + from;
-                out.insert(out.end(), first, first + n);
-              });
+                 const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+                 const lender& lend) {
+  return pack(
+    infos, batching,
+    [&](size_t i, uint64_t from, uint64_t n, auto& out) {
+      append(out, values[i].data() + from, n);
+    },
+    lend);
 }
 
 // One output per key, the keys back to back (outputs checked).

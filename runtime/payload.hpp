@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include <Eigen/Core>
@@ -17,17 +20,49 @@
 /// without another copy.
 namespace actorps::payload {
 
+/// Room that a slice sent alone may be written to in place, lent by the
+/// worker's data channel (data_channel::lease): null data for none.
+struct lent {
+  float* data = nullptr;
+  std::shared_ptr<const void> keep;
+};
+
+/// Lends room for `n` floats of a slice to shard `shard` (empty: none).
+using lender = std::function<lent(uint32_t shard, uint64_t n)>;
+
+/// Where `fill` writes a slice that lies in lent room.
+struct run_in_place {
+  float* first = nullptr;
+  std::size_t size = 0;
+};
+
+/// Appends the `n` floats at `from` to `out`; returns where they went.
+inline float* append(std::vector<float>& out, const float* from,
+                     std::size_t n) {
+  out.insert(out.end(), from, from + n);
+  return out.data() + out.size() - n;
+}
+
+inline float* append(run_in_place& out, const float* from, std::size_t n) {
+  auto* at = out.first + out.size;
+  std::memcpy(at, from, n * sizeof(float));
+  out.size += n;
+  return at;
+}
+
 /// Lays out a pushed value of the keys `infos`, back to back: each slice
 // that the worker sends alone gets a buffer of its own, which then travels
-// to its shard without another copy; the other slices are packed together.
+// to its shard without another copy (room that `lend` gives, when it does,
+// which the slice leaves from); the other slices are packed together.
 // `fill(i, from, n, out)` appends the floats [from, from + n) of key i to
-// `out` (appended, not resized and overwritten: one pass over the memory).
-// Slices of their own are filled on two threads when large enough (see
-// core::split_in_two), so `fill` must be safe to call concurrently for
-// distinct outputs.
+// `out` with `append` (a vector, or a run in lent room: not resized and
+// overwritten, one pass over the memory). Slices of their own are filled on
+// two threads when large enough (see core::split_in_two), so `fill` must be
+// safe to call concurrently for distinct outputs.
 template <class Fill>
 float_parts pack(const std::vector<const key_info*>& infos,
-                 const core::batching& batching, Fill fill) {
+                 const core::batching& batching, Fill fill,
+                 const lender& lend = {}) {
   uint64_t small = 0;
   struct own_slice {
     size_t key;
@@ -41,15 +76,26 @@ float_parts pack(const std::vector<const key_info*>& infos,
       else
         alone.push_back(own_slice{i, &s});
     }
-  // Allocated here, so that the helper thread only copies.
+  // Allocated (or lent) here, so that the helper thread only copies.
   std::vector<std::vector<float>> owns(alone.size());
+  std::vector<lent> rooms(alone.size());
   std::vector<uint64_t> weights(alone.size());
   for (size_t j = 0; j < alone.size(); ++j) {
-    owns[j].reserve(alone[j].slice->length);
-    weights[j] = alone[j].slice->length;
+    auto n = alone[j].slice->length;
+    if (lend)
+      rooms[j] = lend(alone[j].slice->shard, n);
+    if (rooms[j].data == nullptr)
+      owns[j].reserve(n);
+    weights[j] = n;
   }
   core::split_in_two(weights, core::parallel_min_floats, [&](size_t j) {
-    fill(alone[j].key, alone[j].slice->offset, alone[j].slice->length, owns[j]);
+    auto& s = *alone[j].slice;
+    if (rooms[j].data != nullptr) {
+      run_in_place run{rooms[j].data};
+      fill(alone[j].key, s.offset, s.length, run);
+    } else {
+      fill(alone[j].key, s.offset, s.length, owns[j]);
+    }
   });
   float_parts out;
   std::vector<float> run;
@@ -67,7 +113,12 @@ float_parts pack(const std::vector<const key_info*>& infos,
         continue;
       }
       end_run();
-      out.append(shared_floats{std::move(owns[next_own++])});
+      auto j = next_own++;
+      if (rooms[j].data != nullptr)
+        out.append(
+          shared_floats{std::move(rooms[j].keep), rooms[j].data, s.length});
+      else
+        out.append(shared_floats{std::move(owns[j])});
     }
   }
   end_run();
@@ -77,7 +128,8 @@ float_parts pack(const std::vector<const key_info*>& infos,
 // Packs one value per key (see the template above).
 float_parts pack(const std::vector<const key_info*>& infos,
                  const core::batching& batching,
-                 const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values);
+                 const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
+                 const lender& lend = {});
 
 // Where pulled floats go: `n` floats of the value, from `at`, to `dst`.
 struct target {

@@ -116,6 +116,24 @@ public:
 
   /// The replies that arrived since the last call.
   virtual std::vector<data_reply> take() = 0;
+
+  /// Room for the values of a push of `bytes` bytes to shard `shard` that
+  /// travels alone in its request (a slice of its own, core/batching.hpp),
+  /// for the caller to write them in place: a request whose values begin
+  /// there leaves from there without a copy. Null data when there is no
+  /// such room (the default). The room is the caller's while `keep` lives;
+  /// the values stay readable there. Thread-safe: a client calls it on its
+  /// own thread while the worker sends.
+  struct lent_room {
+    float* data = nullptr;
+    std::shared_ptr<const void> keep;
+  };
+
+  virtual lent_room lease(uint32_t shard, std::size_t bytes) {
+    static_cast<void>(shard);
+    static_cast<void>(bytes);
+    return {};
+  }
 };
 
 } // namespace actorps

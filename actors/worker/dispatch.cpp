@@ -77,6 +77,12 @@ void merge_encoding(floats& payload, bool first, const compression& c) {
     payload.encoding = compression{};
 }
 
+// True if `x` is one view (shared_floats::is_view) as a whole.
+bool lies_in_view(const float_parts& x) {
+  return x.pieces.size() == 1 && x.buffers.size() == 1 && x.buffers[0].is_view()
+         && x.pieces[0].length == x.size;
+}
+
 // A batch being filled for one shard.
 struct batch_builder {
   slice_batch msg;
@@ -100,7 +106,10 @@ void flush(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
   b.msg = slice_batch{msg.worker, msg.kind, {}, {}, {}, {}};
   b.pieces.clear();
   b.floats = 0;
-  if (msg.slices.size() == 1) {
+  // (A slice of its own in room its data channel lent stays a batch of one
+  // here: its values stay where they lie, and the channel sends it as a
+  // plain push or push_pull, see to_request below.)
+  if (msg.slices.size() == 1 && !lies_in_view(msg.parts)) {
     auto at = pieces[0].offset;
     auto on_value = [g, at, expected](shared_floats& x) {
       g->put(at, expected, x);
@@ -241,7 +250,12 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
       b.msg.seqs.push_back(seq);
       b.pieces.push_back(core::piece{at, s.length});
       b.floats += s.length;
-      if (pushes && share && !alone) {
+      if (pushes
+          && ((share && !alone)
+              || (alone && r->comp.kind == codec::none
+                  && in.next_is_view(s.length)))) {
+        // (A slice of its own in room its data channel lent leaves from
+        // there: payload::pack.)
         in.share(b.msg.parts, s.length);
       } else if (pushes) {
         auto& dst = b.msg.data;
@@ -366,6 +380,23 @@ caf::error to_request(caf::actor_system&,
                         + std::to_string(b.seqs.size())
                         + " sequence numbers (need as many, at least one)");
   out.worker = b.worker;
+  if (n == 1 && lies_in_view(b.parts)
+      && (b.kind == static_cast<uint8_t>(op_kind::push)
+          || b.kind == static_cast<uint8_t>(op_kind::push_pull))) {
+    // One slice in lent room (flush above): a plain push or push_pull, its
+    // values sent from where they lie, and read there by the shard.
+    out.kind = b.kind == static_cast<uint8_t>(op_kind::push)
+                 ? data_kind::push
+                 : data_kind::push_pull;
+    out.slice = b.slices[0];
+    out.seq = b.seqs[0];
+    out.count = b.parts.size;
+    auto& p = b.parts.pieces[0];
+    out.pieces.push_back(
+      {b.parts.buffers[p.buffer].data() + p.from, p.length * sizeof(float)});
+    out.keep = std::move(keep);
+    return caf::none;
+  }
   out.op = b.kind;
   out.slices = static_cast<uint32_t>(n);
   // The pushed values: uncompressed pieces where they lie, one buffer of

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -48,7 +49,23 @@ public:
   }
 
   bool carries(uint32_t shard) const override {
+    std::lock_guard<std::mutex> guard{mtx_};
     return peers_.count(shard) > 0;
+  }
+
+  lent_room lease(uint32_t shard, std::size_t bytes) override {
+    peer_id to = 0;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      auto i = peers_.find(shard);
+      if (i == peers_.end() || dead_.count(shard) > 0)
+        return {};
+      to = i->second;
+    }
+    // (Such a request carries its values alone: to_request in
+    // actors/worker/dispatch.cpp.)
+    auto x = out_->lease(to, bytes);
+    return lent_room{reinterpret_cast<float*>(x.data), std::move(x.keep)};
   }
 
   void send(data_request x) override {
@@ -70,7 +87,7 @@ public:
     auto replies = replies_;
     auto request = x.request;
     auto shard = x.shard;
-    out_->send(peers_.at(shard), std::move(header),
+    out_->send(peer_of(shard), std::move(header),
                payload{std::move(pieces), std::move(x.keep)},
                [&sys, replies, request, shard](const std::string& why) {
                  if (why.empty())
@@ -84,22 +101,29 @@ public:
   }
 
   void shard_down(uint32_t shard) override {
-    auto i = peers_.find(shard);
-    if (i == peers_.end())
-      return;
-    dead_.insert(shard);
-    for (const auto& [other, peer] : peers_)
-      if (peer == i->second && dead_.count(other) == 0)
+    peer_id peer = 0;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      auto i = peers_.find(shard);
+      if (i == peers_.end())
         return;
-    out_->drop(i->second, "UCX: the server of shard " + std::to_string(shard)
-                            + " is down");
+      dead_.insert(shard);
+      for (const auto& [other, p] : peers_)
+        if (p == i->second && dead_.count(other) == 0)
+          return;
+      peer = i->second;
+    }
+    out_->drop(peer, "UCX: the server of shard " + std::to_string(shard)
+                       + " is down");
   }
 
   bool reroute(uint32_t shard, const std::string& address) override {
     if (address.empty())
       return false;
-    peers_[shard]
+    auto peer
       = out_->connect(std::vector<char>(address.begin(), address.end()));
+    std::lock_guard<std::mutex> guard{mtx_};
+    peers_[shard] = peer;
     dead_.erase(shard);
     return true;
   }
@@ -143,9 +167,16 @@ public:
   }
 
 private:
+  peer_id peer_of(uint32_t shard) const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return peers_.at(shard);
+  }
+
   caf::actor_system& sys_;
   std::shared_ptr<plane> out_;
   std::shared_ptr<frame_queue> replies_;
+  // Shards to peers: the worker changes them, clients lease room by them.
+  mutable std::mutex mtx_;
   std::map<uint32_t, peer_id> peers_;
   std::set<uint32_t> dead_;
 };

@@ -501,6 +501,10 @@ std::size_t plane::shared_sends() const {
   return impl_->shared_sends.load();
 }
 
+std::size_t plane::in_place_sends() const {
+  return impl_->in_place_sends.load();
+}
+
 std::size_t plane::waiting() const {
   std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
   return impl_->fetches.size();

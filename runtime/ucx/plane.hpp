@@ -286,6 +286,17 @@ private:
   segment_slot slot_;
 };
 
+/// Room for a body in the shared-memory segment to a peer (plane::lease),
+/// for its owner to write in place.
+struct body_lease {
+  /// Where the bytes go (null: no room was lent).
+  char* data = nullptr;
+  std::size_t size = 0;
+  /// Keeps the room the lessee's: its bytes stay as written, to be read
+  /// back, while `keep` (or a copy) lives.
+  std::shared_ptr<const void> keep;
+};
+
 /// One process's UCX endpoint. Thread-safe: every member may be called from
 /// any thread; the handlers run on the plane's progress thread.
 class plane {
@@ -344,6 +355,18 @@ public:
   /// Makes `body` ready to be sent to `to` later (see staged_body): the
   /// copy into a segment happens here, on the caller's thread.
   staged_body stage(peer_id to, payload body);
+
+  /// Room for a body of up to `size` bytes in the segment to `to`, to be
+  /// written in place: a body to `to` whose first piece begins there (and
+  /// that fits) is staged without copying that piece, the first time. Null
+  /// data when bodies of this size do not go through a segment to `to`, or
+  /// it has no room now (at most a quarter of it is lent at once). The room
+  /// goes back once `keep` is gone and the peer read what was sent from
+  /// it.
+  body_lease lease(peer_id to, std::size_t size);
+
+  /// Bodies staged from lent room without a copy (see `lease`).
+  std::size_t in_place_sends() const;
 
   /// Sends `header` and a staged body to `to`, as `send` does.
   void send_staged(peer_id to, std::vector<char> header, staged_body body,

@@ -165,6 +165,7 @@ struct plane::impl {
   std::vector<fetch_state*> fetches;
   std::shared_ptr<held_bytes> held = std::make_shared<held_bytes>();
   std::atomic<std::size_t> shared_sends{0};
+  std::atomic<std::size_t> in_place_sends{0};
   // Segment messages from peers not admitted, dropped unread (tests wait
   // on the count).
   std::mutex unheard_mtx;
@@ -246,6 +247,12 @@ struct plane::impl {
   // with room (`seg` then keeps the segment).
   std::optional<segment_slot> reserve_shared(peer_id to, std::size_t size,
                                              std::shared_ptr<out_segment>& seg);
+
+  // The slot lent (plane::lease) in the segment to peer `to` that `body`'s
+  // first piece begins, if it holds the whole body and never went (`seg`
+  // then keeps the segment).
+  std::optional<segment_slot> take_lent(peer_id to, const payload& body,
+                                        std::shared_ptr<out_segment>& seg);
 
   // Sends `state` (its header already led by `slot`) as a message in the
   // segment `seg`: true if UCX holds it pending.

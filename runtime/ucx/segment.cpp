@@ -95,6 +95,9 @@ std::unique_ptr<out_segment> out_segment::create(std::size_t size,
     return nullptr;
   }
   std::memcpy(base, x->info_.tag, segment_tag_size);
+  x->pins_ = std::make_unique<std::atomic<uint8_t>[]>(segment_slots);
+  for (uint32_t i = 0; i < segment_slots; ++i)
+    x->pins_[i].store(0, std::memory_order_relaxed);
   x->free_indices_.reserve(segment_slots);
   for (uint32_t i = segment_slots; i > 0; --i)
     x->free_indices_.push_back(i - 1);
@@ -116,7 +119,8 @@ void out_segment::close_file() noexcept {
 
 void out_segment::reclaim() {
   auto freed = [this](const segment_slot& x) {
-    if (__atomic_load_n(flags_ + x.index, __ATOMIC_ACQUIRE) != 0)
+    if (pins_[x.index].load(std::memory_order_acquire) != 0
+        || __atomic_load_n(flags_ + x.index, __ATOMIC_ACQUIRE) != 0)
       return false;
     free_indices_.push_back(x.index);
     return true;
@@ -149,6 +153,44 @@ std::optional<segment_slot> out_segment::reserve(std::size_t length) {
 
 void out_segment::cancel(const segment_slot& x) {
   __atomic_store_n(flags_ + x.index, 0u, __ATOMIC_RELEASE);
+}
+
+std::optional<segment_slot>
+out_segment::reserve_pinned(std::size_t length, std::size_t max_pinned) {
+  // (Only reservations add to the count, all under their owner's lock.)
+  if (pinned_bytes_.load() + rounded(length) > max_pinned)
+    return std::nullopt;
+  auto x = reserve(length);
+  if (x) {
+    pinned_bytes_ += rounded(length);
+    pins_[x->index].store(1, std::memory_order_relaxed);
+  }
+  return x;
+}
+
+std::optional<segment_slot> out_segment::take_pinned(const char* at,
+                                                     std::size_t length) {
+  if (at < data_ || at >= data_ + info_.size)
+    return std::nullopt;
+  auto offset = static_cast<uint64_t>(at - data_);
+  auto i = std::lower_bound(busy_.begin(), busy_.end(), offset,
+                            [](const segment_slot& x, uint64_t y) {
+                              return x.offset < y;
+                            });
+  if (i == busy_.end() || i->offset != offset || length == 0
+      || length > i->length)
+    return std::nullopt;
+  uint8_t unsent = 1;
+  if (!pins_[i->index].compare_exchange_strong(unsent, 2))
+    return std::nullopt;
+  return segment_slot{offset, length, i->index};
+}
+
+void out_segment::unpin(const segment_slot& x) noexcept {
+  // Never announced: no reader frees it, so this does.
+  pinned_bytes_ -= rounded(x.length);
+  if (pins_[x.index].exchange(0, std::memory_order_acq_rel) == 1)
+    cancel(x);
 }
 
 // -- in_segment ---------------------------------------------------------------

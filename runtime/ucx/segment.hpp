@@ -86,6 +86,25 @@ public:
   /// announced).
   void cancel(const segment_slot& x);
 
+  /// A slot of `length` bytes (> 0) that its writer keeps (pinned): its
+  /// bytes are the writer's to fill in place and to read back, and the slot
+  /// is not taken back, even once a reader freed it, until `unpin`. None if
+  /// the segment has no room now, or if the pinned slots would then hold
+  /// more than `max_pinned` bytes.
+  std::optional<segment_slot> reserve_pinned(std::size_t length,
+                                             std::size_t max_pinned);
+
+  /// The pinned slot whose bytes begin at `at`, as a message of `length`
+  /// bytes, if it has room for them and was never announced: from now on it
+  /// counts as announced (its reader frees it; `cancel` if the announcement
+  /// fails). None otherwise: `at` is elsewhere, or the slot went once.
+  std::optional<segment_slot> take_pinned(const char* at, std::size_t length);
+
+  /// Lets go of a pinned slot: it is taken back once its reader freed it, at
+  /// once if it was never announced. (Atomic stores only: any thread, no
+  /// lock.)
+  void unpin(const segment_slot& x) noexcept;
+
   /// Slots reserved and not yet freed.
   std::size_t in_flight() const noexcept {
     return busy_.size();
@@ -112,6 +131,11 @@ private:
   // Reserved slots by place.
   std::vector<segment_slot> busy_;
   std::vector<uint32_t> free_indices_;
+  // Per slot: 0, not pinned; 1, pinned and never announced; 2, pinned and
+  // announced. (The writer's own: the reader never sees them.)
+  std::unique_ptr<std::atomic<uint8_t>[]> pins_;
+  // Bytes of the slots pinned now (each rounded as it lies).
+  std::atomic<uint64_t> pinned_bytes_{0};
 };
 
 /// The reader's side: a peer's segment mapped in this process.

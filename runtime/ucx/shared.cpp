@@ -103,21 +103,87 @@ staged_body::~staged_body() {
     seg_->cancel(slot_);
 }
 
+namespace {
+
+// Lent room (plane::lease): pinned in its segment while this lives.
+struct lent_room {
+  std::shared_ptr<out_segment> seg;
+  segment_slot slot;
+
+  ~lent_room() {
+    if (seg)
+      seg->unpin(slot);
+  }
+};
+
+} // namespace
+
+body_lease plane::lease(peer_id to, std::size_t size) {
+  auto* d = impl_.get();
+  body_lease out;
+  if (d->opts.shared_segment == 0 || size < d->opts.shared_min)
+    return out;
+  auto room = std::make_shared<lent_room>();
+  std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+  auto i = d->peers.find(to);
+  if (i == d->peers.end() || i->second.down || !i->second.out_seg_ready
+      || d->stopping || d->closed)
+    return out;
+  // At most a quarter of the segment lent at once: the rest serves bodies
+  // as they leave (so that a large value's many slices do not take every
+  // page of it at once, each counted in the reader's memory as it reads).
+  auto slot = i->second.out_seg->reserve_pinned(size,
+                                                d->opts.shared_segment / 4);
+  if (!slot)
+    return out;
+  room->seg = i->second.out_seg;
+  room->slot = *slot;
+  out.data = room->seg->data(*slot);
+  out.size = size;
+  out.keep = std::move(room);
+  return out;
+}
+
+std::optional<segment_slot>
+plane::impl::take_lent(peer_id to, const payload& body,
+                       std::shared_ptr<out_segment>& seg) {
+  auto i = peers.find(to);
+  if (body.pieces.empty() || i == peers.end() || i->second.down
+      || !i->second.out_seg_ready || stopping || closed)
+    return std::nullopt;
+  auto slot = i->second.out_seg->take_pinned(
+    static_cast<const char*>(body.pieces.front().data), body.size());
+  if (slot)
+    seg = i->second.out_seg;
+  return slot;
+}
+
 staged_body plane::stage(peer_id to, payload body) {
   auto* d = impl_.get();
   staged_body out;
   auto size = body.size();
   std::optional<segment_slot> slot;
+  bool in_place = false;
   if (d->opts.shared_segment > 0 && size >= d->opts.shared_min) {
     std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
-    slot = d->reserve_shared(to, size, out.seg_);
+    slot = d->take_lent(to, body, out.seg_);
+    in_place = slot.has_value();
+    if (!slot)
+      slot = d->reserve_shared(to, size, out.seg_);
   }
   if (!slot) {
     out.body_ = std::move(body);
     return out;
   }
   // Copied outside the lock: the progress thread and other senders go on.
-  body.copy_to(out.seg_->data(*slot));
+  auto* at = out.seg_->data(*slot);
+  if (in_place) {
+    // The first piece lies there already: only the rest follows it.
+    ++d->in_place_sends;
+    at += body.pieces.front().size;
+    body.pieces.erase(body.pieces.begin());
+  }
+  body.copy_to(at);
   out.slot_ = *slot;
   return out;
 }

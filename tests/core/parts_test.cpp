@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/parts.hpp"
 
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -68,6 +69,31 @@ TEST_CASE("parts: parts_reader shares pieces instead of copying", "[core]") {
   CHECK(out.buffers[out.pieces[0].buffer].data() == first);
   // Consecutive reads of one buffer lengthen one piece.
   CHECK(out.pieces.size() == 2);
+}
+
+TEST_CASE("parts: parts_reader tells a whole view ahead from a buffer",
+          "[core]") {
+  // A buffer of 4, then a view of 6 (floats kept elsewhere), then a buffer.
+  auto kept = std::make_shared<std::vector<float>>(iota(6, 4.0f));
+  float_parts x;
+  x.append(shared_floats{iota(4)});
+  x.append(shared_floats{kept, kept->data(), kept->size()});
+  x.append(shared_floats{iota(2, 10.0f)});
+  parts_reader in{x};
+  CHECK_FALSE(in.next_is_view(4)); // a buffer of its own
+  auto a = in.take(4);
+  CHECK_FALSE(in.next_is_view(5)); // not all of the view
+  CHECK(in.next_is_view(6));
+  float_parts out;
+  in.share(out, 6);
+  // Shared as it is: still the view, not a copy.
+  REQUIRE(out.buffers.size() == 1);
+  CHECK(out.buffers[0].is_view());
+  CHECK(out.buffers[0].data() == kept->data());
+  CHECK_FALSE(in.next_is_view(2));
+  CHECK(in.take(2) == iota(2, 10.0f));
+  CHECK_FALSE(in.next_is_view(1)); // past the end
+  CHECK(a == iota(4));
 }
 
 TEST_CASE("parts: parts_cursor reads in place or gathers", "[core]") {

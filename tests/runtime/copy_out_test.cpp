@@ -2,6 +2,7 @@
 #include "runtime/payload.hpp"
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -95,4 +96,64 @@ TEST_CASE("copy_out: a key pulled into two outputs fills both", "[payload]") {
   CHECK(a1 == std::vector<float>{0, 1});
   CHECK(a2 == std::vector<float>{0, 1});
   CHECK(b == std::vector<float>{2, 3, 4});
+}
+
+TEST_CASE("pack: slices of their own go to lent room where it is lent, the "
+          "rest to buffers",
+          "[payload]") {
+  using actorps::key_info;
+  using actorps::slice_range;
+  // Two keys: one of three slices of its own over two shards, one small.
+  actorps::core::batching batching{};
+  auto big = batching.batch_floats + 1;
+  key_info a;
+  a.size = 3 * big;
+  a.slices = {slice_range{0, 0, 0, big}, slice_range{1, 1, big, big},
+              slice_range{2, 0, 2 * big, big}};
+  key_info b;
+  b.size = 3;
+  b.slices = {slice_range{0, 1, 0, 3}};
+  std::vector<float> va(a.size);
+  std::iota(va.begin(), va.end(), 0.0f);
+  std::vector<float> vb{-1.0f, -2.0f, -3.0f};
+  std::vector<Eigen::Ref<const Eigen::VectorXf>> values{
+    Eigen::Map<const Eigen::VectorXf>(va.data(),
+                                      static_cast<Eigen::Index>(va.size())),
+    Eigen::Map<const Eigen::VectorXf>(vb.data(), 3)};
+  // Room on shard 0 only: its two slices are written there.
+  std::vector<std::shared_ptr<std::vector<float>>> rooms;
+  std::vector<uint32_t> asked;
+  lender lend = [&](uint32_t shard, uint64_t n) {
+    asked.push_back(shard);
+    if (shard != 0)
+      return lent{};
+    rooms.push_back(std::make_shared<std::vector<float>>(n, -7.0f));
+    return lent{rooms.back()->data(), rooms.back()};
+  };
+  auto x = pack({&a, &b}, batching, values, lend);
+  CHECK(asked == std::vector<uint32_t>{0, 1, 0});
+  REQUIRE(rooms.size() == 2);
+  REQUIRE(x.size == a.size + b.size);
+  CHECK(x.valid(true));
+  auto all = va;
+  all.insert(all.end(), vb.begin(), vb.end());
+  CHECK(x.flatten() == all);
+  // The lent slices lie in their rooms, as views of them.
+  int views = 0;
+  for (auto& p : x.pieces) {
+    auto& buf = x.buffers[p.buffer];
+    if (!buf.is_view())
+      continue;
+    ++views;
+    auto j = p.at == 0 ? 0 : 1;
+    CHECK(p.at == (j == 0 ? 0 : 2 * big));
+    CHECK(buf.data() == rooms[static_cast<size_t>(j)]->data());
+    CHECK(std::equal(buf.data(), buf.data() + big, va.data() + p.at));
+  }
+  CHECK(views == 2);
+  // Without a lender, no views.
+  auto y = pack({&a, &b}, batching, values);
+  CHECK(y.flatten() == all);
+  for (auto& buf : y.buffers)
+    CHECK_FALSE(buf.is_view());
 }

@@ -42,6 +42,7 @@
 #include "runtime/ucx/ingress.hpp"
 #include "runtime/ucx/plane.hpp"
 #include "tests/integration/process.hpp"
+#include "tests/runtime/ask.hpp"
 #include "tests/runtime/blocker.hpp"
 #include "tests/runtime/exit_guard.hpp"
 #include "tests/runtime/job_threads.hpp"
@@ -53,6 +54,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using test::ask;
 using test::inbox;
 
 // The outcome of one send.
@@ -676,33 +678,12 @@ std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
   plane_handlers handlers;
   if (downs != nullptr)
     handlers.on_peer_down = downs->handlers().on_peer_down;
-  plane_options opts;
-  opts.secret = "s";
-  opts.secret_of = test_secret_of;
-  opts.identity = identity;
-  if (identity != 0)
-    opts.identity_secret = test_secret_of(identity);
+  auto opts = test::identity_options(test_secret_of, identity);
   return test::plane_into_queue(queue, opts, handlers,
                                 [count](const std::vector<char>&) {
                                   if (count != nullptr)
                                     ++*count;
                                 });
-}
-
-// Asks `shard` over CAF, as the reference.
-template <class Reply, class Handle, class... Ts>
-Reply ask(caf::scoped_actor& self, const Handle& shard, Ts&&... xs) {
-  Reply out{};
-  bool ok = false;
-  self->request(shard, 10s, std::forward<Ts>(xs)...)
-    .receive(
-      [&](Reply& x) {
-        out = std::move(x);
-        ok = true;
-      },
-      [&](caf::error& err) { FAIL(to_string(err)); });
-  REQUIRE(ok);
-  return out;
 }
 
 // An actor system with a shard of `sc` behind an ingress (at the shard's

@@ -123,6 +123,21 @@ struct inbox {
   }
 };
 
+// Options of a plane holding the data secret "s" whose peers prove the
+// identity secrets `secret_of` gives; with an identity of its own (worker
+// `identity - 1`), it proves that one's.
+inline ucx::plane_options
+identity_options(const std::function<std::string(uint32_t)>& secret_of,
+                 uint32_t identity) {
+  ucx::plane_options opts;
+  opts.secret = "s";
+  opts.secret_of = secret_of;
+  opts.identity = identity;
+  if (identity != 0)
+    opts.identity_secret = secret_of(identity);
+  return opts;
+}
+
 /// Starts a plane with `opts` whose frames go into `queue`; `seen` (if set)
 /// sees each frame's header first, `handlers.on_peer_down` is kept.
 inline std::shared_ptr<ucx::plane>

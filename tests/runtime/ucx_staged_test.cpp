@@ -9,7 +9,9 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/ucx/plane.hpp"
@@ -170,4 +172,103 @@ TEST_CASE("ucx: a plane closed with bodies still to copy ends each of their "
     std::chrono::seconds(2)));
   for (auto i : check_numbered(b_box, sent))
     CHECK_FALSE(failed[i].load());
+}
+
+// -- room lent to be written in place (plane::lease) -------------------------
+
+namespace {
+
+// `n` floats counting up from `first`, written into lent room.
+void fill(const body_lease& room, std::size_t n, float first) {
+  auto* x = reinterpret_cast<float*>(room.data);
+  std::iota(x, x + n, first);
+}
+
+// The body a request of one slice carries: its values in lent room, then a
+// tail from elsewhere.
+payload lent_body(const body_lease& room, std::size_t n,
+                  const std::shared_ptr<std::vector<float>>& tail) {
+  return payload{
+    {{room.data, n * sizeof(float)},
+     {tail->data(), tail->size() * sizeof(float)}},
+    std::make_shared<
+      std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(
+      room.keep, tail)};
+}
+
+} // namespace
+
+TEST_CASE("ucx: a body written in lent room leaves from there, the room "
+          "staying its lessee's until let go of",
+          "[ucx]") {
+  pair_of_planes job{4 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  constexpr std::size_t n = std::size_t{200} << 10; // 800 KB
+  auto tail = counting(4, -4.0f);
+  auto room = a->lease(to_b, (n + tail->size()) * sizeof(float));
+  REQUIRE(room.data != nullptr);
+  fill(room, n, 1.0f);
+  auto want = *counting(n, 1.0f);
+  want.insert(want.end(), tail->begin(), tail->end());
+  a->send(to_b, bytes("lent"), lent_body(room, n, tail));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 2; }));
+  CHECK(same(b_box.bodies[1], want));
+  CHECK(a->in_place_sends() == 1);
+  CHECK(a->shared_sends() == 1);
+  // Read and freed by the peer, the room is still held: a body of 3.5 MB
+  // finds no room in the segment beside it and goes through UCX, and the
+  // lessee reads its values back unchanged.
+  auto other = counting(std::size_t{896} << 10, 1000.0f);
+  a->send(to_b, bytes("other"), body_of(other));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 3; }));
+  CHECK(same(b_box.bodies[2], *other));
+  CHECK(a->shared_sends() == 1);
+  CHECK(std::equal(want.begin(), want.begin() + n,
+                   reinterpret_cast<const float*>(room.data)));
+  // Let go of, the room serves the next body.
+  room = body_lease{};
+  a->send(to_b, bytes("after"), body_of(other));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 4; }));
+  CHECK(same(b_box.bodies[3], *other));
+  CHECK(a->shared_sends() == 2);
+  CHECK(a->in_place_sends() == 1);
+}
+
+TEST_CASE("ucx: at most a quarter of a segment is lent at once, room goes "
+          "back when let go of unsent, and leaves in place only once",
+          "[ucx]") {
+  pair_of_planes job{4 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  constexpr std::size_t n = std::size_t{200} << 10; // 800 KB
+  auto x = counting(n, 1.0f);
+  {
+    auto room = a->lease(to_b, n * sizeof(float));
+    REQUIRE(room.data != nullptr);
+    // The segment has room for a second, but lending it would pass a
+    // quarter of the segment.
+    CHECK(a->lease(to_b, n * sizeof(float)).data == nullptr);
+    CHECK(a->stage(to_b, body_of(x)).in_segment());
+  }
+  auto room = a->lease(to_b, n * sizeof(float));
+  REQUIRE(room.data != nullptr);
+  // Too small to go through a segment, to an unknown peer: no room.
+  CHECK(a->lease(to_b, 64).data == nullptr);
+  CHECK(a->lease(to_b + 1000, n * sizeof(float)).data == nullptr);
+  fill(room, n, 1.0f);
+  // Sent twice: the second send copies, and both arrive whole.
+  for (auto name : {"1", "2"})
+    a->send(to_b, bytes(name),
+            payload{room.data, n * sizeof(float), room.keep});
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 3; }));
+  CHECK(same(b_box.bodies[1], *x));
+  CHECK(same(b_box.bodies[2], *x));
+  CHECK(a->in_place_sends() == 1);
+  CHECK(a->shared_sends() == 2);
+  // A body that begins inside the room but not where it begins is copied.
+  a->send(to_b, bytes("3"),
+          payload{room.data + 64, (n - 16) * sizeof(float), room.keep});
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 4; }));
+  CHECK(a->in_place_sends() == 1);
+  std::vector<float> rest(x->begin() + 16, x->end());
+  CHECK(same(b_box.bodies[3], rest));
 }

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A worker's large pushes written in room its data channel lent
+// (data_channel::lease, ucx::plane::lease): they leave from there without a
+// copy and are applied exactly as any other push.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "caf/actor_system.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include "actors/coordinator/coordinator.hpp"
+#include "actors/shard/shard.hpp"
+#include "actors/worker/worker.hpp"
+#include "messages/errors.hpp"
+#include "messages/type_ids.hpp"
+#include "runtime/system.hpp"
+#include "runtime/ucx/ingress.hpp"
+#include "runtime/ucx/plane.hpp"
+#include "tests/runtime/ask.hpp"
+#include "tests/runtime/exit_guard.hpp"
+#include "tests/runtime/ucx_planes.hpp"
+
+using namespace actorps;
+using namespace actorps::ucx;
+using namespace std::chrono_literals;
+using test::ask;
+
+namespace {
+
+std::string secret_of(uint32_t identity) {
+  return "worker secret " + std::to_string(identity);
+}
+
+// A plane whose frames go into `queue`, with a segment for its large
+// messages to each peer (over loopback TCP, which UCX watches); it proves
+// worker `identity - 1`'s secret (none for 0: a server).
+std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
+                                  uint32_t identity) {
+  auto opts = test::identity_options(secret_of, identity);
+  opts.shared_memory = false;
+  opts.shared_segment = std::size_t{8} << 20;
+  return test::plane_into_queue(std::move(queue), opts);
+}
+
+} // namespace
+
+TEST_CASE("ucx: a push written in room its channel lent leaves from there "
+          "and is applied as any other",
+          "[ucx]") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  // A server's plane in front of two shards; a worker's plane (rank 0)
+  // with its channel to both.
+  auto requests = std::make_shared<frame_queue>();
+  auto server = plane_into(requests, 0);
+  auto replies = std::make_shared<frame_queue>();
+  auto client = plane_into(replies, 1);
+  auto peer = client->connect(server->address());
+  auto channel = make_worker_channel(sys, client, replies,
+                                     {{0, peer}, {1, peer}});
+  std::vector<shard_actor> shards;
+  for (uint32_t i = 0; i < 2; ++i) {
+    shard_config sc;
+    sc.index = i;
+    shards.push_back(guard(spawn_shard(sys, sc)));
+  }
+  guard(spawn_ingress(sys, requests, server, {{0, shards[0]}, {1, shards[1]}}));
+  coordinator_config cc;
+  cc.num_workers = 1;
+  cc.shards = shards;
+  auto coord = guard(spawn_coordinator(sys, cc));
+  worker_config wc;
+  wc.coordinator = coord;
+  wc.shards = shards;
+  wc.timeout = 10000ms;
+  wc.channel = channel;
+  auto worker = guard(spawn_worker(sys, wc));
+  replies->set_target(caf::actor_cast<caf::actor>(worker));
+  // One slice of 64K floats (256 KB: through the segment, alone in its
+  // request).
+  constexpr std::size_t n = std::size_t{64} << 10;
+  ask<caf::ok_atom>(self, worker, init_atom::value, std::string{"w"},
+                    std::vector<uint64_t>{n}, floats{std::vector<float>(n)});
+  auto info = ask<key_info>(self, worker, lookup_atom::value, std::string{"w"});
+  REQUIRE(info.slices.size() == 1);
+  auto shard = info.slices[0].shard;
+  // Room comes once the server mapped the worker's segment: each pull is a
+  // round trip over the plane, after which it may have.
+  data_channel::lent_room room;
+  for (int i = 0; i < 100 && room.data == nullptr; ++i) {
+    room = channel->lease(shard, n * sizeof(float));
+    if (room.data == nullptr)
+      ask<float_parts>(self, worker, pull_atom::value, std::string{"w"},
+                       int32_t{0});
+  }
+  REQUIRE(room.data != nullptr);
+  // No room for a shard the channel does not carry.
+  CHECK(channel->lease(7, n * sizeof(float)).data == nullptr);
+  std::iota(room.data, room.data + n, 1.0f);
+  std::vector<float> want(room.data, room.data + n);
+  float_parts lent;
+  lent.append(shared_floats{room.keep, room.data, n});
+  room = data_channel::lent_room{};
+  auto sent_before = client->shared_sends();
+  ask<caf::ok_atom>(self, worker, push_atom::value, std::string{"w"},
+                    int32_t{0}, std::move(lent));
+  CHECK(client->in_place_sends() == 1);
+  CHECK(client->shared_sends() == sent_before + 1);
+  // The default rule assigns the push.
+  auto got = ask<float_parts>(self, worker, pull_atom::value, std::string{"w"},
+                              int32_t{0})
+               .flatten();
+  CHECK(got == want);
+  // A push in a buffer of its own is copied into the segment, as before.
+  std::vector<float> next(n, 3.0f);
+  ask<caf::ok_atom>(self, worker, push_atom::value, std::string{"w"},
+                    int32_t{0}, float_parts{next});
+  CHECK(client->in_place_sends() == 1);
+  CHECK(client->shared_sends() == sent_before + 2);
+  got = ask<float_parts>(self, worker, pull_atom::value, std::string{"w"},
+                         int32_t{0})
+          .flatten();
+  CHECK(got == next);
+  client->close();
+  server->close();
+}
