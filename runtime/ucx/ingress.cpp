@@ -330,7 +330,7 @@ struct ingress {
   std::shared_ptr<plane_link> link;
   std::weak_ptr<plane> out;
   std::map<uint32_t, shard_actor> shards;
-  std::shared_ptr<plane_sink> sink;
+  std::shared_ptr<reply_sink> sink;
   std::mutex mtx;
   // The peers each worker rank sent requests from, to drop them when the
   // worker's node goes down.
@@ -529,6 +529,11 @@ struct ingress {
 
 } // namespace
 
+std::shared_ptr<reply_sink> make_plane_sink(caf::actor_system& sys,
+                                            std::weak_ptr<plane> plane) {
+  return std::make_shared<plane_sink>(sys, std::move(plane));
+}
+
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
@@ -541,7 +546,7 @@ caf::actor spawn_ingress(caf::actor_system& sys,
   state->link = std::move(link);
   state->out = plane;
   state->shards = std::move(shards);
-  state->sink = std::make_shared<plane_sink>(sys, plane);
+  state->sink = make_plane_sink(sys, plane);
   queue->set_handler([state](frame& x) { state->serve(x); });
   return sys.spawn([state](caf::event_based_actor*) -> caf::behavior {
     return {

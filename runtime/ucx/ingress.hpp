@@ -131,6 +131,12 @@ start_plane(const std::string& token, const job_info& job,
 /// names (frame_header). Peer ids stay far below 2^32.
 uint64_t reply_peer(peer_id from, uint32_t identity);
 
+/// Where the ingress's shards send their outcomes: reply frames back over
+/// `plane` to the peer `reply_peer` named (the ingress makes one; tests
+/// drive one alone).
+std::shared_ptr<reply_sink> make_plane_sink(caf::actor_system& sys,
+                                            std::weak_ptr<plane> plane);
+
 /// Spawns a server's ingress: it serves `queue` (filled by `plane`'s
 /// `on_message`) for the shards of this server, by their index in the
 /// job's routing table, as its handler. The actor it returns takes

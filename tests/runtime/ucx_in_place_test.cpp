@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A worker's large pushes written in room its data channel lent
-// (data_channel::lease, ucx::plane::lease): they leave from there without a
-// copy and are applied exactly as any other push.
+// Bodies that leave from where they were written ahead: a worker's large
+// pushes written in room its data channel lent (data_channel::lease,
+// ucx::plane::lease), and a server's reply held for later, copied into the
+// segment at once (reply_sink::value_later).
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -21,10 +23,12 @@
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
 #include "runtime/system.hpp"
+#include "runtime/ucx/frames.hpp"
 #include "runtime/ucx/ingress.hpp"
 #include "runtime/ucx/plane.hpp"
 #include "tests/runtime/ask.hpp"
 #include "tests/runtime/exit_guard.hpp"
+#include "tests/runtime/ucx_pair.hpp"
 #include "tests/runtime/ucx_planes.hpp"
 
 using namespace actorps;
@@ -132,4 +136,49 @@ TEST_CASE("ucx: a push written in room its channel lent leaves from there "
   CHECK(got == next);
   client->close();
   server->close();
+}
+
+TEST_CASE("ucx: a reply held for later is copied into the segment at once "
+          "and leaves when let go",
+          "[ucx]") {
+  system_config cfg;
+  caf::actor_system sys{cfg};
+  // A server's plane `a` and a worker's `b`.
+  test::pair_of_planes job{std::size_t{8} << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  auto sink = make_plane_sink(sys, a);
+  auto peer = reply_peer(to_b, 0);
+  constexpr std::size_t n = std::size_t{64} << 10; // 256 KB
+  std::vector<float> want(n);
+  std::iota(want.begin(), want.end(), 1.0f);
+  shared_floats value{want};
+  auto later = sink->value_later(peer, 41, value);
+  REQUIRE(later);
+  // Copied already: the shard's buffer is its own again.
+  CHECK(value.unique());
+  value.mutate()[0] = -1.0f;
+  // Nothing leaves before `later` runs: a message sent after it arrives
+  // alone.
+  a->send(to_b, test::bytes("marker"), payload{});
+  REQUIRE(b_box.wait([](test::inbox& x) { return x.bodies.size() == 2; }));
+  later();
+  REQUIRE(b_box.wait([](test::inbox& x) { return x.bodies.size() == 3; }));
+  CHECK(a->shared_sends() == 1);
+  std::vector<char> header;
+  std::vector<char> body;
+  {
+    std::lock_guard<std::mutex> guard{b_box.mtx};
+    header = b_box.headers[2].second;
+    body = b_box.bodies[2];
+  }
+  auto h = decode(header);
+  REQUIRE(h);
+  CHECK(h->kind == frame_kind::reply);
+  CHECK(h->request == 41);
+  CHECK(test::same(body, want));
+  // A value too small for a segment is not held: the caller sends it.
+  shared_floats small{std::vector<float>(16, 2.0f)};
+  CHECK_FALSE(sink->value_later(peer, 42, small));
+  a->close();
+  b->close();
 }

@@ -87,8 +87,9 @@ inline std::vector<int> check_numbered(
 struct pair_of_planes {
   inbox a_box;
   inbox b_box;
-  std::unique_ptr<ucx::plane> a;
-  std::unique_ptr<ucx::plane> b;
+  // (Shared: a reply sink holds its plane weakly.)
+  std::shared_ptr<ucx::plane> a;
+  std::shared_ptr<ucx::plane> b;
   ucx::peer_id to_b = 0;
   ucx::peer_id to_a = 0;
 
