@@ -60,11 +60,19 @@ struct store_runtime {
   // The worker's data channel over it: the facade writes large pushes into
   // room it lends (data_channel::lease).
   std::shared_ptr<data_channel> channel;
+  // Set once a compression other than none may apply to the workers'
+  // pushes (by the options or through any handle): they then quantize
+  // pushes into buffers of their own, so room lent for them in place would
+  // only cost a copy.
+  std::atomic<bool> compressed{false};
   // The /metrics endpoint (store_options::metrics); stopped first.
   std::unique_ptr<metrics_server> metrics;
 
   store_runtime(const system_options& so, const store_options& o)
-    : cfg(so), sys(cfg), opts(o) {
+    : cfg(so),
+      sys(cfg),
+      opts(o),
+      compressed(o.compression.kind != codec::none) {
   }
 
   /// Sends every owned actor an exit, in order.

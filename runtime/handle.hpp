@@ -84,23 +84,18 @@ struct kvstore::impl {
   bool barrier_before_exit = false;
   // Set by close_failed: the leave tells the coordinator why.
   std::string failure;
-  // Set once a compression other than none may apply to this worker's
-  // pushes: the worker then quantizes them into buffers of its own, so room
-  // lent for them in place would only cost a copy.
-  bool compressed = false;
 
   impl(std::shared_ptr<store_runtime> runtime, std::string t, uint32_t r)
     : rt(std::move(runtime)), type(std::move(t)), rank(r) {
     worker = rt->workers.at(r);
     self = std::make_unique<caf::scoped_actor>(rt->sys, true);
-    compressed = rt->opts.compression.kind != codec::none;
     ++rt->open_handles;
   }
 
   // Where a push's slices of their own may be written in place: room the
   // worker's data channel lends (none without one, or when compressed).
   payload::lender lender() const {
-    if (compressed || !rt->channel)
+    if (rt->compressed || !rt->channel)
       return {};
     return [channel = rt->channel](uint32_t shard, uint64_t n) {
       auto room = channel->lease(shard, n * sizeof(float));

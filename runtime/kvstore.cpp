@@ -453,7 +453,7 @@ caf::error kvstore::set_gradient_compression(const std::string& key,
   auto err = d.call(
     d.timeout(), [](caf::ok_atom) {}, compress_atom::value, key, c);
   if (!err && c.kind != codec::none)
-    d.compressed = true;
+    d.rt->compressed = true;
   return err;
 }
 

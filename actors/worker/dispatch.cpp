@@ -77,7 +77,11 @@ void merge_encoding(floats& payload, bool first, const compression& c) {
     payload.encoding = compression{};
 }
 
-// True if `x` is one view (shared_floats::is_view) as a whole.
+// True if `x` is one view (shared_floats::is_view) as a whole: a pushed
+// slice of its own that the facade wrote into room the data channel lent
+// (payload::pack), the only views a push holds. Were other views to come,
+// they would still be sent right, as a plain push, only without the
+// channel finding lent room in them.
 bool lies_in_view(const float_parts& x) {
   return x.pieces.size() == 1 && x.buffers.size() == 1 && x.buffers[0].is_view()
          && x.pieces[0].length == x.size;

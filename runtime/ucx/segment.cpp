@@ -157,12 +157,15 @@ void out_segment::cancel(const segment_slot& x) {
 
 std::optional<segment_slot>
 out_segment::reserve_pinned(std::size_t length, std::size_t max_pinned) {
-  // (Only reservations add to the count, all under their owner's lock.)
-  if (pinned_bytes_.load() + rounded(length) > max_pinned)
+  // (Only reservations add to the counts, all under their owner's lock.)
+  // At most a quarter of the slots too: the rest serve bodies as they go.
+  if (pinned_bytes_.load() + rounded(length) > max_pinned
+      || pinned_slots_.load() >= segment_slots / 4)
     return std::nullopt;
   auto x = reserve(length);
   if (x) {
     pinned_bytes_ += rounded(length);
+    ++pinned_slots_;
     pins_[x->index].store(1, std::memory_order_relaxed);
   }
   return x;
@@ -189,6 +192,7 @@ std::optional<segment_slot> out_segment::take_pinned(const char* at,
 void out_segment::unpin(const segment_slot& x) noexcept {
   // Never announced: no reader frees it, so this does.
   pinned_bytes_ -= rounded(x.length);
+  --pinned_slots_;
   if (pins_[x.index].exchange(0, std::memory_order_acq_rel) == 1)
     cancel(x);
 }

@@ -90,7 +90,7 @@ public:
   /// bytes are the writer's to fill in place and to read back, and the slot
   /// is not taken back, even once a reader freed it, until `unpin`. None if
   /// the segment has no room now, or if the pinned slots would then hold
-  /// more than `max_pinned` bytes.
+  /// more than `max_pinned` bytes or a quarter of the slots.
   std::optional<segment_slot> reserve_pinned(std::size_t length,
                                              std::size_t max_pinned);
 
@@ -134,8 +134,9 @@ private:
   // Per slot: 0, not pinned; 1, pinned and never announced; 2, pinned and
   // announced. (The writer's own: the reader never sees them.)
   std::unique_ptr<std::atomic<uint8_t>[]> pins_;
-  // Bytes of the slots pinned now (each rounded as it lies).
+  // Bytes of the slots pinned now (each rounded as it lies), and how many.
   std::atomic<uint64_t> pinned_bytes_{0};
+  std::atomic<uint32_t> pinned_slots_{0};
 };
 
 /// The reader's side: a peer's segment mapped in this process.

@@ -215,21 +215,24 @@ TEST_CASE("ucx: a body written in lent room leaves from there, the room "
   CHECK(same(b_box.bodies[1], want));
   CHECK(a->in_place_sends() == 1);
   CHECK(a->shared_sends() == 1);
-  // Read and freed by the peer, the room is still held: a body of 3.5 MB
-  // finds no room in the segment beside it and goes through UCX, and the
-  // lessee reads its values back unchanged.
+  // Read and freed by the peer (its handler returned once the next
+  // message arrived), the room is still held: a body of 3.5 MB finds no
+  // room in the segment beside it and goes through UCX, and the lessee
+  // reads its values back unchanged.
+  a->send(to_b, bytes("sync"), payload{});
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 3; }));
   auto other = counting(std::size_t{896} << 10, 1000.0f);
   a->send(to_b, bytes("other"), body_of(other));
-  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 3; }));
-  CHECK(same(b_box.bodies[2], *other));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 4; }));
+  CHECK(same(b_box.bodies[3], *other));
   CHECK(a->shared_sends() == 1);
   CHECK(std::equal(want.begin(), want.begin() + n,
                    reinterpret_cast<const float*>(room.data)));
   // Let go of, the room serves the next body.
   room = body_lease{};
   a->send(to_b, bytes("after"), body_of(other));
-  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 4; }));
-  CHECK(same(b_box.bodies[3], *other));
+  REQUIRE(b_box.wait([](inbox& box) { return box.bodies.size() == 5; }));
+  CHECK(same(b_box.bodies[4], *other));
   CHECK(a->shared_sends() == 2);
   CHECK(a->in_place_sends() == 1);
 }
@@ -249,6 +252,9 @@ TEST_CASE("ucx: at most a quarter of a segment is lent at once, room goes "
     CHECK(a->lease(to_b, n * sizeof(float)).data == nullptr);
     CHECK(a->stage(to_b, body_of(x)).in_segment());
   }
+  // Both given back, unsent (no reader frees them): 3.5 MB fits again.
+  auto large = counting(std::size_t{896} << 10, 0.0f);
+  CHECK(a->stage(to_b, body_of(large)).in_segment());
   auto room = a->lease(to_b, n * sizeof(float));
   REQUIRE(room.data != nullptr);
   // Too small to go through a segment, to an unknown peer: no room.
@@ -271,4 +277,23 @@ TEST_CASE("ucx: at most a quarter of a segment is lent at once, room goes "
   CHECK(a->in_place_sends() == 1);
   std::vector<float> rest(x->begin() + 16, x->end());
   CHECK(same(b_box.bodies[3], rest));
+}
+
+TEST_CASE("ucx: at most a quarter of a segment's slots are lent at once",
+          "[ucx]") {
+  pair_of_planes job{64 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  // 128 KB each: far below a quarter of the bytes, but not of the slots.
+  constexpr std::size_t size = std::size_t{128} << 10;
+  std::vector<body_lease> rooms;
+  for (uint32_t i = 0; i < segment_slots / 4; ++i) {
+    rooms.push_back(a->lease(to_b, size));
+    REQUIRE(rooms.back().data != nullptr);
+  }
+  CHECK(a->lease(to_b, size).data == nullptr);
+  // The other slots still serve bodies as they go.
+  auto x = counting(size / sizeof(float), 1.0f);
+  CHECK(a->stage(to_b, body_of(x)).in_segment());
+  rooms.pop_back();
+  CHECK(a->lease(to_b, size).data != nullptr);
 }
