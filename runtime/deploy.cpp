@@ -126,8 +126,14 @@ caf::error start_metrics(store_runtime& rt, std::vector<caf::actor> shards) {
   for (auto& [rank, w] : rt.workers)
     workers.push_back(caf::actor_cast<caf::actor>(w));
   std::string why;
+  std::function<void(process_counters&)> more;
+#ifdef ACTORPS_HAVE_UCX
+  if (rt.data_plane)
+    more = ucx::plane_metrics(rt.data_plane);
+#endif
   rt.metrics = serve_metrics(rt.sys, rt.opts.metrics, rt.opts.token,
-                             std::move(workers), std::move(shards), why);
+                             std::move(workers), std::move(shards), why,
+                             std::move(more));
   if (!rt.metrics)
     return make_error(errc::bad_config, "create: " + why);
   return caf::none;

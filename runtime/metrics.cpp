@@ -207,6 +207,20 @@ std::vector<MetricFamily> collect(const process_counters& c) {
     add_shards(fs, *c.shards, c.shard_traffic);
   if (c.job)
     add_job(fs, *c.job);
+  if (c.plane) {
+    fs.counter("actorps_ucx_segment_sends_total",
+               "large messages sent through shared-memory segments to "
+               "processes of this host",
+               double(c.plane->segment_sends));
+    fs.counter("actorps_ucx_in_place_sends_total",
+               "of those, pushes sent from where the client wrote them, "
+               "without a copy",
+               double(c.plane->in_place_sends));
+    fs.gauge("actorps_ucx_waiting_messages",
+             "large messages announced to this process and not received "
+             "yet",
+             double(c.plane->waiting));
+  }
   fs.gauge("process_resident_memory_bytes", "resident memory size in bytes",
            resident_bytes());
   return std::move(fs.list);

@@ -42,6 +42,17 @@ struct process_counters {
   std::vector<worker_stats> workers;
   /// The job, as the coordinator in this process sees it.
   std::optional<job_status> job;
+  /// This process's UCX data plane (runtime/ucx/plane.hpp), if it has one.
+  struct plane_counters {
+    /// Large messages sent through shared-memory segments to peers of
+    /// this host, and of those, pushes that left from where the client
+    /// wrote them (plane::in_place_sends).
+    uint64_t segment_sends = 0;
+    uint64_t in_place_sends = 0;
+    /// Large messages announced to this plane and not received yet.
+    uint64_t waiting = 0;
+  };
+  std::optional<plane_counters> plane;
 };
 
 /// Gathers the counters for one scrape (called on the exposer's threads).

@@ -63,16 +63,19 @@ void ask(caf::scoped_actor& self, const caf::actor& whom, OnReply on_reply,
 std::unique_ptr<metrics_server>
 serve_metrics(caf::actor_system& sys, metrics_options opts,
               const std::string& token, std::vector<caf::actor> workers,
-              std::vector<caf::actor> shards, std::string& why) {
+              std::vector<caf::actor> shards, std::string& why,
+              std::function<void(process_counters&)> more) {
   opts.token = token;
   return metrics_server::start(
     opts,
-    [&sys, workers, shards] {
+    [&sys, workers, shards, more] {
       process_counters pc;
       if (!workers.empty())
         gather_workers(sys, workers, pc);
       if (!shards.empty())
         gather_shards(sys, shards, pc);
+      if (more)
+        more(pc);
       return pc;
     },
     why);

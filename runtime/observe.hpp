@@ -6,6 +6,7 @@
 // facade's deployments.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,12 +32,14 @@ void gather_workers(caf::actor_system& sys,
                     process_counters& c);
 
 /// Starts the /metrics endpoint of a process whose counters are those of
-/// its `workers` and `shards` (either may be empty), guarded by the job's
-/// `token`; null, with the reason in `why`, if it cannot listen.
+/// its `workers` and `shards` (either may be empty), and whatever `more`
+/// adds (if set: the data plane's), guarded by the job's `token`; null,
+/// with the reason in `why`, if it cannot listen.
 std::unique_ptr<metrics_server>
 serve_metrics(caf::actor_system& sys, metrics_options opts,
               const std::string& token, std::vector<caf::actor> workers,
-              std::vector<caf::actor> shards, std::string& why);
+              std::vector<caf::actor> shards, std::string& why,
+              std::function<void(process_counters&)> more = {});
 
 /// Sets `c.job` from `coordinator`'s status, if it answered.
 void gather_job(caf::actor_system& sys, const caf::actor& coordinator,

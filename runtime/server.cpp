@@ -215,7 +215,13 @@ caf::error run_server(const server_options& opts,
   std::unique_ptr<metrics_server> metrics;
   if (opts.metrics.enabled()) {
     std::string why;
-    metrics = serve_metrics(sys, opts.metrics, opts.token, {}, shards, why);
+    std::function<void(process_counters&)> more;
+#ifdef ACTORPS_HAVE_UCX
+    if (data_plane)
+      more = ucx::plane_metrics(data_plane);
+#endif
+    metrics = serve_metrics(sys, opts.metrics, opts.token, {}, shards, why,
+                            std::move(more));
     if (!metrics) {
       stop();
       return make_error(errc::bad_config, "server: " + why);

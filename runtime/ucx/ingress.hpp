@@ -48,6 +48,7 @@
 #include "actors/shard/shard.hpp"
 #include "actors/worker/channel.hpp"
 #include "messages/control.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/ucx/plane.hpp"
 
 namespace actorps::ucx {
@@ -130,6 +131,17 @@ start_plane(const std::string& token, const job_info& job,
 /// the upper half, the identity its connection proved, which the reply
 /// names (frame_header). Peer ids stay far below 2^32.
 uint64_t reply_peer(peer_id from, uint32_t identity);
+
+/// Adds the counters of `plane` (while it lives) to a scrape of /metrics
+/// (serve_metrics's `more`).
+inline std::function<void(process_counters&)>
+plane_metrics(std::weak_ptr<plane> plane) {
+  return [plane](process_counters& c) {
+    if (auto p = plane.lock())
+      c.plane = process_counters::plane_counters{
+        p->shared_sends(), p->in_place_sends(), p->waiting()};
+  };
+}
 
 /// Where the ingress's shards send their outcomes: reply frames back over
 /// `plane` to the peer `reply_peer` named (the ingress makes one; tests

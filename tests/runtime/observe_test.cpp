@@ -95,6 +95,35 @@ double sample(const std::string& text, const std::string& name,
   return std::stod(text.substr(at + 1 + head.size()));
 }
 
+// A server of `shards` shards for the coordinator at `coordinator`, run
+// on a thread, with its /metrics endpoint on a free port.
+struct metered_server {
+  caf::error err;
+  std::thread thread;
+  uint16_t metrics_port = 0;
+
+  metered_server(uint16_t coordinator, const std::string& tok,
+                 uint32_t shards) {
+    server_options so;
+    so.coordinator = endpoint{"127.0.0.1", coordinator};
+    so.token = tok;
+    so.shards = shards;
+    so.metrics.port = 0;
+    auto port = std::make_shared<std::promise<uint16_t>>();
+    so.on_metrics = [port](uint16_t p) { port->set_value(p); };
+    thread = std::thread{[this, so] { err = run_server(so, [](uint32_t) {}); }};
+    auto f = port->get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    metrics_port = f.get();
+  }
+
+  // Waits for the server's end (its coordinator ended the job).
+  caf::error join() {
+    thread.join();
+    return err;
+  }
+};
+
 } // namespace
 
 TEST_CASE("metrics: a live server's and worker's counters move by the "
@@ -110,18 +139,8 @@ TEST_CASE("metrics: a live server's and worker's counters move by the "
   test::coordinator_thread coordinator{co};
   auto coord_metrics = coord_port->get_future();
   REQUIRE(coord_metrics.wait_for(10s) == std::future_status::ready);
-  server_options so;
-  so.coordinator = endpoint{"127.0.0.1", coordinator.port()};
-  so.token = tok;
-  so.shards = 2;
-  so.metrics.port = 0;
-  std::promise<uint16_t> server_port;
-  so.on_metrics = [&server_port](uint16_t p) { server_port.set_value(p); };
-  caf::error server_err;
-  std::thread server{[&] { server_err = run_server(so, [](uint32_t) {}); }};
-  auto sp = server_port.get_future();
-  REQUIRE(sp.wait_for(10s) == std::future_status::ready);
-  auto port = sp.get();
+  metered_server server{coordinator.port(), tok, 2};
+  auto port = server.metrics_port;
   auto password = metrics_password(tok);
   // Without the password, or with the token itself, nothing is shown.
   CHECK(http_get(port, "/metrics").first == 401);
@@ -203,8 +222,7 @@ TEST_CASE("metrics: a live server's and worker's counters move by the "
           == double(pushes) * n * 4);
     REQUIRE_FALSE(kv->close());
   }
-  server.join();
-  CHECK_FALSE(server_err);
+  CHECK_FALSE(server.join());
   CHECK_FALSE(coordinator.join());
 }
 
@@ -230,6 +248,77 @@ TEST_CASE("metrics: a replicas job counts the shards a second death would "
   text = render_metrics(c);
   CHECK(sample(text, "actorps_job_replicas") == 1);
   CHECK(sample(text, "actorps_job_shards_without_copy") == -1);
+}
+
+TEST_CASE("metrics: a data plane's counters are shown", "[metrics]") {
+  process_counters c;
+  CHECK(sample(render_metrics(c), "actorps_ucx_segment_sends_total") == -1);
+  c.plane = process_counters::plane_counters{5, 3, 2};
+  auto text = render_metrics(c);
+  INFO(text);
+  CHECK(sample(text, "actorps_ucx_segment_sends_total") == 5);
+  CHECK(sample(text, "actorps_ucx_in_place_sends_total") == 3);
+  CHECK(sample(text, "actorps_ucx_waiting_messages") == 2);
+}
+
+TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
+          "where the client wrote them",
+          "[integration]") {
+  const std::string tok = "tok-in-place";
+  coordinator_options co;
+  co.token = tok;
+  co.sync = false;
+  // UCX when built with it.
+  co.transport = default_transport(false);
+  test::coordinator_thread coordinator{co};
+  metered_server server{coordinator.port(), tok, 1};
+  auto port = server.metrics_port;
+  auto password = metrics_password(tok);
+  store_options o;
+  o.coordinator = "127.0.0.1:" + std::to_string(coordinator.port());
+  o.token = tok;
+  o.metrics.port = 0;
+  {
+    auto kv = kvstore::create("dist_async", o);
+    INFO((kv ? std::string{"ok"} : render(kv.error())));
+    REQUIRE(kv);
+    if (kv->transport() != "ucx") {
+      // Built without UCX: there is no data plane to count.
+      CHECK(sample(http_get(kv->metrics_port(), "/metrics", password).second,
+                   "actorps_ucx_in_place_sends_total")
+            == -1);
+      REQUIRE_FALSE(kv->close());
+    } else {
+      // 1 MB: a slice of its own, large enough for the segment.
+      constexpr int n = 256 << 10;
+      REQUIRE_FALSE(kv->init("w", Eigen::VectorXf::Zero(n)));
+      auto in_place = [&] {
+        return sample(http_get(kv->metrics_port(), "/metrics", password).second,
+                      "actorps_ucx_in_place_sends_total");
+      };
+      // The segment to the server is ready after a round trip or a few:
+      // push and pull (the default rule assigns) until a push left in place.
+      Eigen::VectorXf out(n);
+      Eigen::VectorXf v(n);
+      for (int i = 0; i < 20 && in_place() <= 0; ++i) {
+        v = Eigen::VectorXf::LinSpaced(n, float(i), float(i + n));
+        REQUIRE_FALSE(kv->push("w", v));
+        auto t = kv->pull("w", out);
+        REQUIRE(t);
+        REQUIRE_FALSE(kv->wait(*t));
+        CHECK(out == v);
+      }
+      CHECK(in_place() > 0);
+      auto text = http_get(port, "/metrics", password).second;
+      INFO(text);
+      // The server's replies went through its segment to the worker.
+      CHECK(sample(text, "actorps_ucx_segment_sends_total") > 0);
+      CHECK(sample(text, "actorps_ucx_waiting_messages") == 0);
+      REQUIRE_FALSE(kv->close());
+    }
+  }
+  CHECK_FALSE(server.join());
+  CHECK_FALSE(coordinator.join());
 }
 
 TEST_CASE("metrics: a port in use or out of range is a clear error",
