@@ -297,3 +297,28 @@ TEST_CASE("ucx: at most a quarter of a segment's slots are lent at once",
   rooms.pop_back();
   CHECK(a->lease(to_b, size).data != nullptr);
 }
+
+TEST_CASE("ucx: lent room outlives its peer and its plane", "[ucx]") {
+  pair_of_planes job{4 << 20};
+  auto& [a_box, b_box, a, b, to_b, to_a] = job;
+  constexpr std::size_t n = std::size_t{64} << 10;
+  auto room = a->lease(to_b, n * sizeof(float));
+  REQUIRE(room.data != nullptr);
+  fill(room, n, 1.0f);
+  // The peer dropped: a send from the room fails, once, and the room
+  // still holds what was written.
+  a->drop(to_b, "gone");
+  std::promise<std::string> failed;
+  a->send(to_b, bytes("late"), payload{room.data, n * sizeof(float), room.keep},
+          [&failed](const std::string& why) { failed.set_value(why); });
+  auto why = failed.get_future();
+  REQUIRE(why.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK_FALSE(why.get().empty());
+  CHECK(a->in_place_sends() == 0);
+  // The plane closed: the room stays mapped until let go of.
+  a->close();
+  auto want = counting(n, 1.0f);
+  CHECK(std::equal(want->begin(), want->end(),
+                   reinterpret_cast<const float*>(room.data)));
+  room = body_lease{};
+}
