@@ -308,7 +308,15 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
         REQUIRE_FALSE(kv->wait(*t));
         CHECK(out == v);
       }
-      CHECK(in_place() > 0);
+      auto pushed = in_place();
+      CHECK(pushed > 0);
+      // A push_pull leaves in place too, and gives the value it pushed.
+      v = Eigen::VectorXf::LinSpaced(n, -1.0f, float(n));
+      auto t = kv->push_pull("w", v, out);
+      REQUIRE(t);
+      REQUIRE_FALSE(kv->wait(*t));
+      CHECK(out == v);
+      CHECK(in_place() == pushed + 1);
       auto text = http_get(port, "/metrics", password).second;
       INFO(text);
       // The server's replies went through its segment to the worker.
