@@ -98,8 +98,7 @@ struct kvstore::impl {
     if (rt->compressed || !rt->channel)
       return {};
     return [channel = rt->channel](uint32_t shard, uint64_t n) {
-      auto room = channel->lease(shard, n * sizeof(float));
-      return payload::lent{room.data, std::move(room.keep)};
+      return channel->lease(shard, n * sizeof(float));
     };
   }
 

@@ -9,6 +9,7 @@
 
 #include <Eigen/Core>
 
+#include "actors/worker/channel.hpp"
 #include "core/batching.hpp"
 #include "core/parallel.hpp"
 #include "core/values.hpp"
@@ -21,11 +22,8 @@
 namespace actorps::payload {
 
 /// Room that a slice sent alone may be written to in place, lent by the
-/// worker's data channel (data_channel::lease): null data for none.
-struct lent {
-  float* data = nullptr;
-  std::shared_ptr<const void> keep;
-};
+/// worker's data channel: null data for none.
+using lent = data_channel::lent_room;
 
 /// Lends room for `n` floats of a slice to shard `shard` (empty: none).
 using lender = std::function<lent(uint32_t shard, uint64_t n)>;

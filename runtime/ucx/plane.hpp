@@ -291,7 +291,6 @@ private:
 struct body_lease {
   /// Where the bytes go (null: no room was lent).
   char* data = nullptr;
-  std::size_t size = 0;
   /// Keeps the room the lessee's: its bytes stay as written, to be read
   /// back, while `keep` (or a copy) lives.
   std::shared_ptr<const void> keep;

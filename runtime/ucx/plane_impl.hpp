@@ -243,6 +243,10 @@ struct plane::impl {
   // on `ep`).
   void offer_segment(peer_id id, ucp_ep_h ep);
 
+  // The segment to peer `to`, if it has one its reader mapped and neither
+  // the peer nor this plane is going (null otherwise).
+  const std::shared_ptr<out_segment>* ready_segment(peer_id to);
+
   // A slot of `size` bytes in the segment to peer `to`, if there is one
   // with room (`seg` then keeps the segment).
   std::optional<segment_slot> reserve_shared(peer_id to, std::size_t size,

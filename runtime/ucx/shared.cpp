@@ -30,16 +30,23 @@ void plane::impl::offer_segment(peer_id id, ucp_ep_h ep) {
   submit(ep, segment_am, state);
 }
 
-std::optional<segment_slot>
-plane::impl::reserve_shared(peer_id to, std::size_t size,
-                            std::shared_ptr<out_segment>& seg) {
+const std::shared_ptr<out_segment>* plane::impl::ready_segment(peer_id to) {
   auto i = peers.find(to);
   if (i == peers.end() || i->second.down || !i->second.out_seg_ready || stopping
       || closed)
+    return nullptr;
+  return &i->second.out_seg;
+}
+
+std::optional<segment_slot>
+plane::impl::reserve_shared(peer_id to, std::size_t size,
+                            std::shared_ptr<out_segment>& seg) {
+  auto* ready = ready_segment(to);
+  if (ready == nullptr)
     return std::nullopt;
-  auto slot = i->second.out_seg->reserve(size);
+  auto slot = (*ready)->reserve(size);
   if (slot)
-    seg = i->second.out_seg;
+    seg = *ready;
   return slot;
 }
 
@@ -76,6 +83,17 @@ void lead_with(std::vector<char>& header, const segment_slot& slot) {
   encode(slot, header.data());
 }
 
+// Lent room (plane::lease): pinned in its segment while this lives.
+struct lent_room {
+  std::shared_ptr<out_segment> seg;
+  segment_slot slot;
+
+  ~lent_room() {
+    if (seg)
+      seg->unpin(slot);
+  }
+};
+
 } // namespace
 
 // (A moved-from shared_ptr is null: the other gives nothing back.)
@@ -103,21 +121,6 @@ staged_body::~staged_body() {
     seg_->cancel(slot_);
 }
 
-namespace {
-
-// Lent room (plane::lease): pinned in its segment while this lives.
-struct lent_room {
-  std::shared_ptr<out_segment> seg;
-  segment_slot slot;
-
-  ~lent_room() {
-    if (seg)
-      seg->unpin(slot);
-  }
-};
-
-} // namespace
-
 body_lease plane::lease(peer_id to, std::size_t size) {
   auto* d = impl_.get();
   body_lease out;
@@ -125,21 +128,18 @@ body_lease plane::lease(peer_id to, std::size_t size) {
     return out;
   auto room = std::make_shared<lent_room>();
   std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
-  auto i = d->peers.find(to);
-  if (i == d->peers.end() || i->second.down || !i->second.out_seg_ready
-      || d->stopping || d->closed)
+  auto* ready = d->ready_segment(to);
+  if (ready == nullptr)
     return out;
   // At most a quarter of the segment lent at once: the rest serves bodies
   // as they leave (so that a large value's many slices do not take every
   // page of it at once, each counted in the reader's memory as it reads).
-  auto slot = i->second.out_seg->reserve_pinned(size,
-                                                d->opts.shared_segment / 4);
+  auto slot = (*ready)->reserve_pinned(size, d->opts.shared_segment / 4);
   if (!slot)
     return out;
-  room->seg = i->second.out_seg;
+  room->seg = *ready;
   room->slot = *slot;
   out.data = room->seg->data(*slot);
-  out.size = size;
   out.keep = std::move(room);
   return out;
 }
@@ -147,14 +147,13 @@ body_lease plane::lease(peer_id to, std::size_t size) {
 std::optional<segment_slot>
 plane::impl::take_lent(peer_id to, const payload& body,
                        std::shared_ptr<out_segment>& seg) {
-  auto i = peers.find(to);
-  if (body.pieces.empty() || i == peers.end() || i->second.down
-      || !i->second.out_seg_ready || stopping || closed)
+  auto* ready = ready_segment(to);
+  if (body.pieces.empty() || ready == nullptr)
     return std::nullopt;
-  auto slot = i->second.out_seg->take_pinned(
+  auto slot = (*ready)->take_pinned(
     static_cast<const char*>(body.pieces.front().data), body.size());
   if (slot)
-    seg = i->second.out_seg;
+    seg = *ready;
   return slot;
 }
 

@@ -124,6 +124,17 @@ struct metered_server {
   }
 };
 
+// A dist_async store of the job at `coordinator`, with its /metrics
+// endpoint on a free port.
+caf::expected<kvstore> metered_store(uint16_t coordinator,
+                                     const std::string& tok) {
+  store_options o;
+  o.coordinator = "127.0.0.1:" + std::to_string(coordinator);
+  o.token = tok;
+  o.metrics.port = 0;
+  return kvstore::create("dist_async", o);
+}
+
 } // namespace
 
 TEST_CASE("metrics: a live server's and worker's counters move by the "
@@ -145,12 +156,8 @@ TEST_CASE("metrics: a live server's and worker's counters move by the "
   // Without the password, or with the token itself, nothing is shown.
   CHECK(http_get(port, "/metrics").first == 401);
   CHECK(http_get(port, "/metrics", tok).first == 401);
-  store_options o;
-  o.coordinator = "127.0.0.1:" + std::to_string(coordinator.port());
-  o.token = tok;
-  o.metrics.port = 0;
   {
-    auto kv = kvstore::create("dist_async", o);
+    auto kv = metered_store(coordinator.port(), tok);
     INFO((kv ? std::string{"ok"} : render(kv.error())));
     REQUIRE(kv);
     REQUIRE(kv->metrics_port() != 0);
@@ -274,12 +281,8 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
   metered_server server{coordinator.port(), tok, 1};
   auto port = server.metrics_port;
   auto password = metrics_password(tok);
-  store_options o;
-  o.coordinator = "127.0.0.1:" + std::to_string(coordinator.port());
-  o.token = tok;
-  o.metrics.port = 0;
   {
-    auto kv = kvstore::create("dist_async", o);
+    auto kv = metered_store(coordinator.port(), tok);
     INFO((kv ? std::string{"ok"} : render(kv.error())));
     REQUIRE(kv);
     if (kv->transport() != "ucx") {
