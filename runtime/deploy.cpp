@@ -13,6 +13,7 @@
 #include "actors/coordinator/coordinator.hpp"
 #include "actors/gate.hpp"
 #include "actors/node.hpp"
+#include "actors/run_here.hpp"
 #include "actors/shard/shard.hpp"
 #include "core/link_proof.hpp"
 #include "messages/errors.hpp"
@@ -278,6 +279,13 @@ caf::expected<std::shared_ptr<store_runtime>> make_dist(const store_options& o,
     wc.channel = ucx::make_worker_channel(rt->sys, rt->data_plane, replies,
                                           std::move(peers));
     rt->channel = wc.channel;
+    // (Checked before the join: plane_settings_ok.) Under another scheduler
+    // than work sharing, replies run the worker on CAF's threads, which
+    // would not wake a caller that waits in the channel.
+    if (std::string bad;
+        !ucx::caller_progress_from_env(rt->caller_progress, bad))
+      return make_error(errc::bad_config, "create: " + bad);
+    rt->caller_progress = rt->caller_progress && detail::can_run_here(rt->sys);
 #else
     return make_error(errc::bad_config,
                       "create: the job's transport is ucx, but this worker "

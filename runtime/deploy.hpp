@@ -60,6 +60,9 @@ struct store_runtime {
   // The worker's data channel over it: the facade writes large pushes into
   // room it lends (data_channel::lease).
   std::shared_ptr<data_channel> channel;
+  // A thread that waits for its replies receives them itself over the
+  // channel (data_channel::drive; ACTORPS_UCX_CALLER_PROGRESS).
+  bool caller_progress = false;
   // Set once a compression other than none may apply to the workers'
   // pushes (by the options or through any handle): they then quantize
   // pushes into buffers of their own, so room lent for them in place would

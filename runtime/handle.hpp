@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "caf/duration.hpp"
+#include "caf/mailbox_element.hpp"
 #include "caf/scoped_actor.hpp"
 #include "caf/sec.hpp"
 
@@ -132,6 +133,32 @@ struct kvstore::impl {
                      rt->opts.timeout);
   }
 
+  // How long a wait receives its reply itself before it waits as usual.
+  static constexpr std::chrono::milliseconds drive_window{20};
+
+  // Lets this thread receive the reply `mid` itself over the worker's data
+  // channel (data_channel::drive), for at most `drive_window`: a reply
+  // that comes that way then runs the worker here and wakes no other thread
+  // on its way to this one. A reply that comes another way (an error found
+  // by CAF's supervision) is seen at the end of the window at the latest.
+  void drive_to(caf::message_id mid) {
+    if (!rt->caller_progress)
+      return;
+    auto* me = self->ptr();
+    auto arrived = [me, mid] {
+      auto& box = me->mailbox();
+      box.flush_cache();
+      box.fetch_more();
+      bool found = false;
+      box.queue().peek_all(
+        [&](const caf::mailbox_element& x) { found = found || x.mid == mid; });
+      return found;
+    };
+    if (!arrived())
+      rt->channel->drive(arrived,
+                         std::chrono::steady_clock::now() + drive_window);
+  }
+
   // Sends a request to the worker actor and returns the id of its reply.
   // With `here`, this thread runs the worker if the request wakes it
   // (detail::send_and_run, which only sends under other schedulers): a caller
@@ -154,6 +181,10 @@ struct kvstore::impl {
     auto id = me->new_request_id(caf::message_priority::normal);
     detail::send_and_run(me->ctrl(), id, caf::actor_cast<caf::actor>(worker),
                          caf::make_message(std::forward<Ts>(xs)...));
+    // The worker may have answered another handle's thread that waits in
+    // data_channel::drive.
+    if (rt->caller_progress)
+      rt->channel->wake_driver();
     return id.response_id();
   }
 
@@ -175,6 +206,7 @@ struct kvstore::impl {
     // joins others in flight goes on while this thread goes on too.
     auto mid = send_worker(pending.empty(), std::forward<Ts>(xs)...);
     pending.emplace(id, [this, mid, on_value]() mutable {
+      drive_to(mid);
       return await(mid, timeout(), on_value);
     });
     return id;

@@ -6,8 +6,10 @@
 // implemented in runtime/ucx. No CAF here. Without a channel, or for shards it
 // does not carry, CAF carries every request.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -133,6 +135,25 @@ public:
     static_cast<void>(shard);
     static_cast<void>(bytes);
     return {};
+  }
+
+  /// Lets the calling thread, about to wait for replies, receive them
+  /// itself until `done()` holds (true) or `until` passes (false): replies
+  /// then run the worker on this thread (actors/run_here.hpp) and wake no
+  /// other thread on their way to it. False at once when the channel cannot
+  /// (the default) or another thread does so already; the caller then
+  /// waits as usual.
+  virtual bool drive(const std::function<bool()>& done,
+                     std::chrono::steady_clock::time_point until) {
+    static_cast<void>(done);
+    static_cast<void>(until);
+    return false;
+  }
+
+  /// Wakes the thread in `drive`, if one sleeps there: for a thread that
+  /// ran the worker, whose replies may be what that one waits for.
+  virtual void wake_driver() {
+    // nop
   }
 };
 

@@ -68,6 +68,15 @@ public:
     return lent_room{reinterpret_cast<float*>(x.data), std::move(x.keep)};
   }
 
+  bool drive(const std::function<bool()>& done,
+             std::chrono::steady_clock::time_point until) override {
+    return out_->drive(done, until);
+  }
+
+  void wake_driver() override {
+    out_->wake_driver();
+  }
+
   void send(data_request x) override {
     frame_header h;
     h.kind = static_cast<frame_kind>(x.kind);

@@ -101,9 +101,28 @@ std::vector<frame> frame_queue::take() {
   return std::exchange(items_, {});
 }
 
+bool caller_progress_from_env(bool& on, std::string& error) {
+  on = true;
+  auto* text = std::getenv("ACTORPS_UCX_CALLER_PROGRESS");
+  if (text == nullptr)
+    return true;
+  std::string s{text};
+  if (s != "0" && s != "1") {
+    error = "ACTORPS_UCX_CALLER_PROGRESS: expected 1 (a waiting caller "
+            "receives its replies itself, the default) or 0 (the data "
+            "plane's thread does), got '"
+            + s + "'";
+    return false;
+  }
+  on = s == "1";
+  return true;
+}
+
 bool plane_settings_ok(std::string& error) {
   std::size_t bytes = 0;
-  return segment_size_from_env(bytes, error);
+  bool on = true;
+  return segment_size_from_env(bytes, error)
+         && caller_progress_from_env(on, error);
 }
 
 std::shared_ptr<plane>

@@ -101,8 +101,14 @@ private:
   bool wake_owed_ = false;
 };
 
+/// Whether a thread waiting for a worker's replies receives them itself
+/// (data_channel::drive): ACTORPS_UCX_CALLER_PROGRESS, "1" (the default)
+/// or "0". False, with why in `error`, for another value.
+bool caller_progress_from_env(bool& on, std::string& error);
+
 /// False, with why in `error`, if this process's environment holds a plane
-/// setting that `start_plane` would refuse (ACTORPS_UCX_SEGMENT_MB). A
+/// setting that `start_plane` would refuse (ACTORPS_UCX_SEGMENT_MB,
+/// ACTORPS_UCX_CALLER_PROGRESS). A
 /// node checks it before it joins a job: one that joined and then failed
 /// would count as a dead node to the job. (Checked whatever the job's
 /// transport turns out to be: the setting is wrong either way.)

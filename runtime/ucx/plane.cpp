@@ -49,6 +49,10 @@ plane::impl::~impl() {
     ::close(wake_fd);
   if (epoll_fd >= 0)
     ::close(epoll_fd);
+  if (driver_wake_fd >= 0)
+    ::close(driver_wake_fd);
+  if (driver_epoll >= 0)
+    ::close(driver_epoll);
 }
 
 void plane::impl::wake() {
@@ -56,6 +60,19 @@ void plane::impl::wake() {
     uint64_t one = 1;
     static_cast<void>(::write(wake_fd, &one, sizeof(one)));
   }
+}
+
+void plane::impl::wake_driver() {
+  if (driver_sleeping.exchange(false)) {
+    uint64_t one = 1;
+    static_cast<void>(::write(driver_wake_fd, &one, sizeof(one)));
+  }
+}
+
+void plane::impl::idle() {
+  if (handlers.on_idle)
+    handlers.on_idle();
+  wake_driver();
 }
 
 peer_id plane::impl::id_of(const std::vector<char>& addr, uint32_t identity) {
@@ -68,18 +85,9 @@ peer_id plane::impl::id_of(const std::vector<char>& addr, uint32_t identity) {
 }
 
 void plane::impl::run() {
-  int efd = -1;
-  ucp_worker_get_efd(worker, &efd);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = efd;
-  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, efd, &ev);
-  ev.data.fd = wake_fd;
-  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
   for (;;) {
     run_copies();
-    if (handlers.on_idle)
-      handlers.on_idle();
+    idle();
     {
       std::lock_guard<std::recursive_mutex> guard{ucx_mtx};
       if (stopping)
@@ -100,8 +108,7 @@ void plane::impl::run() {
     }
     // (What it does may wake this thread again: the wake finds `sleeping`
     // set and the wait returns at once.)
-    if (handlers.on_idle)
-      handlers.on_idle();
+    idle();
     epoll_event events[2];
     auto n = epoll_wait(epoll_fd, events, 2, -1);
     sleeping.store(false);
@@ -118,8 +125,7 @@ void plane::impl::run() {
   }
   run_copies(); // (Fails those left: the plane is closed.)
   // What the last progress delivered may owe a wake too.
-  if (handlers.on_idle)
-    handlers.on_idle();
+  idle();
 }
 
 void plane::impl::force_close(ucp_ep_h ep, bool wait) {
@@ -480,9 +486,28 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
   }
   d->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   d->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
-  if (d->wake_fd < 0 || d->epoll_fd < 0) {
+  d->driver_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  d->driver_epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  if (d->wake_fd < 0 || d->epoll_fd < 0 || d->driver_wake_fd < 0
+      || d->driver_epoll < 0) {
     error = "UCX: no eventfd or epoll for the progress thread";
     return nullptr;
+  }
+  if (status = ucp_worker_get_efd(d->worker, &d->worker_fd); status != UCS_OK) {
+    error = "UCX: no event fd for its worker (" + reason(status) + ")";
+    return nullptr;
+  }
+  for (auto [set, fd] : {std::pair{d->epoll_fd, d->worker_fd},
+                         std::pair{d->epoll_fd, d->wake_fd},
+                         std::pair{d->driver_epoll, d->worker_fd},
+                         std::pair{d->driver_epoll, d->driver_wake_fd}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      error = "UCX: cannot watch its worker's events (epoll_ctl)";
+      return nullptr;
+    }
   }
   auto* raw = d.get();
   d->thread = std::thread{[raw] { raw->run(); }};
@@ -545,6 +570,79 @@ void plane::drop(peer_id to, const std::string& why) {
   std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
   if (d->peers.count(to) > 0)
     d->mark_down(to, why);
+}
+
+bool plane::drive(const std::function<bool()>& done,
+                  std::chrono::steady_clock::time_point until) {
+  auto* d = impl_.get();
+  std::unique_lock<std::mutex> one{d->driver_mtx, std::try_to_lock};
+  if (!one.owns_lock())
+    return false;
+  // UCX's events wake this thread alone from here on.
+  epoll_ctl(d->epoll_fd, EPOLL_CTL_DEL, d->worker_fd, nullptr);
+  bool result = false;
+  for (;;) {
+    {
+      std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+      if (d->stopping || d->closed)
+        break;
+      while (ucp_worker_progress(d->worker) != 0) {
+        // Progress until idle.
+      }
+      d->run_fetches();
+    }
+    if (d->handlers.on_idle)
+      d->handlers.on_idle();
+    if (done()) {
+      result = true;
+      break;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= until)
+      break;
+    d->driver_sleeping.store(true);
+    bool busy = false;
+    {
+      std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+      busy = !d->stopping && !d->closed
+             && ucp_worker_arm(d->worker) == UCS_ERR_BUSY;
+    }
+    // (What the progress thread delivers from here on wakes this thread:
+    // it finds `driver_sleeping` set.)
+    if (busy || done()) {
+      d->driver_sleeping.store(false);
+      continue;
+    }
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+    epoll_event events[2];
+    auto n = epoll_wait(d->driver_epoll, events, 2,
+                        static_cast<int>(left.count()));
+    d->driver_sleeping.store(false);
+    for (int i = 0; i < n; ++i)
+      if (events[i].data.fd == d->driver_wake_fd) {
+        uint64_t count;
+        static_cast<void>(::read(d->driver_wake_fd, &count, sizeof(count)));
+      }
+  }
+  // The progress thread watches UCX's events again, the worker armed (or
+  // woken to progress what arrived since).
+  bool busy = false;
+  {
+    std::lock_guard<std::recursive_mutex> guard{d->ucx_mtx};
+    busy = !d->stopping && !d->closed
+           && ucp_worker_arm(d->worker) == UCS_ERR_BUSY;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = d->worker_fd;
+  epoll_ctl(d->epoll_fd, EPOLL_CTL_ADD, d->worker_fd, &ev);
+  if (busy)
+    d->wake();
+  return result;
+}
+
+void plane::wake_driver() {
+  impl_->wake_driver();
 }
 
 void plane::close() {

@@ -17,6 +17,7 @@
 // and a connection that does not open with a valid hello is dropped, its
 // data never read.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -151,7 +152,8 @@ private:
   std::shared_ptr<const void> keep_;
 };
 
-/// What a plane tells its owner, on its progress thread: keep it short.
+/// What a plane tells its owner, on its progress thread (or a thread that
+/// drives it, plane::drive): keep it short.
 struct plane_handlers {
   /// A message from an admitted peer: its header and payload bytes.
   std::function<void(peer_id from, std::vector<char> header, buffer body)>
@@ -166,6 +168,7 @@ struct plane_handlers {
   std::function<void(peer_id, const std::string& why)> on_peer_down;
   /// Between passes of progress and before the thread sleeps, outside the
   /// plane's lock: what the other handlers put off (they run under it).
+  /// May run on the progress thread and a driver's at once.
   std::function<void()> on_idle;
 };
 
@@ -370,6 +373,21 @@ public:
   /// Sends `header` and a staged body to `to`, as `send` does.
   void send_staged(peer_id to, std::vector<char> header, staged_body body,
                    std::function<void(const std::string&)> done = {});
+
+  /// Progresses the plane on the calling thread until `done()` holds (true)
+  /// or `until` passes (false): for a thread about to wait for something
+  /// the plane delivers, which then wakes it directly instead of waking the
+  /// progress thread, which would wake it in turn. The handlers run on this
+  /// thread meanwhile (on_idle may run on both at once); `done` is asked
+  /// after each pass and whenever the progress thread ran on_idle. One
+  /// thread drives at a time: another returns false at once. False too once
+  /// the plane is closing.
+  bool drive(const std::function<bool()>& done,
+             std::chrono::steady_clock::time_point until);
+
+  /// Wakes the thread in `drive`, if one sleeps there, to ask its `done`
+  /// again (for what reaches it other than through this plane).
+  void wake_driver();
 
   /// Gives up on peer `to` (its node died, as the owner learned elsewhere):
   /// sends to it, in flight or later, fail, and what it still

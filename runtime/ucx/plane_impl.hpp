@@ -141,6 +141,19 @@ struct plane::impl {
   // sleeps; whoever leaves work for it then wakes it.
   std::atomic<bool> sleeping{false};
 
+  // A thread about to wait for what the plane delivers may progress it
+  // itself (plane::drive), one such thread at a time (`driver_mtx`): it
+  // sleeps in `driver_epoll` (UCX's `worker_fd` and `driver_wake_fd`), and
+  // while it drives the progress thread's set (`epoll_fd`) leaves
+  // `worker_fd` out, so that UCX's events wake the driver alone.
+  int worker_fd = -1;
+  int driver_epoll = -1;
+  int driver_wake_fd = -1;
+  std::mutex driver_mtx;
+  // Set before a driver sleeps; the progress thread, having delivered
+  // something (on_idle), wakes it: what it waits for may be among it.
+  std::atomic<bool> driver_sleeping{false};
+
   // Addresses and peer ids.
   std::mutex mtx;
   peer_id next_peer = 1;
@@ -183,6 +196,13 @@ struct plane::impl {
 
   // Wakes the progress thread if it sleeps (or is about to).
   void wake();
+
+  // Wakes a driver if it sleeps (or is about to).
+  void wake_driver();
+
+  // Runs the owner's on_idle, then wakes a sleeping driver (on the progress
+  // thread).
+  void idle();
 
   peer_id id_of(const std::vector<char>& addr, uint32_t identity);
 

@@ -456,6 +456,117 @@ TEST_CASE("ucx: a peer without the secret gets nothing in and nothing out",
   CHECK(big_sent.wait());
 }
 
+namespace {
+
+// Plane A, connected to plane B, which answers each message with one of
+// header "r"; A notes the thread each answer reached it on.
+struct answering_planes {
+  inbox a_box;
+  inbox b_box;
+  std::mutex mtx;
+  std::vector<std::thread::id> threads;
+  std::unique_ptr<plane> a;
+  std::unique_ptr<plane> b;
+  peer_id to_b = 0;
+
+  answering_planes() {
+    auto ha = a_box.handlers();
+    ha.on_message = [this, f = ha.on_message](
+                      peer_id from, std::vector<char> header, buffer body) {
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        threads.push_back(std::this_thread::get_id());
+      }
+      f(from, std::move(header), std::move(body));
+    };
+    auto hb = b_box.handlers();
+    hb.on_message = [this, f = hb.on_message](
+                      peer_id from, std::vector<char> header, buffer body) {
+      f(from, std::move(header), std::move(body));
+      // (Handlers may send.)
+      b->send(from, bytes("r"), payload{});
+    };
+    plane_options opts;
+    opts.secret = "s";
+    a = test::started(opts, ha);
+    b = test::started(opts, hb);
+    to_b = a->connect(b->address());
+  }
+
+  // Asks B once; the number of answers A has then.
+  std::size_t ask_b() {
+    a->send(to_b, bytes("q"), payload{});
+    return a_box.count() + 1;
+  }
+
+  std::thread::id thread_of(std::size_t answer) {
+    std::lock_guard<std::mutex> guard{mtx};
+    return threads.at(answer - 1);
+  }
+};
+
+} // namespace
+
+TEST_CASE("ucx: a thread that drives a plane receives on its own thread, and "
+          "the progress thread receives again once it stops",
+          "[ucx]") {
+  answering_planes job;
+  auto me = std::this_thread::get_id();
+  auto deadline = [] { return std::chrono::steady_clock::now() + 10s; };
+  // The first answer may come before the peers admitted each other; then
+  // each one is received by whoever waits for it.
+  for (int round = 0; round < 3; ++round) {
+    auto want = job.ask_b();
+    INFO("round " << round);
+    CHECK(job.a->drive([&] { return job.a_box.count() >= want; }, deadline()));
+    REQUIRE(job.a_box.count() >= want);
+    CHECK(job.thread_of(want) == me);
+    // Nobody drives: the progress thread watches UCX's events again.
+    want = job.ask_b();
+    REQUIRE(job.a_box.wait([&](inbox& x) { return x.bodies.size() >= want; }));
+    CHECK(job.thread_of(want) != me);
+  }
+  // Nothing comes: the drive ends at its deadline, false.
+  CHECK_FALSE(job.a->drive([] { return false; },
+                           std::chrono::steady_clock::now() + 20ms));
+  auto want = job.ask_b();
+  REQUIRE(job.a_box.wait([&](inbox& x) { return x.bodies.size() >= want; }));
+}
+
+TEST_CASE("ucx: one thread drives a plane at a time", "[ucx]") {
+  answering_planes job;
+  std::promise<void> inside;
+  std::atomic<bool> asked{false};
+  std::atomic<bool> release{false};
+  // The first driver holds on until released.
+  auto first = std::async(std::launch::async, [&] {
+    return job.a->drive(
+      [&] {
+        if (!asked.exchange(true))
+          inside.set_value();
+        return release.load();
+      },
+      std::chrono::steady_clock::now() + 60s);
+  });
+  inside.get_future().wait();
+  // A second driver gives up at once: it waits as it would without one.
+  CHECK_FALSE(
+    job.a->drive([] { return true; }, std::chrono::steady_clock::now() + 10s));
+  // What it waits for came another way: woken, it asks again (long before
+  // its deadline).
+  release = true;
+  job.a->wake_driver();
+  REQUIRE(first.wait_for(20s) == std::future_status::ready);
+  CHECK(first.get());
+  // The progress thread receives again.
+  auto want = job.ask_b();
+  REQUIRE(job.a_box.wait([&](inbox& x) { return x.bodies.size() >= want; }));
+  // A closed plane is not driven.
+  job.a->close();
+  CHECK_FALSE(
+    job.a->drive([] { return true; }, std::chrono::steady_clock::now() + 10s));
+}
+
 TEST_CASE("ucx: a peer that goes away is reported, and sends to it fail",
           "[ucx]") {
   // Without shared memory: UCX itself watches the connection.

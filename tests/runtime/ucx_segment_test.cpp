@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -511,25 +512,35 @@ TEST_CASE("ucx: a peer killed while it sends through its segment takes "
   CHECK(c->shared_sends() >= 3);
 }
 
+namespace {
+
+// Puts environment variable `name` back as it was at the end of a test.
+struct saved_env {
+  std::string name;
+  std::string old;
+  bool had = false;
+
+  explicit saved_env(std::string n) : name(std::move(n)) {
+    if (auto* x = std::getenv(name.c_str())) {
+      old = x;
+      had = true;
+    }
+  }
+
+  ~saved_env() {
+    if (had)
+      ::setenv(name.c_str(), old.c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
+
+} // namespace
+
 TEST_CASE("ucx: ACTORPS_UCX_SEGMENT_MB sizes the segments, and a value that "
           "is no size is refused by name",
           "[ucx]") {
-  struct restore {
-    std::string old;
-    bool had = false;
-    restore() {
-      if (auto* x = std::getenv("ACTORPS_UCX_SEGMENT_MB")) {
-        old = x;
-        had = true;
-      }
-    }
-    ~restore() {
-      if (had)
-        ::setenv("ACTORPS_UCX_SEGMENT_MB", old.c_str(), 1);
-      else
-        ::unsetenv("ACTORPS_UCX_SEGMENT_MB");
-    }
-  } guard;
+  saved_env guard{"ACTORPS_UCX_SEGMENT_MB"};
   std::size_t bytes = 1;
   std::string error;
   ::unsetenv("ACTORPS_UCX_SEGMENT_MB");
@@ -547,5 +558,33 @@ TEST_CASE("ucx: ACTORPS_UCX_SEGMENT_MB sizes the segments, and a value that "
     error.clear();
     CHECK_FALSE(segment_size_from_env(bytes, error));
     CHECK(error.find("ACTORPS_UCX_SEGMENT_MB") != std::string::npos);
+  }
+}
+
+TEST_CASE("ucx: ACTORPS_UCX_CALLER_PROGRESS turns a waiting caller's own "
+          "receiving on or off, and another value is refused by name",
+          "[ucx]") {
+  saved_env guard{"ACTORPS_UCX_CALLER_PROGRESS"};
+  bool on = false;
+  std::string error;
+  ::unsetenv("ACTORPS_UCX_CALLER_PROGRESS");
+  REQUIRE(caller_progress_from_env(on, error));
+  CHECK(on);
+  ::setenv("ACTORPS_UCX_CALLER_PROGRESS", "0", 1);
+  REQUIRE(caller_progress_from_env(on, error));
+  CHECK_FALSE(on);
+  REQUIRE(plane_settings_ok(error));
+  ::setenv("ACTORPS_UCX_CALLER_PROGRESS", "1", 1);
+  REQUIRE(caller_progress_from_env(on, error));
+  CHECK(on);
+  for (auto bad : {"", "yes", "2", "01", "on"}) {
+    INFO(bad);
+    ::setenv("ACTORPS_UCX_CALLER_PROGRESS", bad, 1);
+    error.clear();
+    CHECK_FALSE(caller_progress_from_env(on, error));
+    CHECK(error.find("ACTORPS_UCX_CALLER_PROGRESS") != std::string::npos);
+    error.clear();
+    CHECK_FALSE(plane_settings_ok(error));
+    CHECK(error.find("ACTORPS_UCX_CALLER_PROGRESS") != std::string::npos);
   }
 }
