@@ -216,6 +216,10 @@ std::vector<MetricFamily> collect(const process_counters& c) {
                "of those, pushes sent from where the client wrote them, "
                "without a copy",
                double(c.plane->in_place_sends));
+    fs.counter("actorps_ucx_caller_receives_total",
+               "waits for a reply in which the waiting client thread "
+               "received it itself",
+               double(c.plane->caller_receives));
     fs.gauge("actorps_ucx_waiting_messages",
              "large messages announced to this process and not received "
              "yet",

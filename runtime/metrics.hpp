@@ -51,6 +51,8 @@ struct process_counters {
     uint64_t in_place_sends = 0;
     /// Large messages announced to this plane and not received yet.
     uint64_t waiting = 0;
+    /// Replies a waiting client thread received itself (plane::drive).
+    uint64_t caller_receives = 0;
   };
   std::optional<plane_counters> plane;
 };

@@ -492,6 +492,9 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
         st.channel_waiting.erase(i);
         w.on_reply(r);
       }
+      // A client thread may wait for these answers in the channel, and
+      // this may be another thread (data_channel::drive).
+      st.cfg.channel->wake_driver();
     },
     [self](ucx_atom, uint64_t id) {
       // A request on the data channel timed out (our own timer).
@@ -505,6 +508,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       st.channel_waiting.erase(i);
       auto err = caf::make_error(caf::sec::request_timeout);
       w.on_fail(err);
+      st.cfg.channel->wake_driver();
     },
     [self](leave_atom) -> caf::result<caf::ok_atom> {
       if (auto err = self->state.trusted.check(self, "leave"))

@@ -129,8 +129,8 @@ std::shared_ptr<plane>
 start_plane(const std::string& token, const job_info& job,
             std::shared_ptr<frame_queue> queue, std::string& error,
             std::size_t max_held_bytes) {
-  // Both handlers run on the plane's progress thread: the map needs no
-  // lock.
+  // Both handlers run under the plane's lock (on its progress thread or a
+  // thread that drives it): the map needs no lock of its own.
   auto identities = std::make_shared<std::map<peer_id, uint32_t>>();
   plane_handlers handlers;
   handlers.on_peer_up = [identities](peer_id id, const std::vector<char>&,

@@ -144,8 +144,10 @@ inline std::function<void(process_counters&)>
 plane_metrics(std::weak_ptr<plane> plane) {
   return [plane](process_counters& c) {
     if (auto p = plane.lock())
-      c.plane = process_counters::plane_counters{
-        p->shared_sends(), p->in_place_sends(), p->waiting()};
+      c.plane = process_counters::plane_counters{p->shared_sends(),
+                                                 p->in_place_sends(),
+                                                 p->waiting(),
+                                                 p->caller_receives()};
   };
 }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "runtime/ucx/plane.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -69,6 +71,14 @@ void plane::impl::wake_driver() {
   }
 }
 
+bool plane::impl::watch_worker_fd() {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = worker_fd;
+  return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, worker_fd, &ev) == 0
+         || errno == EEXIST;
+}
+
 void plane::impl::idle() {
   if (handlers.on_idle)
     handlers.on_idle();
@@ -109,8 +119,12 @@ void plane::impl::run() {
     // (What it does may wake this thread again: the wake finds `sleeping`
     // set and the wait returns at once.)
     idle();
+    // (A driver that could not give UCX's fd back leaves this thread to
+    // look for its events every millisecond until it can: see drive.)
+    if (fd_lost.load() && watch_worker_fd())
+      fd_lost = false;
     epoll_event events[2];
-    auto n = epoll_wait(epoll_fd, events, 2, -1);
+    auto n = epoll_wait(epoll_fd, events, 2, fd_lost.load() ? 1 : -1);
     sleeping.store(false);
     for (int i = 0; i < n; ++i)
       if (events[i].data.fd == wake_fd) {
@@ -446,7 +460,9 @@ std::unique_ptr<plane> plane::start(plane_options opts, plane_handlers handlers,
   }
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // Every UCX call is made under ucx_mtx, from the progress thread, from
+  // callers that send, and from a thread that drives the plane.
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   if (status = ucp_worker_create(d->context, &wparams, &d->worker);
       status != UCS_OK) {
     d->worker = nullptr;
@@ -530,6 +546,10 @@ std::size_t plane::in_place_sends() const {
   return impl_->in_place_sends.load();
 }
 
+std::size_t plane::caller_receives() const {
+  return impl_->caller_receives.load();
+}
+
 std::size_t plane::waiting() const {
   std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
   return impl_->fetches.size();
@@ -576,10 +596,11 @@ bool plane::drive(const std::function<bool()>& done,
                   std::chrono::steady_clock::time_point until) {
   auto* d = impl_.get();
   std::unique_lock<std::mutex> one{d->driver_mtx, std::try_to_lock};
-  if (!one.owns_lock())
+  if (!one.owns_lock() || d->fd_lost.load())
     return false;
   // UCX's events wake this thread alone from here on.
-  epoll_ctl(d->epoll_fd, EPOLL_CTL_DEL, d->worker_fd, nullptr);
+  if (epoll_ctl(d->epoll_fd, EPOLL_CTL_DEL, d->worker_fd, nullptr) != 0)
+    return false;
   bool result = false;
   for (;;) {
     {
@@ -613,7 +634,12 @@ bool plane::drive(const std::function<bool()>& done,
       d->driver_sleeping.store(false);
       continue;
     }
-    auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+    // In slices of at most `driver_slice`: what reaches the caller by a
+    // way that wakes no driver (a worker run by CAF's threads) is seen
+    // within one.
+    auto left
+      = std::min(std::chrono::ceil<std::chrono::milliseconds>(until - now),
+                 impl::driver_slice);
     epoll_event events[2];
     auto n = epoll_wait(d->driver_epoll, events, 2,
                         static_cast<int>(left.count()));
@@ -632,12 +658,17 @@ bool plane::drive(const std::function<bool()>& done,
     busy = !d->stopping && !d->closed
            && ucp_worker_arm(d->worker) == UCS_ERR_BUSY;
   }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = d->worker_fd;
-  epoll_ctl(d->epoll_fd, EPOLL_CTL_ADD, d->worker_fd, &ev);
-  if (busy)
+  if (!d->watch_worker_fd()) {
+    // (The progress thread tries again, and polls meanwhile.)
+    d->fd_lost = true;
+    busy = true;
+  }
+  if (busy) {
+    d->sleeping = true; // (Wakes it even if it is on its way to sleep.)
     d->wake();
+  }
+  if (result)
+    d->caller_receives.fetch_add(1);
   return result;
 }
 
@@ -654,6 +685,8 @@ void plane::close() {
   }
   uint64_t one = 1;
   static_cast<void>(::write(impl_->wake_fd, &one, sizeof(one)));
+  // (A driver stops at once.)
+  impl_->wake_driver();
   impl_->thread.join();
 }
 

@@ -300,7 +300,8 @@ struct body_lease {
 };
 
 /// One process's UCX endpoint. Thread-safe: every member may be called from
-/// any thread; the handlers run on the plane's progress thread.
+/// any thread; the handlers run on the plane's progress thread (or on a
+/// thread that drives it), all but on_idle under the plane's lock.
 class plane {
 public:
   /// Creates the UCX context and worker and starts the progress thread;
@@ -327,6 +328,9 @@ public:
   /// Messages this plane sent through shared-memory segments
   /// (plane_options::shared_segment).
   std::size_t shared_sends() const;
+
+  /// Drives (see `drive`) that ended with what their thread waited for.
+  std::size_t caller_receives() const;
 
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives
@@ -379,7 +383,8 @@ public:
   /// the plane delivers, which then wakes it directly instead of waking the
   /// progress thread, which would wake it in turn. The handlers run on this
   /// thread meanwhile (on_idle may run on both at once); `done` is asked
-  /// after each pass and whenever the progress thread ran on_idle. One
+  /// after each pass, whenever the progress thread ran on_idle or someone
+  /// called `wake_driver`, and every 2 ms. One
   /// thread drives at a time: another returns false at once. False too once
   /// the plane is closing.
   bool drive(const std::function<bool()>& done,

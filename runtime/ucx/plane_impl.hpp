@@ -6,6 +6,7 @@
 // (hellos, data, rendezvous fetches).
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -153,6 +154,13 @@ struct plane::impl {
   // Set before a driver sleeps; the progress thread, having delivered
   // something (on_idle), wakes it: what it waits for may be among it.
   std::atomic<bool> driver_sleeping{false};
+  // A driver could not give `worker_fd` back to `epoll_fd`: the progress
+  // thread tries again and, until it can, polls.
+  std::atomic<bool> fd_lost{false};
+  // Drives that ended with what their thread waited for.
+  std::atomic<std::size_t> caller_receives{0};
+  // A driver sleeps at most this long before it asks `done` again.
+  static constexpr std::chrono::milliseconds driver_slice{2};
 
   // Addresses and peer ids.
   std::mutex mtx;
@@ -199,6 +207,10 @@ struct plane::impl {
 
   // Wakes a driver if it sleeps (or is about to).
   void wake_driver();
+
+  // Puts `worker_fd` (back) into the progress thread's set: false if it
+  // cannot.
+  bool watch_worker_fd();
 
   // Runs the owner's on_idle, then wakes a sleeping driver (on the progress
   // thread).

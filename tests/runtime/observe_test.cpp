@@ -260,12 +260,13 @@ TEST_CASE("metrics: a replicas job counts the shards a second death would "
 TEST_CASE("metrics: a data plane's counters are shown", "[metrics]") {
   process_counters c;
   CHECK(sample(render_metrics(c), "actorps_ucx_segment_sends_total") == -1);
-  c.plane = process_counters::plane_counters{5, 3, 2};
+  c.plane = process_counters::plane_counters{5, 3, 2, 7};
   auto text = render_metrics(c);
   INFO(text);
   CHECK(sample(text, "actorps_ucx_segment_sends_total") == 5);
   CHECK(sample(text, "actorps_ucx_in_place_sends_total") == 3);
   CHECK(sample(text, "actorps_ucx_waiting_messages") == 2);
+  CHECK(sample(text, "actorps_ucx_caller_receives_total") == 7);
 }
 
 TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
@@ -313,6 +314,10 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
       }
       auto pushed = in_place();
       CHECK(pushed > 0);
+      // The thread waiting in `wait` received replies itself.
+      CHECK(sample(http_get(kv->metrics_port(), "/metrics", password).second,
+                   "actorps_ucx_caller_receives_total")
+            > 0);
       // A push_pull leaves in place too, and gives the value it pushed.
       v = Eigen::VectorXf::LinSpaced(n, -1.0f, float(n));
       auto t = kv->push_pull("w", v, out);
