@@ -42,10 +42,10 @@ bench_rows() {
 # Reads bench_rows lines on stdin and prints, per case, round and worker
 # count, the median over the runs of settings $1's and $2's median rounds and
 # of the per-run ratio $1/$2 (> 1: $2 is faster), with the ratio's min and
-# max; $3 and $4 head the two columns of rounds.
+# max; $3 and $4 name the two settings in the header.
 pair_table() {
   printf '%-26s %-6s %7s %14s %14s %20s\n' case round workers "$3 median us" \
-    "$4 median us" "$1/$2 (min-max)"
+    "$4 median us" "$3/$4 (min-max)"
   awk -F'\t' -v a_name="$1" -v b_name="$2" '
     function med(list,    n, v, i, j, t) {
       n = split(list, v, " ")
