@@ -218,9 +218,16 @@ struct plane::impl {
 
   peer_id id_of(const std::vector<char>& addr, uint32_t identity);
 
-  // -- progress thread ----------------------------------------------------
+  // -- progress thread (progress.cpp) ---------------------------------------
 
   void run();
+
+  // Progresses the worker until idle, then the fetches (under ucx_mtx).
+  void progress_all();
+
+  // Arms the worker unless the plane stops or closed: true if UCX says it
+  // has events to progress first (takes ucx_mtx).
+  bool arm_busy();
 
   // Closes `ep` without the peer's word: what is in flight on it completes
   // with UCS_ERR_CANCELED. With `wait`, progresses until the close is done.
