@@ -4,10 +4,12 @@
 //   build/bench/actorps-optimizer-bench [N] [ROUNDS]
 // updates one slice of N floats (core::apply_update), cycling through 8
 // gradient buffers as a shard sees fresh pushes;
-//   build/bench/actorps-optimizer-bench rows [ROWS] [BATCH] [ROUNDS]
+//   build/bench/actorps-optimizer-bench rows [ROWS] [BATCH] [ROUNDS] [PAGES]
 // updates BATCH random rows of a table of ROWS rows of 16 floats
 // (core::apply_rows, a lazy update as push_rows makes), fresh rows each
-// round from a fixed seed.
+// round from a fixed seed; the table, its state and its steps on huge pages
+// as a shard holds them (PAGES `huge`, the default) or on the small pages
+// malloc gives (`small`).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
 
 namespace {
@@ -68,20 +71,30 @@ int dense(uint64_t n, int rounds) {
   return 0;
 }
 
-int rows(uint64_t rows, uint64_t batch, int rounds) {
+int rows(uint64_t rows, uint64_t batch, int rounds, bool huge) {
   constexpr uint64_t dim = 16;
   std::vector<float> grads(batch * dim);
   for (uint64_t i = 0; i < grads.size(); ++i)
     grads[i] = gradient(i, 0);
-  std::printf("table %llu x %llu, %llu rows a round, rounds %d\n",
+  std::printf("table %llu x %llu, %llu rows a round, rounds %d, %s pages\n",
               static_cast<unsigned long long>(rows),
               static_cast<unsigned long long>(dim),
-              static_cast<unsigned long long>(batch), rounds);
+              static_cast<unsigned long long>(batch), rounds,
+              huge ? "huge" : "small");
   for (std::string name : rules) {
     auto cfg = config_of(name);
-    std::vector<float> table(rows * dim, 0.5f);
-    std::vector<float> state(rows * core::state_size(cfg, dim), 0.0f);
-    std::vector<uint64_t> steps(rows, 0);
+    std::vector<float> table;
+    std::vector<float> state;
+    std::vector<uint64_t> steps;
+    if (huge) {
+      core::assign_large(table, rows * dim, 0.5f);
+      core::assign_large(state, rows * core::state_size(cfg, dim), 0.0f);
+      core::assign_large(steps, rows, uint64_t{0});
+    } else {
+      table.assign(rows * dim, 0.5f);
+      state.assign(rows * core::state_size(cfg, dim), 0.0f);
+      steps.assign(rows, 0);
+    }
     std::mt19937_64 gen{42};
     std::vector<std::vector<uint64_t>> ids(16, std::vector<uint64_t>(batch));
     for (auto& round : ids)
@@ -105,7 +118,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: actorps-optimizer-bench [N floats in 1..2^28] [ROUNDS "
                "> 0]\n       actorps-optimizer-bench rows [ROWS in 1..2^26] "
-               "[BATCH in 1..ROWS] [ROUNDS > 0]\n");
+               "[BATCH in 1..ROWS] [ROUNDS > 0] [huge|small]\n");
   return 2;
 }
 
@@ -119,10 +132,12 @@ int main(int argc, char** argv) {
     const auto n = arg(2, 1000000);
     const auto batch = arg(3, 1000);
     const auto rounds = arg(4, 2000);
+    const std::string pages = argc > 5 ? argv[5] : "huge";
     if (n == 0 || n > (uint64_t{1} << 26) || batch == 0 || batch > n
-        || rounds == 0 || rounds > (uint64_t{1} << 30))
+        || rounds == 0 || rounds > (uint64_t{1} << 30)
+        || (pages != "huge" && pages != "small"))
       return usage();
-    return rows(n, batch, static_cast<int>(rounds));
+    return rows(n, batch, static_cast<int>(rounds), pages == "huge");
   }
   const auto n = arg(1, 235146);
   const auto rounds = arg(2, 2000);

@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
 #include "core/rows.hpp"
 
@@ -351,9 +352,9 @@ void slice_assembly::reset(uint64_t length, uint64_t dim,
 void slice_assembly::allocate() {
   if (value.size() == length_)
     return;
-  value.assign(length_, 0.0f);
-  state.assign(per_ * units_, 0.0f);
-  row_steps.assign(dim_ > 0 ? units_ : 0, 0);
+  assign_large(value, length_, 0.0f);
+  assign_large(state, per_ * units_, 0.0f);
+  assign_large(row_steps, dim_ > 0 ? units_ : 0, uint64_t{0});
 }
 
 status slice_assembly::add(slice_record& piece, const std::string& name) {

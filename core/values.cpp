@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/huge_pages.hpp"
+
 namespace actorps {
 
 namespace {
@@ -46,7 +48,8 @@ shared_floats& shared_floats::operator=(shared_floats&& other) noexcept {
 }
 
 void shared_floats::own() const {
-  buf_ = std::make_shared<std::vector<float>>(view_, view_ + view_size_);
+  buf_
+    = std::make_shared<std::vector<float>>(core::large_copy(view_, view_size_));
   keep_.reset();
   view_ = nullptr;
   view_size_ = 0;
@@ -73,7 +76,8 @@ std::vector<float>& shared_floats::mutate() {
   if (!buf_)
     buf_ = std::make_shared<std::vector<float>>();
   else if (!unique())
-    buf_ = std::make_shared<std::vector<float>>(*buf_);
+    buf_ = std::make_shared<std::vector<float>>(
+      core::large_copy(buf_->data(), buf_->size()));
   return *buf_;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
 #include "messages/errors.hpp"
 
@@ -185,11 +186,11 @@ caf::error shard_state::take_state(replica_state& x) {
     }
   }
   for (auto& h : x.slices) {
-    auto& s = add_slice(h.slice, std::vector<float>(h.value_floats));
+    auto& s = add_slice(h.slice, core::large_vector(h.value_floats, 0.0f));
     s.dim = h.dim;
-    s.opt_state.assign(h.state_floats, 0.0f);
+    core::assign_large(s.opt_state, h.state_floats, 0.0f);
     if (h.dim > 0)
-      s.row_steps.assign(h.value_floats / h.dim, 0);
+      core::assign_large(s.row_steps, h.value_floats / h.dim, uint64_t{0});
     s.step = h.step;
     for (uint32_t w = 0; w < cfg.num_workers; ++w)
       s.clocks[w] = worker_clock{h.next_seq[w], h.pushes_of[w]};

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "core/batching.hpp"
+#include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
 #include "core/parts.hpp"
 #include "core/rows.hpp"
@@ -67,10 +68,12 @@ void shard_state::set_optimizer(const optimizer_config& x) {
     if (s.dim > 0) {
       // A table's state lies row by row.
       auto rows = s.value.size() / s.dim;
-      s.opt_state.assign(rows * core::state_size(opt, s.dim), 0.0f);
+      core::assign_large(s.opt_state, rows * core::state_size(opt, s.dim),
+                         0.0f);
       std::fill(s.row_steps.begin(), s.row_steps.end(), 0);
     } else {
-      s.opt_state.assign(core::state_size(opt, s.value.size()), 0.0f);
+      core::assign_large(s.opt_state, core::state_size(opt, s.value.size()),
+                         0.0f);
     }
     s.step = 0;
   }

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
 #include "core/rows.hpp"
 #include "messages/errors.hpp"
@@ -49,7 +50,7 @@ caf::error shard_state::init(const table_init& msg) {
   if (msg.rule == table_init::uniform && !(msg.low <= msg.high))
     return make_error(errc::bad_config,
                       "init: table " + name + ": uniform needs low <= high");
-  std::vector<float> v(msg.rows * msg.dim, msg.low);
+  auto v = core::large_vector(msg.rows * msg.dim, msg.low);
   if (msg.rule == table_init::uniform) {
     auto span = msg.high - msg.low;
     for (uint64_t i = 0; i < msg.rows; ++i) {
@@ -64,8 +65,9 @@ caf::error shard_state::init(const table_init& msg) {
   }
   auto& s = add_slice(msg.slice, std::move(v));
   s.dim = msg.dim;
-  s.row_steps.assign(msg.rows, 0);
-  s.opt_state.assign(msg.rows * core::state_size(opt, msg.dim), 0.0f);
+  core::assign_large(s.row_steps, msg.rows, uint64_t{0});
+  core::assign_large(s.opt_state, msg.rows * core::state_size(opt, msg.dim),
+                     0.0f);
   return caf::none;
 }
 
