@@ -5,11 +5,14 @@
 // updates one slice of N floats (core::apply_update), cycling through 8
 // gradient buffers as a shard sees fresh pushes;
 //   build/bench/actorps-optimizer-bench rows [ROWS] [BATCH] [ROUNDS] [PAGES]
+//     [SETS]
 // updates BATCH random rows of a table of ROWS rows of 16 floats
-// (core::apply_rows, a lazy update as push_rows makes), fresh rows each
-// round from a fixed seed; the table, its state and its steps on huge pages
-// as a shard holds them (PAGES `huge`, the default) or on the small pages
-// malloc gives (`small`).
+// (core::apply_rows, a lazy update as push_rows makes), SETS sets of rows
+// (16 by default, from a fixed seed) in turn: 16 sets of 1000 rows stay in
+// the caches, thousands make each row a miss as fresh ids of a real job
+// do; the table, its state and its steps on huge pages as a shard holds
+// them (PAGES `huge`, the default) or on the small pages malloc gives
+// (`small`).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -71,16 +74,16 @@ int dense(uint64_t n, int rounds) {
   return 0;
 }
 
-int rows(uint64_t rows, uint64_t batch, int rounds, bool huge) {
+int rows(uint64_t rows, uint64_t batch, int rounds, bool huge, uint64_t sets) {
   constexpr uint64_t dim = 16;
   std::vector<float> grads(batch * dim);
   for (uint64_t i = 0; i < grads.size(); ++i)
     grads[i] = gradient(i, 0);
-  std::printf("table %llu x %llu, %llu rows a round, rounds %d, %s pages\n",
-              static_cast<unsigned long long>(rows),
-              static_cast<unsigned long long>(dim),
-              static_cast<unsigned long long>(batch), rounds,
-              huge ? "huge" : "small");
+  std::printf(
+    "table %llu x %llu, %llu rows a round, rounds %d, %s pages, %llu sets\n",
+    static_cast<unsigned long long>(rows), static_cast<unsigned long long>(dim),
+    static_cast<unsigned long long>(batch), rounds, huge ? "huge" : "small",
+    static_cast<unsigned long long>(sets));
   for (std::string name : rules) {
     auto cfg = config_of(name);
     std::vector<float> table;
@@ -96,7 +99,7 @@ int rows(uint64_t rows, uint64_t batch, int rounds, bool huge) {
       steps.assign(rows, 0);
     }
     std::mt19937_64 gen{42};
-    std::vector<std::vector<uint64_t>> ids(16, std::vector<uint64_t>(batch));
+    std::vector<std::vector<uint64_t>> ids(sets, std::vector<uint64_t>(batch));
     for (auto& round : ids)
       for (auto& id : round)
         id = gen() % rows;
@@ -118,7 +121,8 @@ int usage() {
   std::fprintf(stderr,
                "usage: actorps-optimizer-bench [N floats in 1..2^28] [ROUNDS "
                "> 0]\n       actorps-optimizer-bench rows [ROWS in 1..2^26] "
-               "[BATCH in 1..ROWS] [ROUNDS > 0] [huge|small]\n");
+               "[BATCH in 1..ROWS] [ROUNDS > 0] [huge|small] [SETS in "
+               "1..2^16]\n");
   return 2;
 }
 
@@ -133,11 +137,13 @@ int main(int argc, char** argv) {
     const auto batch = arg(3, 1000);
     const auto rounds = arg(4, 2000);
     const std::string pages = argc > 5 ? argv[5] : "huge";
+    const auto sets = arg(6, 16);
     if (n == 0 || n > (uint64_t{1} << 26) || batch == 0 || batch > n
         || rounds == 0 || rounds > (uint64_t{1} << 30)
-        || (pages != "huge" && pages != "small"))
+        || (pages != "huge" && pages != "small") || sets == 0
+        || sets > (uint64_t{1} << 16) || batch * sets > (uint64_t{1} << 27))
       return usage();
-    return rows(n, batch, static_cast<int>(rounds), pages == "huge");
+    return rows(n, batch, static_cast<int>(rounds), pages == "huge", sets);
   }
   const auto n = arg(1, 235146);
   const auto rounds = arg(2, 2000);

@@ -14,6 +14,8 @@
 
 #include <Eigen/Core>
 
+#include "core/prefetch.hpp"
+
 namespace actorps::core {
 
 namespace {
@@ -407,15 +409,16 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   const bool sized = uses_step_size(k);
   step_sizes sizes{k, cfg};
   const float eps = epsilon_for(k, cfg);
-  // Rows lie far apart in a large table: fetch a few ahead.
+  // Rows lie far apart in a large table: fetch a few ahead, every line of
+  // them (docs/benchmarks.md, "Every line of a row fetched ahead").
   constexpr std::size_t ahead = 8;
   for (std::size_t i = 0; i < count; ++i) {
     if (i + ahead < count) {
       auto next = rows[i + ahead];
-      __builtin_prefetch(table + next * dim, 1);
+      prefetch_lines<true>(table + next * dim, dim * sizeof(float));
       __builtin_prefetch(steps + next, 1);
       if (per_row > 0)
-        __builtin_prefetch(state + next * per_row, 1);
+        prefetch_lines<true>(state + next * per_row, per_row * sizeof(float));
     }
     auto r = rows[i];
     apply_kind(k, cfg, table + r * dim, grads + i * dim, state + r * per_row,

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/prefetch.hpp"
+
 namespace actorps::core {
 
 namespace {
@@ -119,6 +121,20 @@ std::vector<float> summed_rows(const shard_rows& rows, const float* values,
       dst[j] += src[j];
   }
   return sum;
+}
+
+std::vector<float> gather_rows(const float* table, uint64_t dim,
+                               const std::vector<uint64_t>& rows) {
+  constexpr std::size_t ahead = 8;
+  std::vector<float> out;
+  out.reserve(rows.size() * dim);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i + ahead < rows.size())
+      prefetch_lines(table + rows[i + ahead] * dim, dim * sizeof(float));
+    const auto* row = table + rows[i] * dim;
+    out.insert(out.end(), row, row + dim);
+  }
+  return out;
 }
 
 void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,

@@ -93,6 +93,13 @@ bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated);
 std::vector<float> summed_rows(const shard_rows& rows, const float* values,
                                uint64_t dim);
 
+/// The rows `rows` (local indices, each below the table's row count) of a
+/// table of rows of `dim` floats, one after the other: a shard's answer to
+/// a pull of rows. Fetches the rows ahead (they lie far apart in a large
+/// table), and writes the answer once, without zero-filling it first.
+std::vector<float> gather_rows(const float* table, uint64_t dim,
+                               const std::vector<uint64_t>& rows);
+
 /// Writes the rows a shard returned (`pulled`: one row per `rows.local`)
 /// into every request position that names them (`out`: request order).
 void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,

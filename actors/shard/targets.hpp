@@ -18,6 +18,7 @@
 
 #include "actors/shard/gate.hpp"
 #include "actors/shard/shard.hpp"
+#include "core/rows.hpp"
 #include "messages/types.hpp"
 
 namespace actorps {
@@ -139,17 +140,7 @@ struct op_target {
       return;
     if (table) {
       // The rows asked for, gathered: the table is never shared.
-      const auto& rows = single().rows;
-      auto dim = one->dim;
-      std::vector<float> out(rows.size() * dim);
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        // Rows lie far apart in a large table: fetch a few ahead.
-        if (i + 4 < rows.size())
-          __builtin_prefetch(value.data() + rows[i + 4] * dim);
-        std::memcpy(out.data() + i * dim, value.data() + rows[i] * dim,
-                    dim * sizeof(float));
-      }
-      shared_floats x{std::move(out)};
+      shared_floats x{core::gather_rows(value.data(), one->dim, single().rows)};
       if (!hold_value(x))
         pulled_value(x);
       return;

@@ -227,3 +227,22 @@ TEST_CASE("rows: a saved table is cut anew for another number of shards, "
         == errc::checkpoint_mismatch);
   CHECK(out.empty());
 }
+
+TEST_CASE("rows: a gather returns each named row in order, repeats included",
+          "[core]") {
+  // Rows of 5 floats (not a multiple of a cache line) in a table whose rows
+  // each hold their index and place; more rows named than fetched ahead.
+  const uint64_t dim = 5;
+  const uint64_t rows = 300;
+  std::vector<float> table(rows * dim);
+  for (uint64_t r = 0; r < rows; ++r)
+    for (uint64_t j = 0; j < dim; ++j)
+      table[r * dim + j] = static_cast<float>(r * 10 + j);
+  std::vector<uint64_t> ids{299, 0, 17, 17, 150, 3, 299, 1, 2, 9, 8, 7, 6};
+  auto out = core::gather_rows(table.data(), dim, ids);
+  REQUIRE(out.size() == ids.size() * dim);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (uint64_t j = 0; j < dim; ++j)
+      CHECK(out[i * dim + j] == static_cast<float>(ids[i] * 10 + j));
+  CHECK(core::gather_rows(table.data(), dim, {}).empty());
+}
