@@ -43,11 +43,12 @@ public:
     home_of(job).scheduler().enqueue(job);
   }
 
-  void run(caf::abstract_actor* dest, caf::mailbox_element_ptr what) {
+  // True if this thread ran `dest`.
+  bool run(caf::abstract_actor* dest, caf::mailbox_element_ptr what) {
     if (running_) {
       // (Called while this thread runs an actor: no nesting.)
       dest->enqueue(std::move(what), nullptr);
-      return;
+      return false;
     }
     system_ = &dest->home_system();
     {
@@ -56,7 +57,7 @@ public:
     }
     auto* job = std::exchange(job_, nullptr);
     if (job == nullptr)
-      return;
+      return false;
     caf::resumable::resume_result result;
     {
       flag on{running_};
@@ -69,6 +70,7 @@ public:
       home_of(job).scheduler().enqueue(job);
     else
       caf::intrusive_ptr_release(job);
+    return true;
   }
 
 private:
@@ -120,18 +122,18 @@ bool can_run_here(caf::actor_system& sys) {
   return dynamic_cast<sharing*>(&sys.scheduler()) != nullptr;
 }
 
-void send_and_run(const caf::strong_actor_ptr& sender, caf::message_id mid,
+bool send_and_run(const caf::strong_actor_ptr& sender, caf::message_id mid,
                   const caf::actor& dest, caf::message msg) {
   if (!dest)
-    return;
+    return false;
   if (!can_run_here(dest->home_system())) {
     caf::actor_cast<caf::abstract_actor*>(dest)->enqueue(
       caf::make_mailbox_element(sender, mid, {}, std::move(msg)), nullptr);
-    return;
+    return false;
   }
-  this_threads_unit().run(caf::actor_cast<caf::abstract_actor*>(dest),
-                          caf::make_mailbox_element(sender, mid, {},
-                                                    std::move(msg)));
+  return this_threads_unit().run(caf::actor_cast<caf::abstract_actor*>(dest),
+                                 caf::make_mailbox_element(sender, mid, {},
+                                                           std::move(msg)));
 }
 
 } // namespace actorps::detail

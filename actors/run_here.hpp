@@ -22,8 +22,8 @@ namespace actorps::detail {
 /// else it just sends): under work stealing, actors woken from a thread
 /// outside the scheduler wait for a polling thread, and the test scheduler
 /// alone decides what runs. Detached and blocking actors are just sent to.
-/// Not from inside an actor's handler.
-void send_and_run(const caf::strong_actor_ptr& sender, caf::message_id mid,
+/// Not from inside an actor's handler. True if this thread ran `dest`.
+bool send_and_run(const caf::strong_actor_ptr& sender, caf::message_id mid,
                   const caf::actor& dest, caf::message msg);
 
 /// True if `sys` runs CAF's work-sharing scheduler (send_and_run runs

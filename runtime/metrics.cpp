@@ -220,6 +220,10 @@ std::vector<MetricFamily> collect(const process_counters& c) {
                "waits for a reply in which the waiting client thread "
                "received it itself",
                double(c.plane->caller_receives));
+    fs.counter("actorps_ucx_plane_thread_runs_total",
+               "requests whose shard the data plane's thread ran itself, "
+               "without waking another thread",
+               double(c.plane->thread_runs));
     fs.gauge("actorps_ucx_waiting_messages",
              "large messages announced to this process and not received "
              "yet",

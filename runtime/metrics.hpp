@@ -53,6 +53,9 @@ struct process_counters {
     uint64_t waiting = 0;
     /// Replies a waiting client thread received itself (plane::drive).
     uint64_t caller_receives = 0;
+    /// Requests whose shard the plane's thread ran itself (a server's,
+    /// plane::thread_runs).
+    uint64_t thread_runs = 0;
   };
   std::optional<plane_counters> plane;
 };

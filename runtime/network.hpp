@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "caf/actor.hpp"
@@ -157,8 +158,13 @@ struct server_options {
   uint32_t shards = 1;
   /// Each shard (and each backup) on a thread of its own instead of on
   /// CAF's scheduler: with several workers a server then keeps less freed
-  /// memory in glibc's per-thread arenas (docs/benchmarks.md).
-  bool shard_threads = true;
+  /// memory in glibc's per-thread arenas (docs/benchmarks.md). Unset (the
+  /// default): on threads of their own over the caf transport; over ucx on
+  /// CAF's scheduler, where the data plane's thread runs a shard for each
+  /// request it receives (one hand-off between threads fewer a request;
+  /// under the work-sharing scheduler, the default with the network
+  /// layer).
+  std::optional<bool> shard_threads;
   /// UCX transport: most bytes of workers' large messages (pushes, batches)
   /// this server holds received and not yet handled by its shards, over
   /// all workers; further ones wait in their workers until some are

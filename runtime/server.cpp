@@ -113,6 +113,10 @@ caf::error run_server(const server_options& opts,
   if (job.transport == transport::ucx && job.replicas > 1)
     link = std::make_shared<ucx::plane_link>(sys);
 #endif
+  // Shards on threads of their own, or on the scheduler, where over ucx
+  // the plane's thread runs them (server_options::shard_threads).
+  const bool own_threads
+    = opts.shard_threads.value_or(job.transport != transport::ucx);
   // Spawns shard `index` (a backup of another server's: `backup`) and its
   // priority relay into `into` and `relays_into`.
   auto spawn_one = [&](uint32_t index, bool backup,
@@ -129,7 +133,7 @@ caf::error run_server(const server_options& opts,
     sc.replica_timeout = opts.timeout;
     // (A backup forwards too once promoted and paired with a new one.)
     sc.link = link;
-    sc.own_thread = opts.shard_threads;
+    sc.own_thread = own_threads;
     auto shard = spawn_shard(sys, sc);
     if (sc.own_thread) {
       self->monitor(shard);
@@ -186,7 +190,7 @@ caf::error run_server(const server_options& opts,
     if (plane_link)
       plane_link->attach(data_plane);
     ingress = ucx::spawn_ingress(sys, requests, data_plane, std::move(by_index),
-                                 plane_link);
+                                 plane_link, !own_threads);
     owned.push_back(ingress);
     data_address.assign(data_plane->address().begin(),
                         data_plane->address().end());

@@ -15,6 +15,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/binary_serializer.hpp"
 #include "caf/event_based_actor.hpp"
+#include "caf/mailbox_element.hpp"
 #include "caf/message_priority.hpp"
 #include "caf/send.hpp"
 
@@ -81,7 +82,19 @@ void frame_queue::push_later(frame x) {
   enqueue(x, true);
 }
 
+void frame_queue::set_idle(std::function<void()> fn) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  idle_ = std::make_shared<std::function<void()>>(std::move(fn));
+}
+
 void frame_queue::flush() {
+  std::shared_ptr<std::function<void()>> idle;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    idle = idle_;
+  }
+  if (idle)
+    (*idle)();
   caf::actor wake;
   {
     std::lock_guard<std::mutex> guard{mtx_};
@@ -391,13 +404,49 @@ struct ingress {
     return out;
   }
 
+  // Whether the plane's thread runs the shards (spawn_ingress): requests
+  // of normal priority wait in `held` for the end of the progress pass.
+  bool run_shards = false;
+  std::vector<std::pair<caf::actor, caf::message>> held;
+
   template <class... Ts>
-  static void tell(const shard_actor& shard, int32_t priority, Ts&&... xs) {
-    if (priority > 0)
+  void tell(const shard_actor& shard, int32_t priority, Ts&&... xs) {
+    if (priority > 0) {
       caf::anon_send<caf::message_priority::high>(shard,
                                                   std::forward<Ts>(xs)...);
-    else
+    } else if (run_shards) {
+      std::lock_guard<std::mutex> guard{mtx};
+      held.emplace_back(caf::actor_cast<caf::actor>(shard),
+                        caf::make_message(std::forward<Ts>(xs)...));
+    } else {
       caf::anon_send(shard, std::forward<Ts>(xs)...);
+    }
+  }
+
+  // Hands the held requests to their shards, in the order they came: on
+  // the plane's thread (`here`), each runs its shard there if it was idle;
+  // otherwise they are only sent.
+  void release_held(bool here) {
+    std::vector<std::pair<caf::actor, caf::message>> now;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (held.empty())
+        return;
+      now.swap(held);
+    }
+    auto counts = here ? out.lock() : nullptr;
+    for (auto& [dest, msg] : now) {
+      if (here) {
+        if (detail::send_and_run(nullptr, caf::make_message_id(), dest,
+                                 std::move(msg))
+            && counts)
+          counts->note_thread_run();
+      } else
+        caf::actor_cast<caf::abstract_actor*>(dest)->enqueue(
+          caf::make_mailbox_element(nullptr, caf::make_message_id(), {},
+                                    std::move(msg)),
+          nullptr);
+    }
   }
 
   // True if frame `x` may act as worker `worker`: its connection's hello
@@ -557,7 +606,7 @@ caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
                          std::map<uint32_t, shard_actor> shards,
-                         std::shared_ptr<plane_link> link) {
+                         std::shared_ptr<plane_link> link, bool run_shards) {
   // The plane's handlers hold the queue, whose handler holds this: only
   // weak references back to the plane.
   auto state = std::make_shared<ingress>();
@@ -566,7 +615,13 @@ caf::actor spawn_ingress(caf::actor_system& sys,
   state->out = plane;
   state->shards = std::move(shards);
   state->sink = make_plane_sink(sys, plane);
+  state->run_shards = run_shards && detail::can_run_here(sys);
+  if (state->run_shards)
+    queue->set_idle([state] { state->release_held(true); });
   queue->set_handler([state](frame& x) { state->serve(x); });
+  // (Frames queued before the handler was set were served on this thread,
+  // which runs no actor here: their requests are only sent.)
+  state->release_held(false);
   return sys.spawn([state](caf::event_based_actor*) -> caf::behavior {
     return {
       // From the server's runner (this actor is not published).

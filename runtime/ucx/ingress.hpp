@@ -83,7 +83,12 @@ public:
   /// progress thread, which pushes under its lock and flushes outside it.
   void push_later(frame x);
 
-  /// Sends the wake `push_later` owes, if any, running the target here.
+  /// Runs `fn` at the start of each `flush` (on the thread that flushes,
+  /// outside the plane's lock): what a handler put off.
+  void set_idle(std::function<void()> fn);
+
+  /// Runs the idle function, then sends the wake `push_later` owes, if
+  /// any, running the target here.
   void flush();
 
   /// Takes everything queued.
@@ -96,6 +101,7 @@ private:
 
   std::mutex mtx_;
   std::shared_ptr<std::function<void(frame&)>> handler_;
+  std::shared_ptr<std::function<void()>> idle_;
   caf::actor target_;
   std::vector<frame> items_;
   bool wake_owed_ = false;
@@ -144,10 +150,9 @@ inline std::function<void(process_counters&)>
 plane_metrics(std::weak_ptr<plane> plane) {
   return [plane](process_counters& c) {
     if (auto p = plane.lock())
-      c.plane = process_counters::plane_counters{p->shared_sends(),
-                                                 p->in_place_sends(),
-                                                 p->waiting(),
-                                                 p->caller_receives()};
+      c.plane = process_counters::plane_counters{
+        p->shared_sends(), p->in_place_sends(), p->waiting(),
+        p->caller_receives(), p->thread_runs()};
   };
 }
 
@@ -168,11 +173,23 @@ std::shared_ptr<reply_sink> make_plane_sink(caf::actor_system& sys,
 /// ingress also takes forwards from other servers (replicate frames, only
 /// from peers that proved the servers' identity) to the backups among
 /// `shards`, and hands the answers to this server's forwards to `link`.
+///
+/// With `run_shards` (shards on CAF's scheduler, not on threads of their
+/// own; only under work sharing, see detail::can_run_here), the plane's
+/// thread runs the shard for each request of normal priority it receives:
+/// the request waits until the progress pass that received it ends (the
+/// handler runs under the plane's lock), then wakes the shard on that
+/// thread (detail::send_and_run), one hand-off between threads fewer per
+/// request. High-priority requests go to the shard's mailbox at once (as
+/// every request does otherwise), so they still overtake queued ones.
+/// The plane's `on_idle` must flush `queue` (start_plane's does): held
+/// requests leave there.
 caf::actor spawn_ingress(caf::actor_system& sys,
                          std::shared_ptr<frame_queue> queue,
                          std::shared_ptr<plane> plane,
                          std::map<uint32_t, shard_actor> shards,
-                         std::shared_ptr<plane_link> link = nullptr);
+                         std::shared_ptr<plane_link> link = nullptr,
+                         bool run_shards = false);
 
 /// A worker's data channel over `plane`: requests to the shards in
 /// `shard_peers` go to those peers; reply and failure frames, which the

@@ -474,6 +474,14 @@ std::size_t plane::caller_receives() const {
   return impl_->caller_receives.load();
 }
 
+void plane::note_thread_run() {
+  impl_->thread_runs.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::size_t plane::thread_runs() const {
+  return impl_->thread_runs.load();
+}
+
 std::size_t plane::waiting() const {
   std::lock_guard<std::recursive_mutex> guard{impl_->ucx_mtx};
   return impl_->fetches.size();

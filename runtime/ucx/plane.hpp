@@ -332,6 +332,11 @@ public:
   /// Drives (see `drive`) that ended with what their thread waited for.
   std::size_t caller_receives() const;
 
+  /// Counts a request whose actor this plane's thread ran itself (a
+  /// server's ingress, see spawn_ingress), and the count so far.
+  void note_thread_run();
+  std::size_t thread_runs() const;
+
   /// Connects to the plane at `address` and says hello; messages may be
   /// sent at once (they follow the hello). The same address twice gives
   /// the same peer. `peer_identity`: what the peer proves in its answering

@@ -159,6 +159,8 @@ struct plane::impl {
   std::atomic<bool> fd_lost{false};
   // Drives that ended with what their thread waited for.
   std::atomic<std::size_t> caller_receives{0};
+  // Requests whose actor the progress thread ran (note_thread_run).
+  std::atomic<std::size_t> thread_runs{0};
   // A driver sleeps at most this long before it asks `done` again.
   static constexpr std::chrono::milliseconds driver_slice{2};
 

@@ -39,11 +39,15 @@ uint64_t this_thread() {
 }
 
 // Sends `x` to `dest` as a request of `self` through send_and_run and
-// returns the reply's id.
+// returns the reply's id; `ran`, if given, gets what send_and_run returned
+// (whether this thread ran `dest`).
 caf::message_id ask_here(caf::scoped_actor& self, const caf::actor& dest,
-                         int32_t x) {
+                         int32_t x, bool* ran = nullptr) {
   auto id = self->new_request_id(caf::message_priority::normal);
-  actorps::detail::send_and_run(self->ctrl(), id, dest, caf::make_message(x));
+  auto here = actorps::detail::send_and_run(self->ctrl(), id, dest,
+                                            caf::make_message(x));
+  if (ran != nullptr)
+    *ran = here;
   return id.response_id();
 }
 
@@ -84,7 +88,9 @@ TEST_CASE("run_here: an idle actor runs on the sending thread, and its reply "
   caf::scoped_actor self{sys};
   // Twice: the second time the actor's last context is this thread's unit.
   for (int i = 0; i < 2; ++i) {
-    auto mid = ask_here(self, echo, i);
+    bool ran = false;
+    auto mid = ask_here(self, echo, i, &ran);
+    CHECK(ran);
     CHECK(answer(self, mid, std::chrono::seconds{30}) == this_thread());
   }
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
@@ -110,9 +116,11 @@ TEST_CASE("run_here: an actor running on another thread is only sent to",
   caf::anon_send(busy, std::string{"hold"});
   entered.get_future().wait();
   caf::scoped_actor self{sys};
-  auto mid = ask_here(self, busy, 1);
+  bool ran = true;
+  auto mid = ask_here(self, busy, 1, &ran);
   // send_and_run returned while the actor is still inside its first
-  // handler: it could not run it here.
+  // handler: it could not run it here, and says so.
+  CHECK_FALSE(ran);
   release.set_value();
   auto got = answer(self, mid, std::chrono::seconds{30});
   CHECK(got != 0);

@@ -260,13 +260,14 @@ TEST_CASE("metrics: a replicas job counts the shards a second death would "
 TEST_CASE("metrics: a data plane's counters are shown", "[metrics]") {
   process_counters c;
   CHECK(sample(render_metrics(c), "actorps_ucx_segment_sends_total") == -1);
-  c.plane = process_counters::plane_counters{5, 3, 2, 7};
+  c.plane = process_counters::plane_counters{5, 3, 2, 7, 11};
   auto text = render_metrics(c);
   INFO(text);
   CHECK(sample(text, "actorps_ucx_segment_sends_total") == 5);
   CHECK(sample(text, "actorps_ucx_in_place_sends_total") == 3);
   CHECK(sample(text, "actorps_ucx_waiting_messages") == 2);
   CHECK(sample(text, "actorps_ucx_caller_receives_total") == 7);
+  CHECK(sample(text, "actorps_ucx_plane_thread_runs_total") == 11);
 }
 
 TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
@@ -330,6 +331,9 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
       // The server's replies went through its segment to the worker.
       CHECK(sample(text, "actorps_ucx_segment_sends_total") > 0);
       CHECK(sample(text, "actorps_ucx_waiting_messages") == 0);
+      // Its shards run on the scheduler by default over ucx, and its
+      // plane's thread ran them for requests.
+      CHECK(sample(text, "actorps_ucx_plane_thread_runs_total") > 0);
       REQUIRE_FALSE(kv->close());
     }
   }

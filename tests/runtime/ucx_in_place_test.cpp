@@ -53,6 +53,52 @@ std::shared_ptr<plane> plane_into(std::shared_ptr<frame_queue> queue,
   return test::plane_into_queue(std::move(queue), opts);
 }
 
+// A server's plane in front of `count` shards (each run by the plane's
+// thread with `run_shards`) and a worker (rank 0, the job's only one)
+// whose channel reaches them all over a plane of its own.
+struct plane_job {
+  std::shared_ptr<frame_queue> requests = std::make_shared<frame_queue>();
+  std::shared_ptr<plane> server = plane_into(requests, 0);
+  std::shared_ptr<frame_queue> replies = std::make_shared<frame_queue>();
+  std::shared_ptr<plane> client = plane_into(replies, 1);
+  std::shared_ptr<data_channel> channel;
+  std::vector<shard_actor> shards;
+  worker_actor worker;
+
+  plane_job(caf::actor_system& sys, test::exit_guard& guard, uint32_t count,
+            bool run_shards = false) {
+    auto peer = client->connect(server->address());
+    std::map<uint32_t, peer_id> peers;
+    std::map<uint32_t, shard_actor> by_index;
+    for (uint32_t i = 0; i < count; ++i) {
+      shard_config sc;
+      sc.index = i;
+      shards.push_back(guard(spawn_shard(sys, sc)));
+      peers.emplace(i, peer);
+      by_index.emplace(i, shards.back());
+    }
+    channel = make_worker_channel(sys, client, replies, std::move(peers));
+    guard(spawn_ingress(sys, requests, server, std::move(by_index), nullptr,
+                        run_shards));
+    coordinator_config cc;
+    cc.num_workers = 1;
+    cc.shards = shards;
+    auto coord = guard(spawn_coordinator(sys, cc));
+    worker_config wc;
+    wc.coordinator = coord;
+    wc.shards = shards;
+    wc.timeout = 10000ms;
+    wc.channel = channel;
+    worker = guard(spawn_worker(sys, wc));
+    replies->set_target(caf::actor_cast<caf::actor>(worker));
+  }
+
+  ~plane_job() {
+    client->close();
+    server->close();
+  }
+};
+
 } // namespace
 
 TEST_CASE("ucx: a push written in room its channel lent leaves from there "
@@ -64,31 +110,8 @@ TEST_CASE("ucx: a push written in room its channel lent leaves from there "
   test::exit_guard guard;
   // A server's plane in front of two shards; a worker's plane (rank 0)
   // with its channel to both.
-  auto requests = std::make_shared<frame_queue>();
-  auto server = plane_into(requests, 0);
-  auto replies = std::make_shared<frame_queue>();
-  auto client = plane_into(replies, 1);
-  auto peer = client->connect(server->address());
-  auto channel = make_worker_channel(sys, client, replies,
-                                     {{0, peer}, {1, peer}});
-  std::vector<shard_actor> shards;
-  for (uint32_t i = 0; i < 2; ++i) {
-    shard_config sc;
-    sc.index = i;
-    shards.push_back(guard(spawn_shard(sys, sc)));
-  }
-  guard(spawn_ingress(sys, requests, server, {{0, shards[0]}, {1, shards[1]}}));
-  coordinator_config cc;
-  cc.num_workers = 1;
-  cc.shards = shards;
-  auto coord = guard(spawn_coordinator(sys, cc));
-  worker_config wc;
-  wc.coordinator = coord;
-  wc.shards = shards;
-  wc.timeout = 10000ms;
-  wc.channel = channel;
-  auto worker = guard(spawn_worker(sys, wc));
-  replies->set_target(caf::actor_cast<caf::actor>(worker));
+  plane_job job{sys, guard, 2};
+  auto& [requests, server, replies, client, channel, shards, worker] = job;
   // One slice of 64K floats (256 KB: through the segment, alone in its
   // request).
   constexpr std::size_t n = std::size_t{64} << 10;
@@ -134,8 +157,6 @@ TEST_CASE("ucx: a push written in room its channel lent leaves from there "
                          int32_t{0})
           .flatten();
   CHECK(got == next);
-  client->close();
-  server->close();
 }
 
 TEST_CASE("ucx: a reply held for later is copied into the segment at once "
@@ -181,4 +202,54 @@ TEST_CASE("ucx: a reply held for later is copied into the segment at once "
   CHECK_FALSE(sink->value_later(peer, 42, small));
   a->close();
   b->close();
+}
+
+namespace {
+
+// A server's plane in front of one shard, the shard run by the plane's
+// thread when `run_shards`, and a worker's plane with its channel, under
+// CAF's work-sharing scheduler; 10 pushes and pulls of a small key at
+// `priority`, each pull checked. Returns the requests whose shard the
+// server's plane thread ran itself.
+std::size_t thread_runs_after(bool run_shards, int32_t priority) {
+  system_options so;
+  so.scheduler = scheduler_policy::sharing;
+  system_config cfg{so};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  test::exit_guard guard;
+  plane_job job{sys, guard, 1, run_shards};
+  auto& worker = job.worker;
+  constexpr std::size_t n = 16;
+  ask<caf::ok_atom>(self, worker, init_atom::value, std::string{"w"},
+                    std::vector<uint64_t>{n}, floats{std::vector<float>(n)});
+  for (int i = 1; i <= 10; ++i) {
+    std::vector<float> next(n, static_cast<float>(i));
+    ask<caf::ok_atom>(self, worker, push_atom::value, std::string{"w"},
+                      priority, float_parts{next});
+    // The default rule assigns the push.
+    auto got = ask<float_parts>(self, worker, pull_atom::value,
+                                std::string{"w"}, priority)
+                 .flatten();
+    CHECK(got == next);
+  }
+  return job.server->thread_runs();
+}
+
+} // namespace
+
+TEST_CASE("ucx: a server's plane thread runs its shard for requests of "
+          "normal priority, when asked to",
+          "[ucx]") {
+  SECTION("asked: the shard, idle between requests, runs there") {
+    auto runs = thread_runs_after(true, 0);
+    CHECK(runs > 0);
+    CHECK(runs <= 20);
+  }
+  SECTION("not asked: every request goes to the shard's mailbox") {
+    CHECK(thread_runs_after(false, 0) == 0);
+  }
+  SECTION("high priority: to the mailbox at once, where it overtakes") {
+    CHECK(thread_runs_after(true, 1) == 0);
+  }
 }

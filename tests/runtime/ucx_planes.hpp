@@ -159,6 +159,10 @@ plane_into_queue(std::shared_ptr<ucx::frame_queue> queue,
     if (seen)
       seen(copy);
   };
+  // As start_plane's: what the queue's users put off runs between passes
+  // (an ingress that runs its shards on the plane's thread needs it).
+  if (!handlers.on_idle)
+    handlers.on_idle = [queue] { queue->flush(); };
   std::string error;
   std::shared_ptr<ucx::plane> result = ucx::plane::start(opts, handlers, error);
   INFO(error);
