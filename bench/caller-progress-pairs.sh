@@ -13,17 +13,12 @@
 # environment puts the plane on TCP, as between hosts).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-defaults=(--sizes 4K,256K,4M --many none --round split,fused --workers 1,2
-          --backlog 0 --compression none --warmup 3 --rounds 100)
+defaults=("${pair_defaults[@]}")
 pair_args "$@"
-for ((r = 1; r <= runs; ++r)); do
-  for setting in off on; do
-    flag=1
-    [[ $setting == off ]] && flag=0
-    ACTORPS_UCX_CALLER_PROGRESS=$flag $app --modes dist --transport ucx \
-      --no-limits "${extra[@]}" 2>/dev/null >"$out/$setting-$r.txt"
-    bench_rows "$out/$setting-$r.txt" "$r" "$setting" >>"$out/rows.txt"
-  done
-  echo "pair $r of $runs done" >&2
-done
-pair_table off on off on <"$out/rows.txt"
+run_setting() {
+  local flag=1
+  [[ $1 == off ]] && flag=0
+  ACTORPS_UCX_CALLER_PROGRESS=$flag $app --modes dist --transport ucx \
+    --no-limits "${extra[@]}" 2>/dev/null >"$2"
+}
+run_pairs off on

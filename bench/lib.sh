@@ -74,6 +74,23 @@ pair_table() {
       }
     }'
 }
+# The cases a pairs script runs unless given others.
+pair_defaults=(--sizes 4K,256K,4M --many none --round split,fused --workers 1,2
+               --backlog 0 --compression none --warmup 3 --rounds 100)
+# Runs `runs` interleaved pairs of the settings $1 and $2: per pair and
+# setting, the caller's `run_setting SETTING FILE` writes one actorps-bench
+# output to FILE; then prints pair_table of the two (ratios $1/$2).
+run_pairs() {
+  local r setting
+  for ((r = 1; r <= runs; ++r)); do
+    for setting in "$1" "$2"; do
+      run_setting "$setting" "$out/$setting-$r.txt"
+      bench_rows "$out/$setting-$r.txt" "$r" "$setting" >>"$out/rows.txt"
+    done
+    echo "pair $r of $runs done" >&2
+  done
+  pair_table "$1" "$2" "$1" "$2" <"$out/rows.txt"
+}
 # The arguments of a pairs script ([R] [-- flags]): sets `runs` (default 5)
 # and `extra` (the flags given, or else the array `defaults`), and `app`, the
 # release build's actorps-bench, which must exist.
