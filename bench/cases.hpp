@@ -61,8 +61,8 @@ struct bench_case {
 struct tuning {
   uint64_t slice_floats = core::default_slice_floats;
   uint64_t max_inflight = store_options{}.max_bytes_in_flight;
-  // Dist servers: --shard-threads auto|true|false.
-  std::string shard_threads = "auto";
+  // Dist servers: each shard on a thread of its own.
+  bool shard_threads = true;
   // Dist servers (ucx): server_options::inflight_bytes.
   uint64_t server_inflight = default_server_inflight_bytes;
 };

@@ -133,8 +133,8 @@ std::string run_dist(const std::vector<bench_case>& cases, uint32_t workers,
   child server;
   if (auto e = server.start(
         with({"--role", "server", "--coordinator", address, "--shards",
-              std::to_string(shards), "--shard-threads", tune.shard_threads,
-              "--server-inflight",
+              std::to_string(shards), "--shard-threads",
+              tune.shard_threads ? "true" : "false", "--server-inflight",
               tune.server_inflight == 0
                 ? std::string{"0"}
                 : std::to_string(tune.server_inflight >> 20) + "M"}));

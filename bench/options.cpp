@@ -60,9 +60,6 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "warm-up rounds per case (not measured)")(
     "rounds", po::value(&o.plan.rounds)->default_value(o.plan.rounds),
     "measured rounds per case");
-  cli::add_shard_threads_option(desc, o.tune.shard_threads,
-                                "where dist servers run their shards (as "
-                                "actorps-server --shard-threads)");
   cli::add_threads_option(desc, o.sys.threads,
                           "scheduler threads of every actor system (0: CAF's "
                           "default)");
@@ -70,6 +67,10 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "scheduler", po::value(&scheduler)->default_value(scheduler),
     "CAF scheduler policy of every actor system: auto (sharing with the "
     "network, else work stealing), sharing or stealing")(
+    "shard-threads",
+    po::value(&o.tune.shard_threads)->default_value(o.tune.shard_threads),
+    "dist servers run each shard on a thread of its own (actorps-server's "
+    "default); false: on the scheduler's threads")(
     "server-inflight",
     po::value(&server_inflight)->default_value(server_inflight),
     "dist servers over ucx: bytes of workers' large pushes a server holds "
@@ -154,12 +155,6 @@ std::optional<int> parse_options(int argc, char** argv, bench_options& out) {
     return cli::fail(app,
                      "--scheduler: expected auto, sharing or stealing, got '"
                        + scheduler + "'",
-                     2);
-  if (std::optional<bool> threads;
-      !cli::parse_shard_threads(out.tune.shard_threads, threads))
-    return cli::fail(app,
-                     "--shard-threads: expected auto, true or false, got '"
-                       + out.tune.shard_threads + "'",
                      2);
   if (!parse_size(max_inflight, out.tune.max_inflight))
     return cli::fail(app,

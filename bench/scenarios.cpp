@@ -10,7 +10,6 @@
 #include <thread>
 #include <unordered_set>
 
-#include "apps/common/cli.hpp"
 #include "bench/wire.hpp"
 #include "messages/control.hpp"
 #include "messages/errors.hpp"
@@ -340,10 +339,7 @@ int role_server(const std::string& coordinator, uint32_t shards,
   opts.coordinator = *where;
   opts.token = job_token;
   opts.shards = shards;
-  if (!apps::parse_shard_threads(tune.shard_threads, opts.shard_threads)) {
-    std::cout << "error --shard-threads " << tune.shard_threads << std::endl;
-    return 2;
-  }
+  opts.shard_threads = tune.shard_threads;
   opts.inflight_bytes = tune.server_inflight;
   opts.system.threads = sys.threads;
   opts.system.scheduler = sys.scheduler;

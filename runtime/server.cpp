@@ -115,8 +115,7 @@ caf::error run_server(const server_options& opts,
 #endif
   // Shards on threads of their own, or on the scheduler, where over ucx
   // the plane's thread runs them (server_options::shard_threads).
-  const bool own_threads
-    = opts.shard_threads.value_or(job.transport != transport::ucx);
+  const bool own_threads = opts.shard_threads;
   // Spawns shard `index` (a backup of another server's: `backup`) and its
   // priority relay into `into` and `relays_into`.
   auto spawn_one = [&](uint32_t index, bool backup,
@@ -169,6 +168,16 @@ caf::error run_server(const server_options& opts,
   caf::actor ingress;
 #ifdef ACTORPS_HAVE_UCX
   std::shared_ptr<ucx::plane> data_plane;
+  // Closed on every way out, here: its thread runs shards, which hold it
+  // for a moment, and must never be the one that lets go of it last (a
+  // plane's thread cannot join itself).
+  struct plane_closer {
+    std::shared_ptr<ucx::plane>& plane;
+    ~plane_closer() {
+      if (plane)
+        plane->close();
+    }
+  } close_plane{data_plane};
   if (job.transport == transport::ucx) {
     auto requests = std::make_shared<ucx::frame_queue>();
     std::string why;

@@ -38,31 +38,6 @@ void add_threads_option(po::options_description& desc, std::size_t& threads,
                      help.c_str());
 }
 
-void add_shard_threads_option(po::options_description& desc, std::string& text,
-                              const std::string& help) {
-  static const std::string more
-    = ": auto (the default) runs each shard on a thread of its own over the "
-      "caf transport, and over ucx on the scheduler's threads, where the data "
-      "plane's thread runs a shard for each request it receives (one hand-off "
-      "between threads fewer); true: always a thread of its own (less freed "
-      "memory kept by the allocator with several workers); false: always the "
-      "scheduler's threads";
-  desc.add_options()("shard-threads", po::value(&text)->default_value(text),
-                     (help + more).c_str());
-}
-
-bool parse_shard_threads(const std::string& text, std::optional<bool>& out) {
-  if (text == "auto")
-    out.reset();
-  else if (text == "true")
-    out = true;
-  else if (text == "false")
-    out = false;
-  else
-    return false;
-  return true;
-}
-
 void add_timeout_options(po::options_description& desc,
                          long& connect_timeout_ms, long& timeout_ms,
                          const std::string& timeout_help) {

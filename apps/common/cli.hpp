@@ -42,16 +42,6 @@ void add_threads_option(boost::program_options::options_description& desc,
                         const std::string& help
                         = "scheduler threads (0: CAF's default)");
 
-/// Adds --shard-threads auto|true|false (server_options::shard_threads)
-/// to `desc`, read into `text` (its default: `text` as given, "auto");
-/// `help` leads its help.
-void add_shard_threads_option(boost::program_options::options_description& desc,
-                              std::string& text, const std::string& help);
-
-/// server_options::shard_threads from --shard-threads `text` (`auto`:
-/// unset); false for another word.
-bool parse_shard_threads(const std::string& text, std::optional<bool>& out);
-
 /// Adds --connect-timeout-ms (how long to keep trying to reach the
 /// coordinator) and --timeout-ms (`timeout_help`) to `desc`.
 void add_timeout_options(boost::program_options::options_description& desc,

@@ -41,6 +41,13 @@ int run(int argc, char** argv) {
     "port for the workers' direct connections; 0 picks a free one")(
     "shards", po::value(&opts.shards)->default_value(opts.shards),
     "shard actors to host (default: one per core)")(
+    "shard-threads",
+    po::value(&opts.shard_threads)->default_value(opts.shard_threads),
+    "each shard on a thread of its own (less freed memory kept by the "
+    "allocator with several workers; faster rounds of large values and of "
+    "many keys); false: on the scheduler's threads (--threads), where over "
+    "ucx the data plane's thread runs a shard for a request it receives "
+    "(faster rounds of small values)")(
     "inflight-mb", po::value(&inflight_mb)->default_value(inflight_mb),
     "UCX transport: most MB of workers' large pushes the server holds "
     "received and not yet applied, over all workers (further ones wait in "
@@ -48,10 +55,6 @@ int run(int argc, char** argv) {
   cli::add_timeout_options(desc, connect_timeout_ms, timeout_ms,
                            "how long to wait for the coordinator's answers, "
                            "in ms");
-  std::string shard_threads = "auto";
-  cli::add_shard_threads_option(desc, shard_threads,
-                                "where the shards run (scheduler threads: "
-                                "--threads)");
   cli::add_threads_option(desc, opts.system.threads);
   cli::token_flags tok;
   cli::add_token_options(desc, tok);
@@ -89,11 +92,6 @@ int run(int argc, char** argv) {
     return *rc;
   if (auto rc = cli::check_range(app, "inflight-mb", inflight_mb, 0u, 1u << 20))
     return *rc;
-  if (!cli::parse_shard_threads(shard_threads, opts.shard_threads))
-    return cli::fail(app,
-                     "--shard-threads: expected auto, true or false, got '"
-                       + shard_threads + "'",
-                     2);
   if (coordinator.empty())
     return cli::fail(app, "--coordinator HOST:PORT is required", 2);
   auto where = actorps::parse_endpoint(coordinator);

@@ -423,9 +423,11 @@ struct ingress {
     }
   }
 
-  // Hands the held requests to their shards, in the order they came: on
-  // the plane's thread (`here`), each runs its shard there if it was idle;
-  // otherwise they are only sent.
+  // Hands the held requests to their shards, in the order they came. On
+  // the plane's thread (`here`), those to the shard of the first one run
+  // it there if it is idle; the others go to their shards' mailboxes, so
+  // that scheduler threads run several shards side by side (a server with
+  // a shard per core). Otherwise they are only sent.
   void release_held(bool here) {
     std::vector<std::pair<caf::actor, caf::message>> now;
     {
@@ -434,13 +436,13 @@ struct ingress {
         return;
       now.swap(held);
     }
-    auto counts = here ? out.lock() : nullptr;
+    const auto first = now.front().first;
     for (auto& [dest, msg] : now) {
-      if (here) {
+      if (here && dest == first) {
         if (detail::send_and_run(nullptr, caf::make_message_id(), dest,
-                                 std::move(msg))
-            && counts)
-          counts->note_thread_run();
+                                 std::move(msg)))
+          if (auto counts = out.lock())
+            counts->note_thread_run();
       } else
         caf::actor_cast<caf::abstract_actor*>(dest)->enqueue(
           caf::make_mailbox_element(nullptr, caf::make_message_id(), {},

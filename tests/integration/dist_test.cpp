@@ -70,11 +70,10 @@ TEST_CASE("dist: coordinator, 2 servers and 3 workers compute exact sums",
   if (mode == "dist_ssp")
     flags.insert(flags.end(), {"--staleness", "1"});
   dist_job job{mode, 3, 2, flags};
-  // One server's shards where the transport puts them by default (over
-  // ucx on the scheduler, run by the data plane's thread; over caf on
-  // threads of their own), the other's the other way.
+  // One server's shards on threads of their own (the default), the other's
+  // on CAF's scheduler.
   job.add_server();
-  job.add_server(2, {"--shard-threads", transport == "ucx" ? "true" : "false"});
+  job.add_server(2, {"--shard-threads", "false"});
   // Rank 0 (whichever worker that is) exports the weights at its end.
   actorps::test::temp_dir tmp;
   auto exported = tmp.path() + "/weights.safetensors";

@@ -102,12 +102,13 @@ struct metered_server {
   std::thread thread;
   uint16_t metrics_port = 0;
 
-  metered_server(uint16_t coordinator, const std::string& tok,
-                 uint32_t shards) {
+  metered_server(uint16_t coordinator, const std::string& tok, uint32_t shards,
+                 bool shard_threads = true) {
     server_options so;
     so.coordinator = endpoint{"127.0.0.1", coordinator};
     so.token = tok;
     so.shards = shards;
+    so.shard_threads = shard_threads;
     so.metrics.port = 0;
     auto port = std::make_shared<std::promise<uint16_t>>();
     so.on_metrics = [port](uint16_t p) { port->set_value(p); };
@@ -280,7 +281,8 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
   // UCX when built with it.
   co.transport = default_transport(false);
   test::coordinator_thread coordinator{co};
-  metered_server server{coordinator.port(), tok, 1};
+  // Its shards on the scheduler: its plane's thread runs them over ucx.
+  metered_server server{coordinator.port(), tok, 1, false};
   auto port = server.metrics_port;
   auto password = metrics_password(tok);
   {
@@ -331,8 +333,7 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
       // The server's replies went through its segment to the worker.
       CHECK(sample(text, "actorps_ucx_segment_sends_total") > 0);
       CHECK(sample(text, "actorps_ucx_waiting_messages") == 0);
-      // Its shards run on the scheduler by default over ucx, and its
-      // plane's thread ran them for requests.
+      // Its plane's thread ran its shard for requests.
       CHECK(sample(text, "actorps_ucx_plane_thread_runs_total") > 0);
       REQUIRE_FALSE(kv->close());
     }
