@@ -22,29 +22,33 @@ inline constexpr std::size_t huge_page_min_bytes = std::size_t{8} << 20;
 /// Linux, or when the kernel refuses.
 void advise_huge_pages(void* p, std::size_t bytes) noexcept;
 
-/// `v` becomes `n` copies of `fill`, in a fresh block advised for huge
-/// pages before it is first written when it is large.
+/// An empty vector with room for `n` values in a fresh block, advised for
+/// huge pages (when large) before anything is written to it.
+template <class T>
+std::vector<T> large_room(std::size_t n) {
+  std::vector<T> v;
+  v.reserve(n);
+  advise_huge_pages(v.data(), n * sizeof(T));
+  return v;
+}
+
+/// `v` becomes `n` copies of `fill`: in a fresh block advised for huge
+/// pages when it is large, else in `v`'s own.
 template <class T>
 void assign_large(std::vector<T>& v, std::size_t n, const T& fill) {
   if (n * sizeof(T) < huge_page_min_bytes) {
     v.assign(n, fill);
     return;
   }
-  std::vector<T> fresh;
-  fresh.reserve(n);
-  advise_huge_pages(fresh.data(), n * sizeof(T));
+  auto fresh = large_room<T>(n);
   fresh.assign(n, fill);
   v = std::move(fresh);
 }
 
-/// A fresh copy of the `n` values at `first`, advised for huge pages before
-/// it is written when it is large.
+/// A fresh copy of the `n` values at `first` (see large_room).
 template <class T>
 std::vector<T> large_copy(const T* first, std::size_t n) {
-  std::vector<T> v;
-  v.reserve(n);
-  if (n * sizeof(T) >= huge_page_min_bytes)
-    advise_huge_pages(v.data(), n * sizeof(T));
+  auto v = large_room<T>(n);
   v.assign(first, first + n);
   return v;
 }

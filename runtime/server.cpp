@@ -113,9 +113,6 @@ caf::error run_server(const server_options& opts,
   if (job.transport == transport::ucx && job.replicas > 1)
     link = std::make_shared<ucx::plane_link>(sys);
 #endif
-  // Shards on threads of their own, or on the scheduler, where over ucx
-  // the plane's thread runs them (server_options::shard_threads).
-  const bool own_threads = opts.shard_threads;
   // Spawns shard `index` (a backup of another server's: `backup`) and its
   // priority relay into `into` and `relays_into`.
   auto spawn_one = [&](uint32_t index, bool backup,
@@ -132,7 +129,7 @@ caf::error run_server(const server_options& opts,
     sc.replica_timeout = opts.timeout;
     // (A backup forwards too once promoted and paired with a new one.)
     sc.link = link;
-    sc.own_thread = own_threads;
+    sc.own_thread = opts.shard_threads;
     auto shard = spawn_shard(sys, sc);
     if (sc.own_thread) {
       self->monitor(shard);
@@ -198,8 +195,9 @@ caf::error run_server(const server_options& opts,
     auto plane_link = std::static_pointer_cast<ucx::plane_link>(link);
     if (plane_link)
       plane_link->attach(data_plane);
+    // (Shards on the scheduler: the plane's thread runs them.)
     ingress = ucx::spawn_ingress(sys, requests, data_plane, std::move(by_index),
-                                 plane_link, !own_threads);
+                                 plane_link, !opts.shard_threads);
     owned.push_back(ingress);
     data_address.assign(data_plane->address().begin(),
                         data_plane->address().end());

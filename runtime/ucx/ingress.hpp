@@ -176,12 +176,14 @@ std::shared_ptr<reply_sink> make_plane_sink(caf::actor_system& sys,
 ///
 /// With `run_shards` (shards on CAF's scheduler, not on threads of their
 /// own; only under work sharing, see detail::can_run_here), the plane's
-/// thread runs the shard for each request of normal priority it receives:
-/// the request waits until the progress pass that received it ends (the
-/// handler runs under the plane's lock), then wakes the shard on that
-/// thread (detail::send_and_run), one hand-off between threads fewer per
-/// request. High-priority requests go to the shard's mailbox at once (as
-/// every request does otherwise), so they still overtake queued ones.
+/// thread runs a shard for the requests of normal priority it receives:
+/// they wait until the progress pass that received them ends (the handler
+/// runs under the plane's lock); then those to the first one's shard wake
+/// it on that thread (detail::send_and_run), one hand-off between threads
+/// fewer per request, and those to other shards go to their mailboxes,
+/// where scheduler threads run them side by side. High-priority requests
+/// go to the shard's mailbox at once (as every request does otherwise), so
+/// they still overtake queued ones.
 /// The plane's `on_idle` must flush `queue` (start_plane's does): held
 /// requests leave there.
 caf::actor spawn_ingress(caf::actor_system& sys,
