@@ -12,7 +12,15 @@
 // the caches, thousands make each row a miss as fresh ids of a real job
 // do; the table, its state and its steps on huge pages as a shard holds
 // them (PAGES `huge`, the default) or on the small pages malloc gives
-// (`small`).
+// (`small`);
+//   build/bench/actorps-optimizer-bench split [ROWS] [BATCH] [ROUNDS]
+//     [SHARDS] [SETS]
+// times the work around the rows of a push_rows and a pull_rows of BATCH
+// distinct random rows of a table of ROWS rows of 16 floats over SHARDS
+// shards: the worker's split by shard (core::split_rows) and its values
+// summed per shard (core::summed_rows), the shard's check for repeated rows
+// (core::find_repeat) and its answer to a pull (core::gather_rows), and the
+// worker's scatter of that answer (core::scatter_rows).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +32,7 @@
 
 #include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
+#include "core/rows.hpp"
 
 namespace {
 
@@ -117,12 +126,90 @@ int rows(uint64_t rows, uint64_t batch, int rounds, bool huge, uint64_t sets) {
   return 0;
 }
 
+int split(uint64_t rows, uint64_t batch, int rounds, uint32_t shards,
+          uint64_t sets) {
+  const uint64_t dim = 16;
+  std::printf("table %llu x %llu, %llu distinct rows a round, %u shards, "
+              "rounds %d, %llu sets\n",
+              static_cast<unsigned long long>(rows),
+              static_cast<unsigned long long>(dim),
+              static_cast<unsigned long long>(batch), shards, rounds,
+              static_cast<unsigned long long>(sets));
+  core::row_layout layout{rows, dim, shards};
+  std::mt19937_64 gen{42};
+  std::vector<std::vector<uint64_t>> ids(sets);
+  for (auto& round : ids) {
+    std::vector<char> taken(rows, 0);
+    while (round.size() < batch)
+      if (auto id = gen() % rows; !taken[id]) {
+        taken[id] = 1;
+        round.push_back(id);
+      }
+  }
+  std::vector<float> values(batch * dim, 1.0f);
+  // The shard's part of the table, on huge pages as a shard holds it.
+  std::vector<float> table;
+  core::assign_large(table, layout.rows_on(0) * dim, 0.5f);
+  std::vector<float> out(batch * dim);
+  std::vector<std::vector<core::shard_rows>> splits(sets);
+  double check = 0;
+  auto at = [&](int r) { return static_cast<size_t>(r) % sets; };
+  auto report = [](const char* what, double us, uint64_t n) {
+    std::printf("%-13s %9.2f us per call  %6.2f ns per row\n", what, us,
+                us * 1000.0 / static_cast<double>(n));
+  };
+  report(
+    "split_rows",
+    time_rounds(rounds,
+                [&](int r) {
+                  if (!core::split_rows(layout, ids[at(r)], splits[at(r)]).ok())
+                    std::abort();
+                }),
+    batch);
+  report(
+    "summed_rows",
+    time_rounds(rounds,
+                [&](int r) {
+                  for (auto& part : splits[at(r)])
+                    check += core::summed_rows(part, values.data(), dim).size();
+                }),
+    batch);
+  report("find_repeat",
+         time_rounds(rounds,
+                     [&](int r) {
+                       uint64_t twice = 0;
+                       for (auto& part : splits[at(r)])
+                         check += core::find_repeat(part.local, twice) ? 1 : 0;
+                     }),
+         batch);
+  report("gather_rows",
+         time_rounds(
+           rounds,
+           [&](int r) {
+             for (auto& part : splits[at(r)])
+               check += core::gather_rows(table.data(), dim, part.local).size();
+           }),
+         batch);
+  report("scatter_rows",
+         time_rounds(rounds,
+                     [&](int r) {
+                       for (auto& part : splits[at(r)])
+                         core::scatter_rows(part, table.data(), dim,
+                                            out.data());
+                     }),
+         batch);
+  std::printf("(check %g)\n", check + out[0]);
+  return 0;
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: actorps-optimizer-bench [N floats in 1..2^28] [ROUNDS "
                "> 0]\n       actorps-optimizer-bench rows [ROWS in 1..2^26] "
                "[BATCH in 1..ROWS] [ROUNDS > 0] [huge|small] [SETS in "
-               "1..2^16]\n");
+               "1..2^16]\n       actorps-optimizer-bench split [ROWS in "
+               "1..2^26] [BATCH in 1..ROWS] [ROUNDS > 0] [SHARDS in 1..64] "
+               "[SETS in 1..256]\n");
   return 2;
 }
 
@@ -144,6 +231,19 @@ int main(int argc, char** argv) {
         || sets > (uint64_t{1} << 16) || batch * sets > (uint64_t{1} << 27))
       return usage();
     return rows(n, batch, static_cast<int>(rounds), pages == "huge", sets);
+  }
+  if (argc > 1 && std::strcmp(argv[1], "split") == 0) {
+    const auto n = arg(2, 10000000);
+    const auto batch = arg(3, 1000);
+    const auto rounds = arg(4, 20000);
+    const auto shards = arg(5, 1);
+    const auto sets = arg(6, 16);
+    if (n == 0 || n > (uint64_t{1} << 26) || batch == 0 || batch > n / 2
+        || rounds == 0 || rounds > (uint64_t{1} << 30) || shards == 0
+        || shards > 64 || sets == 0 || sets > 256)
+      return usage();
+    return split(n, batch, static_cast<int>(rounds),
+                 static_cast<uint32_t>(shards), sets);
   }
   const auto n = arg(1, 235146);
   const auto rounds = arg(2, 2000);

@@ -11,8 +11,11 @@ namespace actorps::core {
 namespace {
 
 // Distinct ids to small indices in one allocation (open addressing, linear
-// probing): a node-based map costs an allocation per id. Ids are below
-// 2^63, so all ones marks a free place.
+// probing): a node-based map costs an allocation per id. A place is taken
+// when its stamp is the index's current one, so emptying the index is one
+// increment, not a pass over its memory: a thread's scratch index (see
+// `with_scratch_index`) serves call after call without being cleared or
+// allocated again.
 class id_index {
 public:
   explicit id_index(std::size_t n = 0) {
@@ -21,46 +24,114 @@ public:
 
   // Room for `n` ids without growing.
   void reserve(std::size_t n) {
-    std::size_t cap = 16;
-    while (cap < 2 * n)
-      cap <<= 1;
-    if (cap <= keys_.size())
+    auto cap = capacity_for(n);
+    if (cap <= mask_ + 1 && !places_.empty())
       return;
-    auto old_keys = std::move(keys_);
-    auto old_values = std::move(values_);
-    keys_.assign(cap, free_place);
-    values_.resize(cap);
+    if (cap <= places_.size()) {
+      // Room enough behind the places in use: the index spreads over more
+      // of it (rehashing what it holds into the stamp of its own).
+      rehash(cap);
+      return;
+    }
+    std::vector<place> old(cap);
+    old.swap(places_);
+    auto old_mask = mask_;
+    auto old_stamp = stamp_;
     mask_ = cap - 1;
+    stamp_ = 1;
     size_ = 0;
-    for (std::size_t i = 0; i < old_keys.size(); ++i)
-      if (old_keys[i] != free_place)
-        insert(old_keys[i], old_values[i]);
+    for (std::size_t i = 0; i <= old_mask && i < old.size(); ++i)
+      if (old[i].stamp == old_stamp)
+        insert(old[i].id, old[i].value);
+  }
+
+  // Empties the index and spreads it over as much of its room as `n` ids
+  // need (a small request probes a small part of a large index: fewer
+  // cache misses).
+  void reset(std::size_t n) {
+    next_stamp();
+    size_ = 0;
+    auto cap = capacity_for(n);
+    if (cap > places_.size()) {
+      places_.assign(cap, place{});
+      stamp_ = 1;
+    }
+    mask_ = cap - 1;
   }
 
   // The index of `id`, and whether it was new (then it got `fresh`).
   std::pair<uint32_t, bool> insert(uint64_t id, uint32_t fresh) {
-    if (2 * (size_ + 1) > keys_.size())
+    if (2 * (size_ + 1) > mask_ + 1)
       reserve(size_ + 1);
     for (auto h = (id * 0x9e3779b97f4a7c15ULL) >> 20;; ++h) {
-      auto at = h & mask_;
-      if (keys_[at] == free_place) {
-        keys_[at] = id;
-        values_[at] = fresh;
+      auto& p = places_[h & mask_];
+      if (p.stamp != stamp_) {
+        p = place{id, fresh, stamp_};
         ++size_;
         return {fresh, true};
       }
-      if (keys_[at] == id)
-        return {values_[at], false};
+      if (p.id == id)
+        return {p.value, false};
     }
   }
 
 private:
-  static constexpr uint64_t free_place = ~uint64_t{0};
-  std::vector<uint64_t> keys_;
-  std::vector<uint32_t> values_;
+  struct place {
+    uint64_t id = 0;
+    uint32_t value = 0;
+    uint32_t stamp = 0;
+  };
+
+  static std::size_t capacity_for(std::size_t n) {
+    std::size_t cap = 16;
+    while (cap < 2 * n)
+      cap <<= 1;
+    return cap;
+  }
+
+  void next_stamp() {
+    if (++stamp_ == 0) {
+      // (After 2^32 stamps: they start over.)
+      for (auto& p : places_)
+        p.stamp = 0;
+      stamp_ = 1;
+    }
+  }
+
+  // Spreads what the index holds over its first `cap` places.
+  void rehash(std::size_t cap) {
+    std::vector<place> held;
+    held.reserve(size_);
+    for (std::size_t i = 0; i <= mask_; ++i)
+      if (places_[i].stamp == stamp_)
+        held.push_back(places_[i]);
+    next_stamp();
+    mask_ = cap - 1;
+    size_ = 0;
+    for (auto& p : held)
+      insert(p.id, p.value);
+  }
+
+  std::vector<place> places_;
+  uint32_t stamp_ = 1;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
 };
+
+// An empty index with room for `n` ids: the calling thread's own, kept from
+// call to call, for requests of up to 2^15 rows (an index of 1 MB at most
+// stays with each thread); a fresh one for larger requests.
+template <class F>
+auto with_scratch_index(std::size_t n, F&& f) {
+  constexpr std::size_t kept = std::size_t{1} << 15;
+  if (n > kept) {
+    id_index fresh{n};
+    return f(fresh);
+  }
+  thread_local id_index scratch;
+  scratch.reset(n);
+  return f(scratch);
+}
 
 } // namespace
 
@@ -68,57 +139,91 @@ status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
                   std::vector<shard_rows>& out) {
   if (layout.shards == 0 || layout.dim == 0)
     return {errc::bad_config, "rows: a table needs a row size and a shard"};
-  std::vector<shard_rows> result(layout.shards);
-  auto expect = ids.size() / layout.shards + 16;
-  for (auto& r : result) {
-    r.local.reserve(expect);
-    r.uses.reserve(expect);
-  }
-  id_index seen{ids.size()};
-  for (uint64_t pos = 0; pos < ids.size(); ++pos) {
-    auto id = ids[pos];
-    if (id >= layout.rows)
-      return {errc::unknown_key, "rows: row " + std::to_string(id)
-                                   + " out of range (the table has "
-                                   + std::to_string(layout.rows) + " rows)"};
-    // (One shard: no division, a cost on the order of the hashing.)
-    auto one = layout.shards == 1;
-    auto& r = result[one ? 0 : layout.shard_of(id)];
-    auto [index, fresh] = seen.insert(id,
-                                      static_cast<uint32_t>(r.local.size()));
-    if (fresh)
-      r.local.push_back(one ? id : layout.local_of(id));
-    r.uses.emplace_back(pos, index);
-  }
-  out = std::move(result);
-  return {};
+  auto out_of_range = [&](uint64_t id) {
+    return status{errc::unknown_key, "rows: row " + std::to_string(id)
+                                       + " out of range (the table has "
+                                       + std::to_string(layout.rows)
+                                       + " rows)"};
+  };
+  return with_scratch_index(ids.size(), [&](id_index& seen) -> status {
+    if (layout.shards == 1) {
+      // One shard, no id named twice (the common case): the request as it
+      // is, without a list of uses.
+      bool repeated = false;
+      for (auto id : ids) {
+        if (id >= layout.rows)
+          return out_of_range(id);
+        if (!seen.insert(id, 0).second) {
+          repeated = true;
+          break;
+        }
+      }
+      if (!repeated) {
+        out.resize(1);
+        out[0].local = ids;
+        out[0].uses.clear();
+        out[0].in_order = true;
+        return {};
+      }
+      seen.reset(ids.size());
+    }
+    std::vector<shard_rows> result(layout.shards);
+    auto expect = ids.size() / layout.shards + 16;
+    for (auto& r : result) {
+      r.local.reserve(expect);
+      r.uses.reserve(expect);
+    }
+    for (uint64_t pos = 0; pos < ids.size(); ++pos) {
+      auto id = ids[pos];
+      if (id >= layout.rows)
+        return out_of_range(id);
+      // (One shard: no division, a cost on the order of the hashing.)
+      auto one = layout.shards == 1;
+      auto& r = result[one ? 0 : layout.shard_of(id)];
+      auto [index, fresh] = seen.insert(id,
+                                        static_cast<uint32_t>(r.local.size()));
+      if (fresh)
+        r.local.push_back(one ? id : layout.local_of(id));
+      r.uses.emplace_back(pos, index);
+    }
+    out = std::move(result);
+    return {};
+  });
 }
 
 bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated) {
-  id_index seen{rows.size()};
-  for (auto r : rows)
-    if (!seen.insert(r, 0).second) {
-      repeated = r;
-      return true;
-    }
-  return false;
+  return with_scratch_index(rows.size(), [&](id_index& seen) {
+    for (auto r : rows)
+      if (!seen.insert(r, 0).second) {
+        repeated = r;
+        return true;
+      }
+    return false;
+  });
 }
 
 std::vector<float> summed_rows(const shard_rows& rows, const float* values,
                                uint64_t dim) {
+  if (rows.in_order)
+    return std::vector<float>(values, values + rows.local.size() * dim);
   // A row's first use comes before its repeats, and first uses come in
-  // index order: each row is copied once, then added to, with no zero fill.
-  std::vector<float> sum;
-  sum.reserve(rows.local.size() * dim);
+  // index order: each row is copied once, then added to. (Plain loops: a
+  // call to memmove or a vector insert per row of a few floats cost more
+  // than the copy.)
+  std::vector<float> sum(rows.local.size() * dim);
+  float* base = sum.data();
+  uint32_t fresh = 0;
   for (auto [pos, idx] : rows.uses) {
-    auto* src = values + pos * dim;
-    if (uint64_t{idx} * dim == sum.size()) {
-      sum.insert(sum.end(), src, src + dim);
-      continue;
+    const float* src = values + pos * dim;
+    float* dst = base + uint64_t{idx} * dim;
+    if (idx == fresh) {
+      ++fresh;
+      for (uint64_t j = 0; j < dim; ++j)
+        dst[j] = src[j];
+    } else {
+      for (uint64_t j = 0; j < dim; ++j)
+        dst[j] += src[j];
     }
-    auto* dst = sum.data() + uint64_t{idx} * dim;
-    for (uint64_t j = 0; j < dim; ++j)
-      dst[j] += src[j];
   }
   return sum;
 }
@@ -139,8 +244,16 @@ std::vector<float> gather_rows(const float* table, uint64_t dim,
 
 void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
                   float* out) {
-  for (auto [pos, idx] : rows.uses)
-    std::copy(pulled + idx * dim, pulled + (idx + 1) * dim, out + pos * dim);
+  if (rows.in_order) {
+    std::copy_n(pulled, rows.local.size() * dim, out);
+    return;
+  }
+  for (auto [pos, idx] : rows.uses) {
+    const float* src = pulled + uint64_t{idx} * dim;
+    float* dst = out + pos * dim;
+    for (uint64_t j = 0; j < dim; ++j)
+      dst[j] = src[j];
+  }
 }
 
 struct row_sum::index : id_index {};

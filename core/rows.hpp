@@ -43,6 +43,9 @@ struct shard_rows {
   std::vector<uint64_t> local;
   /// Per request position on this shard: (position, index into `local`).
   std::vector<std::pair<uint64_t, uint32_t>> uses;
+  /// Position i of the request names `local[i]`, for every position (one
+  /// shard, no id named twice): `uses` is left empty.
+  bool in_order = false;
 };
 
 /// Splits the row ids of a request by shard (`out` gets one entry per

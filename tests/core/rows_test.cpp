@@ -69,6 +69,63 @@ TEST_CASE("rows: repeated ids are summed on push and all filled on pull",
         == errc::bad_config);
 }
 
+TEST_CASE("rows: one shard and distinct ids take the request as it is",
+          "[core]") {
+  core::row_layout layout{100, 2, 1};
+  std::vector<core::shard_rows> split;
+  REQUIRE(core::split_rows(layout, {5, 3, 9}, split).ok());
+  REQUIRE(split.size() == 1);
+  CHECK(split[0].in_order);
+  CHECK(split[0].local == std::vector<uint64_t>{5, 3, 9});
+  CHECK(split[0].uses.empty());
+  std::vector<float> values{1, 2, 3, 4, 5, 6};
+  CHECK(core::summed_rows(split[0], values.data(), 2) == values);
+  std::vector<float> out(6, -1);
+  core::scatter_rows(split[0], values.data(), 2, out.data());
+  CHECK(out == values);
+  // A repeated id: the rows summed and every position filled, as with
+  // several shards.
+  REQUIRE(core::split_rows(layout, {5, 3, 5}, split).ok());
+  REQUIRE(split.size() == 1);
+  CHECK_FALSE(split[0].in_order);
+  CHECK(split[0].local == std::vector<uint64_t>{5, 3});
+  CHECK(core::summed_rows(split[0], values.data(), 2)
+        == std::vector<float>{6, 8, 3, 4});
+  std::vector<float> pulled{7, 8, 9, 10};
+  core::scatter_rows(split[0], pulled.data(), 2, out.data());
+  CHECK(out == std::vector<float>{7, 8, 9, 10, 7, 8});
+  auto st = core::split_rows(layout, {5, 100}, split);
+  CHECK(st.code == errc::unknown_key);
+  CHECK_THAT(st.message, Catch::Contains("row 100 out of range"));
+}
+
+TEST_CASE("rows: repeats are found call after call, small and large",
+          "[core]") {
+  // The index behind split_rows and find_repeat is kept from call to call
+  // on each thread: a row of an earlier call must not count as a repeat,
+  // and requests of every size (over 2^15 ids too) must find theirs.
+  std::mt19937_64 rng{11};
+  for (int call = 0; call < 200; ++call) {
+    auto n = call % 50 == 49 ? 40000 : 1 + rng() % 3000;
+    std::vector<uint64_t> ids(n);
+    for (uint64_t i = 0; i < n; ++i)
+      ids[i] = i * 7 + static_cast<uint64_t>(call);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    auto twice = call % 3 == 0 && n > 1;
+    if (twice)
+      ids[1 + rng() % (n - 1)] = ids[0];
+    uint64_t repeated = 0;
+    CHECK(core::find_repeat(ids, repeated) == twice);
+    if (twice)
+      CHECK(repeated == ids[0]);
+    std::vector<core::shard_rows> split;
+    REQUIRE(
+      core::split_rows(core::row_layout{n * 8 + 200, 1, 1}, ids, split).ok());
+    CHECK(split[0].in_order == !twice);
+    CHECK(split[0].local.size() == (twice ? n - 1 : n));
+  }
+}
+
 TEST_CASE("rows: the lazy update touches only the rows pushed, each with its "
           "own state and step",
           "[core]") {
