@@ -18,8 +18,8 @@
 // times the work around the rows of a push_rows and a pull_rows of BATCH
 // distinct random rows of a table of ROWS rows of 16 floats over SHARDS
 // shards: the worker's split by shard (core::split_rows) and its values
-// summed per shard (core::summed_rows), the shard's check for repeated rows
-// (core::find_repeat) and its answer to a pull (core::gather_rows), and the
+// per shard (core::shard_values), the shard's look for repeated rows
+// (core::sum_repeats) and its answer to a pull (core::gather_rows), and the
 // worker's scatter of that answer (core::scatter_rows).
 #include <chrono>
 #include <cstdio>
@@ -166,20 +166,23 @@ int split(uint64_t rows, uint64_t batch, int rounds, uint32_t shards,
                     std::abort();
                 }),
     batch);
-  report(
-    "summed_rows",
-    time_rounds(rounds,
-                [&](int r) {
-                  for (auto& part : splits[at(r)])
-                    check += core::summed_rows(part, values.data(), dim).size();
-                }),
-    batch);
-  report("find_repeat",
+  report("shard_values",
+         time_rounds(
+           rounds,
+           [&](int r) {
+             for (auto& part : splits[at(r)])
+               check += core::shard_values(part, values.data(), dim).size();
+           }),
+         batch);
+  std::vector<float> summed;
+  report("sum_repeats",
          time_rounds(rounds,
                      [&](int r) {
-                       uint64_t twice = 0;
                        for (auto& part : splits[at(r)])
-                         check += core::find_repeat(part.local, twice) ? 1 : 0;
+                         check += core::sum_repeats(part.local, values.data(),
+                                                    dim, summed)
+                                    ? 1
+                                    : 0;
                      }),
          batch);
   report("gather_rows",

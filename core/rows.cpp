@@ -10,6 +10,8 @@ namespace actorps::core {
 
 namespace {
 
+__extension__ typedef unsigned __int128 u128;
+
 // Distinct ids to small indices in one allocation (open addressing, linear
 // probing): a node-based map costs an allocation per id. A place is taken
 // when its stamp is the index's current one, so emptying the index is one
@@ -139,93 +141,94 @@ status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
                   std::vector<shard_rows>& out) {
   if (layout.shards == 0 || layout.dim == 0)
     return {errc::bad_config, "rows: a table needs a row size and a shard"};
-  auto out_of_range = [&](uint64_t id) {
-    return status{errc::unknown_key, "rows: row " + std::to_string(id)
-                                       + " out of range (the table has "
-                                       + std::to_string(layout.rows)
-                                       + " rows)"};
-  };
-  return with_scratch_index(ids.size(), [&](id_index& seen) -> status {
-    if (layout.shards == 1) {
-      // One shard, no id named twice (the common case): the request as it
-      // is, without a list of uses.
-      bool repeated = false;
-      for (auto id : ids) {
-        if (id >= layout.rows)
-          return out_of_range(id);
-        if (!seen.insert(id, 0).second) {
-          repeated = true;
-          break;
-        }
-      }
-      if (!repeated) {
-        out.resize(1);
-        out[0].local = ids;
-        out[0].uses.clear();
-        out[0].in_order = true;
-        return {};
-      }
-      seen.reset(ids.size());
-    }
-    std::vector<shard_rows> result(layout.shards);
-    auto expect = ids.size() / layout.shards + 16;
-    for (auto& r : result) {
-      r.local.reserve(expect);
-      r.uses.reserve(expect);
-    }
-    for (uint64_t pos = 0; pos < ids.size(); ++pos) {
-      auto id = ids[pos];
-      if (id >= layout.rows)
-        return out_of_range(id);
-      // (One shard: no division, a cost on the order of the hashing.)
-      auto one = layout.shards == 1;
-      auto& r = result[one ? 0 : layout.shard_of(id)];
-      auto [index, fresh] = seen.insert(id,
-                                        static_cast<uint32_t>(r.local.size()));
-      if (fresh)
-        r.local.push_back(one ? id : layout.local_of(id));
-      r.uses.emplace_back(pos, index);
-    }
-    out = std::move(result);
+  for (auto id : ids)
+    if (id >= layout.rows)
+      return {errc::unknown_key, "rows: row " + std::to_string(id)
+                                   + " out of range (the table has "
+                                   + std::to_string(layout.rows) + " rows)"};
+  out.assign(layout.shards, shard_rows{});
+  if (layout.shards == 1) {
+    // (No division: the local index is the id.)
+    out[0].local = ids;
+    out[0].in_order = true;
     return {};
-  });
+  }
+  // One pass, a multiplication in place of each division: ids are below
+  // 2^32 (a table holds at most 2^32 floats), where Lemire's
+  // c = 2^64 / shards + 1 gives id / shards exactly as the high word of
+  // c * id (D. Lemire, O. Kaser, N. Kurz, "Faster remainder by direct
+  // computation", 2019).
+  const uint64_t shards = layout.shards;
+  const bool narrow = layout.rows <= (uint64_t{1} << 32);
+  const uint64_t c = ~uint64_t{0} / shards + 1;
+  auto expect = ids.size() / shards + ids.size() / (4 * shards) + 16;
+  for (auto& r : out) {
+    r.local.reserve(expect);
+    r.positions.reserve(expect);
+  }
+  for (uint64_t pos = 0; pos < ids.size(); ++pos) {
+    auto id = ids[pos];
+    auto q = narrow ? static_cast<uint64_t>((u128{c} * id) >> 64) : id / shards;
+    auto& r = out[id - q * shards];
+    r.local.push_back(q);
+    r.positions.push_back(pos);
+  }
+  for (auto& r : out)
+    if (r.local.size() == ids.size()) {
+      // Every id on one shard: the request as it is there.
+      r.positions.clear();
+      r.in_order = true;
+    }
+  return {};
 }
 
-bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated) {
+bool sum_repeats(std::vector<uint64_t>& rows, const float* values, uint64_t dim,
+                 std::vector<float>& summed) {
   return with_scratch_index(rows.size(), [&](id_index& seen) {
-    for (auto r : rows)
-      if (!seen.insert(r, 0).second) {
-        repeated = r;
-        return true;
+    std::size_t i = 0;
+    for (; i < rows.size(); ++i)
+      if (!seen.insert(rows[i], static_cast<uint32_t>(i)).second)
+        break;
+    if (i == rows.size())
+      return false;
+    // Rows [0, i) are distinct, each indexed by its place: from the first
+    // repeat on, new rows go to the end and repeats are added in place.
+    std::vector<uint64_t> distinct(
+      rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(i));
+    summed.assign(values, values + i * dim);
+    for (; i < rows.size(); ++i) {
+      auto [at, fresh] = seen.insert(rows[i],
+                                     static_cast<uint32_t>(distinct.size()));
+      const float* src = values + i * dim;
+      if (fresh) {
+        distinct.push_back(rows[i]);
+        summed.insert(summed.end(), src, src + dim);
+      } else {
+        float* dst = summed.data() + uint64_t{at} * dim;
+        for (uint64_t j = 0; j < dim; ++j)
+          dst[j] += src[j];
       }
-    return false;
+    }
+    rows = std::move(distinct);
+    return true;
   });
 }
 
-std::vector<float> summed_rows(const shard_rows& rows, const float* values,
-                               uint64_t dim) {
+std::vector<float> shard_values(const shard_rows& rows, const float* values,
+                                uint64_t dim) {
   if (rows.in_order)
     return std::vector<float>(values, values + rows.local.size() * dim);
-  // A row's first use comes before its repeats, and first uses come in
-  // index order: each row is copied once, then added to. (Plain loops: a
-  // call to memmove or a vector insert per row of a few floats cost more
-  // than the copy.)
-  std::vector<float> sum(rows.local.size() * dim);
-  float* base = sum.data();
-  uint32_t fresh = 0;
-  for (auto [pos, idx] : rows.uses) {
+  // (Plain loops: a call to memmove or a vector insert per row of a few
+  // floats costs more than the copy.)
+  std::vector<float> out(rows.local.size() * dim);
+  float* dst = out.data();
+  for (auto pos : rows.positions) {
     const float* src = values + pos * dim;
-    float* dst = base + uint64_t{idx} * dim;
-    if (idx == fresh) {
-      ++fresh;
-      for (uint64_t j = 0; j < dim; ++j)
-        dst[j] = src[j];
-    } else {
-      for (uint64_t j = 0; j < dim; ++j)
-        dst[j] += src[j];
-    }
+    for (uint64_t j = 0; j < dim; ++j)
+      dst[j] = src[j];
+    dst += dim;
   }
-  return sum;
+  return out;
 }
 
 std::vector<float> gather_rows(const float* table, uint64_t dim,
@@ -248,11 +251,11 @@ void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
     std::copy_n(pulled, rows.local.size() * dim, out);
     return;
   }
-  for (auto [pos, idx] : rows.uses) {
-    const float* src = pulled + uint64_t{idx} * dim;
+  for (auto pos : rows.positions) {
     float* dst = out + pos * dim;
     for (uint64_t j = 0; j < dim; ++j)
-      dst[j] = src[j];
+      dst[j] = pulled[j];
+    pulled += dim;
   }
 }
 

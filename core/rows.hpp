@@ -36,15 +36,18 @@ struct row_layout {
   }
 };
 
-/// The rows of one request that one shard serves: distinct local indices
-/// in first-seen order, and for each position of the request which of
-/// them it names.
+/// The rows of one request that one shard serves, in request order, and
+/// where each lies in the request. An id named twice is there twice: the
+/// shard sums the rows of a push named more than once (`sum_repeats`) and
+/// answers a pull with every row asked for, so a worker splits a request
+/// without hashing its ids.
 struct shard_rows {
+  /// Local indices (each below the shard's row count).
   std::vector<uint64_t> local;
-  /// Per request position on this shard: (position, index into `local`).
-  std::vector<std::pair<uint64_t, uint32_t>> uses;
-  /// Position i of the request names `local[i]`, for every position (one
-  /// shard, no id named twice): `uses` is left empty.
+  /// The request position of each entry of `local` (empty if `in_order`).
+  std::vector<uint64_t> positions;
+  /// Entry i is position i of the request, for every position: this shard
+  /// serves the whole request as it is (`positions` is left empty).
   bool in_order = false;
 };
 
@@ -86,15 +89,20 @@ private:
   std::unique_ptr<index> index_;
 };
 
-/// Whether some row appears twice in `rows` (each below 2^63); the first
-/// repeated one goes to `repeated`.
-bool find_repeat(const std::vector<uint64_t>& rows, uint64_t& repeated);
+/// A push's rows each once: if some row appears more than once in `rows`,
+/// `rows` becomes its distinct rows in first-seen order and `summed` their
+/// values, the rows of a repeated one added up in request order (`values`:
+/// one row of `dim` floats per entry of `rows` as it was); returns true.
+/// Else (the common case, one pass over the rows) leaves both alone and
+/// returns false. Rows must be below 2^63.
+bool sum_repeats(std::vector<uint64_t>& rows, const float* values, uint64_t dim,
+                 std::vector<float>& summed);
 
-/// The values a push sends to one shard: one row of `dim` floats per
-/// distinct local row, the rows of repeated ids summed. `values` holds
-/// `ids.size()` rows back to back, in request order.
-std::vector<float> summed_rows(const shard_rows& rows, const float* values,
-                               uint64_t dim);
+/// The values a push sends to one shard: the rows of `values` (one row of
+/// `dim` floats per id of the request, in request order) that `rows` names,
+/// in its order.
+std::vector<float> shard_values(const shard_rows& rows, const float* values,
+                                uint64_t dim);
 
 /// The rows `rows` (local indices, each below the table's row count) of a
 /// table of rows of `dim` floats, one after the other: a shard's answer to
@@ -103,8 +111,8 @@ std::vector<float> summed_rows(const shard_rows& rows, const float* values,
 std::vector<float> gather_rows(const float* table, uint64_t dim,
                                const std::vector<uint64_t>& rows);
 
-/// Writes the rows a shard returned (`pulled`: one row per `rows.local`)
-/// into every request position that names them (`out`: request order).
+/// Writes the rows a shard returned (`pulled`: one row per entry of
+/// `rows.local`) to their request positions (`out`: request order).
 void scatter_rows(const shard_rows& rows, const float* pulled, uint64_t dim,
                   float* out);
 

@@ -68,9 +68,9 @@
 ///   when every live worker pushed (no rows is a push too); bounded
 ///   staleness: each push of a table slice is one tick of the worker's
 ///   clock there.
+///   A row named more than once gets the sum of its rows.
 ///   Errors: as for push, plus `shape_mismatch` (not a table, values not
-///   one row per id), `unknown_key` (a row out of range), `bad_config` (a
-///   row named twice).
+///   one row per id), `unknown_key` (a row out of range).
 /// - `(pull_atom, rows_pull)` -> `shared_floats`: the rows asked for, back
 ///   to back (with bounded staleness, once the bound allows, as a pull).
 ///   Errors: as for rows_push. `save` and `load` carry a table's values

@@ -253,7 +253,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
   if (t.table) {
-    if (auto err = check_rows("pull_rows", s, s.id, t.single().rows, false)) {
+    if (auto err = check_rows("pull_rows", s, s.id, t.single().rows)) {
       t.fail(std::move(err));
       return;
     }

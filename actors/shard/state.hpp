@@ -301,12 +301,13 @@ struct shard_state {
   // -- in-order processing ----------------------------------------------------
 
   // Checks the rows of an operation on a table slice: a table, each row in
-  // range and, if `distinct` (pushes), named once.
+  // range.
   caf::error check_rows(const char* op, const slice_state& s, slice_id id,
-                        const std::vector<uint64_t>& rows, bool distinct) const;
+                        const std::vector<uint64_t>& rows) const;
 
   // Applies (async, bounded staleness) or adds to its round (sync) a push of
-  // `n` floats to `rows` of table slice `s`, row by row.
+  // `n` floats to `rows` of table slice `s`, row by row (the rows of a row
+  // named more than once summed first).
   // `rows` may be taken over (sync rounds); `owned`, if set, holds the
   // pushed floats and may be taken over too.
   caf::error do_push_rows(slice_state& s, slice_id id, uint32_t worker,

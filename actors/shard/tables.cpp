@@ -73,8 +73,7 @@ caf::error shard_state::init(const table_init& msg) {
 
 caf::error shard_state::check_rows(const char* op, const slice_state& s,
                                    slice_id id,
-                                   const std::vector<uint64_t>& rows,
-                                   bool distinct) const {
+                                   const std::vector<uint64_t>& rows) const {
   if (s.dim == 0)
     return make_error(errc::shape_mismatch, std::string{op} + ": "
                                               + slice_name(id)
@@ -86,12 +85,6 @@ caf::error shard_state::check_rows(const char* op, const slice_state& s,
                         std::string{op} + ": row " + std::to_string(r)
                           + " out of range (" + slice_name(id) + " holds "
                           + std::to_string(held) + " rows here)");
-  // A pull may name a row twice (it gets it twice); a push must not.
-  uint64_t twice = 0;
-  if (distinct && core::find_repeat(rows, twice))
-    return make_error(errc::bad_config,
-                      std::string{op} + ": row " + std::to_string(twice)
-                        + " named twice (sum its values first)");
   return caf::none;
 }
 
@@ -102,13 +95,20 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
   ++stats.pushes;
   if (auto err = check_live("push_rows", worker))
     return err;
-  if (auto err = check_rows("push_rows", s, id, rows, true))
+  if (auto err = check_rows("push_rows", s, id, rows))
     return err;
   if (n != rows.size() * s.dim)
     return make_error(errc::shape_mismatch,
                       "push_rows: " + std::to_string(rows.size()) + " rows of "
                         + std::to_string(s.dim) + " floats but the push has "
                         + std::to_string(n));
+  // A row named more than once: its rows added up, as MXNet sums a
+  // row-sparse gradient's (every replica does the same with the same push).
+  std::vector<float> summed;
+  if (core::sum_repeats(rows, g, s.dim, summed)) {
+    g = summed.data();
+    owned = &summed;
+  }
   auto& t = traffic(worker);
   ++t.pushes;
   t.floats_pushed += n;

@@ -129,13 +129,13 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
         return;
       }
     }
-  // Every row on one shard, none named twice (one shard, distinct ids):
-  // that shard's part is the request as it is, so a push sends the values
-  // as given and a pull's answer is the output, with no copy either way.
+  // Every row on one shard: that shard's part is the request as it is, so
+  // a push sends the values as given and a pull's answer is the output,
+  // with no copy either way. (Ids named twice go as they are: the shard
+  // sums a push's, and answers a pull's each time.)
   auto whole = !ids.empty()
-               && std::any_of(split.begin(), split.end(), [&](auto& rows) {
-                    return rows.local.size() == ids.size();
-                  });
+               && std::any_of(split.begin(), split.end(),
+                              [](auto& rows) { return rows.in_order; });
   auto out = std::make_shared<std::vector<float>>(
     pushes || whole ? 0 : ids.size() * dim);
   auto g = std::make_shared<gather>();
@@ -159,9 +159,8 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
     ++g->remaining;
     auto n = rows.local.size() * dim;
     if (pushes) {
-      floats sum{whole && rows.local.size() == ids.size()
-                   ? std::move(values)
-                   : core::summed_rows(rows, values.data(), dim)};
+      floats sum{rows.in_order ? std::move(values)
+                               : core::shard_values(rows, values.data(), dim)};
       if (r.comp.kind == codec::fp16) {
         // The shard gets the values fp16 holds, whether they cross packed
         // or stay in this process.

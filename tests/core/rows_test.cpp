@@ -31,32 +31,45 @@ TEST_CASE("rows: random and consecutive ids spread evenly over the shards",
   REQUIRE(split.size() == 4);
   for (auto& s : split) {
     // 1000 expected per shard; a shard far off would mean a skewed spread.
-    CHECK(s.uses.size() > 850);
-    CHECK(s.uses.size() < 1150);
+    CHECK(s.local.size() > 850);
+    CHECK(s.local.size() < 1150);
   }
   std::vector<uint64_t> run(100);
   for (uint64_t i = 0; i < run.size(); ++i)
     run[i] = 5000 + i;
   REQUIRE(core::split_rows(layout, run, split).ok());
   for (auto& s : split)
-    CHECK(s.uses.size() == 25);
+    CHECK(s.local.size() == 25);
 }
 
-TEST_CASE("rows: repeated ids are summed on push and all filled on pull",
+TEST_CASE("rows: a request splits as it is, repeats and all; the shard sums "
+          "a push's repeats",
           "[core]") {
   core::row_layout layout{8, 2, 2};
   std::vector<uint64_t> ids{3, 5, 3, 0};
   std::vector<core::shard_rows> split;
   REQUIRE(core::split_rows(layout, ids, split).ok());
   // Shard 1 holds rows 3 and 5 (local 1 and 2), shard 0 row 0.
-  CHECK(split[1].local == std::vector<uint64_t>{1, 2});
+  CHECK(split[1].local == std::vector<uint64_t>{1, 2, 1});
+  CHECK(split[1].positions == std::vector<uint64_t>{0, 1, 2});
+  CHECK_FALSE(split[1].in_order);
   CHECK(split[0].local == std::vector<uint64_t>{0});
+  CHECK(split[0].positions == std::vector<uint64_t>{3});
   std::vector<float> values{1, 2, 10, 20, 100, 200, 7, 8};
-  CHECK(core::summed_rows(split[1], values.data(), 2)
-        == std::vector<float>{101, 202, 10, 20});
-  CHECK(core::summed_rows(split[0], values.data(), 2)
+  auto to_1 = core::shard_values(split[1], values.data(), 2);
+  CHECK(to_1 == std::vector<float>{1, 2, 10, 20, 100, 200});
+  CHECK(core::shard_values(split[0], values.data(), 2)
         == std::vector<float>{7, 8});
-  std::vector<float> pulled1{0.5f, 0.25f, 9, 9};
+  // The shard adds up the rows of local row 1.
+  auto rows = split[1].local;
+  std::vector<float> summed;
+  REQUIRE(core::sum_repeats(rows, to_1.data(), 2, summed));
+  CHECK(rows == std::vector<uint64_t>{1, 2});
+  CHECK(summed == std::vector<float>{101, 202, 10, 20});
+  auto distinct = split[0].local;
+  CHECK_FALSE(core::sum_repeats(distinct, values.data(), 2, summed));
+  // A pull's answer has a row per entry: every position gets its row.
+  std::vector<float> pulled1{0.5f, 0.25f, 9, 9, 0.5f, 0.25f};
   std::vector<float> pulled0{4, 4};
   std::vector<float> out(ids.size() * 2, -1);
   core::scatter_rows(split[1], pulled1.data(), 2, out.data());
@@ -69,60 +82,98 @@ TEST_CASE("rows: repeated ids are summed on push and all filled on pull",
         == errc::bad_config);
 }
 
-TEST_CASE("rows: one shard and distinct ids take the request as it is",
+TEST_CASE("rows: a request whose rows all lie on one shard goes as it is",
           "[core]") {
-  core::row_layout layout{100, 2, 1};
   std::vector<core::shard_rows> split;
-  REQUIRE(core::split_rows(layout, {5, 3, 9}, split).ok());
+  REQUIRE(core::split_rows(core::row_layout{100, 2, 1}, {5, 3, 5}, split).ok());
   REQUIRE(split.size() == 1);
   CHECK(split[0].in_order);
-  CHECK(split[0].local == std::vector<uint64_t>{5, 3, 9});
-  CHECK(split[0].uses.empty());
+  CHECK(split[0].local == std::vector<uint64_t>{5, 3, 5});
+  CHECK(split[0].positions.empty());
   std::vector<float> values{1, 2, 3, 4, 5, 6};
-  CHECK(core::summed_rows(split[0], values.data(), 2) == values);
+  CHECK(core::shard_values(split[0], values.data(), 2) == values);
   std::vector<float> out(6, -1);
   core::scatter_rows(split[0], values.data(), 2, out.data());
   CHECK(out == values);
-  // A repeated id: the rows summed and every position filled, as with
-  // several shards.
-  REQUIRE(core::split_rows(layout, {5, 3, 5}, split).ok());
-  REQUIRE(split.size() == 1);
-  CHECK_FALSE(split[0].in_order);
-  CHECK(split[0].local == std::vector<uint64_t>{5, 3});
-  CHECK(core::summed_rows(split[0], values.data(), 2)
-        == std::vector<float>{6, 8, 3, 4});
-  std::vector<float> pulled{7, 8, 9, 10};
-  core::scatter_rows(split[0], pulled.data(), 2, out.data());
-  CHECK(out == std::vector<float>{7, 8, 9, 10, 7, 8});
-  auto st = core::split_rows(layout, {5, 100}, split);
+  // Two shards, every id on shard 1: local indices, in order.
+  REQUIRE(core::split_rows(core::row_layout{100, 2, 2}, {5, 3, 9}, split).ok());
+  REQUIRE(split.size() == 2);
+  CHECK(split[0].local.empty());
+  CHECK(split[1].in_order);
+  CHECK(split[1].local == std::vector<uint64_t>{2, 1, 4});
+  auto st = core::split_rows(core::row_layout{100, 2, 1}, {5, 100}, split);
   CHECK(st.code == errc::unknown_key);
   CHECK_THAT(st.message, Catch::Contains("row 100 out of range"));
 }
 
-TEST_CASE("rows: repeats are found call after call, small and large",
+TEST_CASE("rows: each id goes to shard id mod S at local index id div S",
           "[core]") {
-  // The index behind split_rows and find_repeat is kept from call to call
-  // on each thread: a row of an earlier call must not count as a repeat,
-  // and requests of every size (over 2^15 ids too) must find theirs.
+  std::mt19937_64 rng{5};
+  for (uint32_t shards : {2u, 3u, 5u, 7u, 64u, 1000u, 65537u}) {
+    // Tables up to 2^32 rows (a table holds at most 2^32 floats), and one
+    // beyond that bound (divided plainly).
+    for (uint64_t rows : {uint64_t{1} << 32, (uint64_t{1} << 32) - 1,
+                          uint64_t{1000003}, uint64_t{1} << 40}) {
+      std::vector<uint64_t> ids(2000);
+      for (auto& id : ids)
+        id = rng() % rows;
+      ids[0] = rows - 1;
+      ids[1] = 0;
+      std::vector<core::shard_rows> split;
+      REQUIRE(
+        core::split_rows(core::row_layout{rows, 1, shards}, ids, split).ok());
+      uint64_t seen = 0;
+      for (uint32_t s = 0; s < shards; ++s) {
+        auto& r = split[s];
+        REQUIRE(r.local.size() == r.positions.size());
+        for (size_t i = 0; i < r.local.size(); ++i) {
+          auto id = ids[r.positions[i]];
+          CHECK(id % shards == s);
+          CHECK(id / shards == r.local[i]);
+        }
+        seen += r.local.size();
+      }
+      CHECK(seen == ids.size());
+    }
+  }
+}
+
+TEST_CASE("rows: repeats are summed call after call, small and large",
+          "[core]") {
+  // The index behind sum_repeats is kept from call to call on each thread:
+  // a row of an earlier call must not count as a repeat, and requests of
+  // every size (over 2^15 rows too) must find theirs.
   std::mt19937_64 rng{11};
   for (int call = 0; call < 200; ++call) {
-    auto n = call % 50 == 49 ? 40000 : 1 + rng() % 3000;
-    std::vector<uint64_t> ids(n);
+    uint64_t n = call % 50 == 49 ? 40000 : 1 + rng() % 3000;
+    std::vector<uint64_t> rows(n);
     for (uint64_t i = 0; i < n; ++i)
-      ids[i] = i * 7 + static_cast<uint64_t>(call);
-    std::shuffle(ids.begin(), ids.end(), rng);
+      rows[i] = i * 7 + static_cast<uint64_t>(call);
+    std::shuffle(rows.begin(), rows.end(), rng);
     auto twice = call % 3 == 0 && n > 1;
+    uint64_t at = twice ? 1 + rng() % (n - 1) : 0;
     if (twice)
-      ids[1 + rng() % (n - 1)] = ids[0];
-    uint64_t repeated = 0;
-    CHECK(core::find_repeat(ids, repeated) == twice);
-    if (twice)
-      CHECK(repeated == ids[0]);
-    std::vector<core::shard_rows> split;
-    REQUIRE(
-      core::split_rows(core::row_layout{n * 8 + 200, 1, 1}, ids, split).ok());
-    CHECK(split[0].in_order == !twice);
-    CHECK(split[0].local.size() == (twice ? n - 1 : n));
+      rows[at] = rows[0];
+    std::vector<float> values(n);
+    for (uint64_t i = 0; i < n; ++i)
+      values[i] = static_cast<float>(i);
+    auto before = rows;
+    std::vector<float> summed;
+    REQUIRE(core::sum_repeats(rows, values.data(), 1, summed) == twice);
+    if (!twice) {
+      CHECK(rows == before);
+      continue;
+    }
+    // Row rows[0] holds its two values; every other row is as it was, in
+    // first-seen order.
+    REQUIRE(rows.size() == n - 1);
+    CHECK(summed[0] == static_cast<float>(at));
+    std::vector<uint64_t> expected = before;
+    expected.erase(expected.begin() + static_cast<std::ptrdiff_t>(at));
+    CHECK(rows == expected);
+    CHECK(summed.size() == n - 1);
+    if (n > 2)
+      CHECK(summed.back() == static_cast<float>(at + 1 < n ? n - 1 : n - 2));
   }
 }
 

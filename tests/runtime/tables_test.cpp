@@ -96,6 +96,37 @@ TEST_CASE("tables: one shard holding every row of a request takes the "
   CHECK(as_vector(g) == std::vector<float>{1, 2, 3, 4});
 }
 
+TEST_CASE("tables: a row named twice in one push is updated once, with the "
+          "sum of its rows",
+          "[tables]") {
+  // Adam is not linear in its gradient and counts a row's steps: two
+  // updates of row 3 would differ from one update with the sum.
+  for (uint32_t shards : {1u, 2u}) {
+    optimizer_config adam;
+    adam.name = "adam";
+    adam.learning_rate = 0.1f;
+    auto twice = make_store(shards);
+    auto summed = make_store(shards);
+    REQUIRE_FALSE(twice.set_optimizer(adam));
+    REQUIRE_FALSE(summed.set_optimizer(adam));
+    for (auto* kv : {&twice, &summed})
+      REQUIRE_FALSE(kv->init_table(
+        "t", 8, 2, table_fill{table_fill::constant, 1.0f, 0.0f, 0}));
+    Eigen::VectorXf g(6);
+    g << 0.5f, -1.0f, 4.0f, 4.0f, 2.0f, 3.0f;
+    REQUIRE_FALSE(twice.push_rows("t", {3, 6, 3}, g));
+    Eigen::VectorXf h(4);
+    h << 2.5f, 2.0f, 4.0f, 4.0f;
+    REQUIRE_FALSE(summed.push_rows("t", {3, 6}, h));
+    REQUIRE_FALSE(twice.wait_all());
+    REQUIRE_FALSE(summed.wait_all());
+    std::vector<uint64_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+    auto a = as_vector(pull_rows(twice, "t", all, 2));
+    CHECK(a == as_vector(pull_rows(summed, "t", all, 2)));
+    CHECK(a[6] != 1.0f);
+  }
+}
+
 TEST_CASE("tables: a uniform table is the same over 1 and 4 shards",
           "[tables]") {
   table_fill fill{table_fill::uniform, -1.0f, 1.0f, 7};
