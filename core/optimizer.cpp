@@ -406,6 +406,33 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   kind k = kind::assign;
   parse_kind(cfg.name, k);
   const auto per_row = state_size(cfg, dim);
+  if (k == kind::assign
+      || (k == kind::accumulate && cfg.rescale_grad == 1.0f
+          && !(cfg.clip_gradient > 0.0f))) {
+    // No state, no step size, no arithmetic that rounds (w = g, w + g):
+    // plain loops, the same values as apply_kind's with no call and no
+    // Eigen map per row of a few floats.
+    const bool adds = k == kind::accumulate;
+    constexpr std::size_t ahead = 8;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (i + ahead < count) {
+        auto next = rows[i + ahead];
+        prefetch_lines<true>(table + next * dim, dim * sizeof(float));
+        __builtin_prefetch(steps + next, 1);
+      }
+      auto r = rows[i];
+      float* w = table + r * dim;
+      const float* g = grads + i * dim;
+      if (adds)
+        for (std::size_t j = 0; j < dim; ++j)
+          w[j] += g[j];
+      else
+        for (std::size_t j = 0; j < dim; ++j)
+          w[j] = g[j];
+      ++steps[r];
+    }
+    return;
+  }
   const bool sized = uses_step_size(k);
   step_sizes sizes{k, cfg};
   const float eps = epsilon_for(k, cfg);

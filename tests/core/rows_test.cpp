@@ -220,6 +220,39 @@ TEST_CASE("rows: the lazy update touches only the rows pushed, each with its "
       CHECK(state[r * per_row + j] == 0.0f);
 }
 
+TEST_CASE("rows: assign and accumulate update rows as a dense update of each "
+          "row does",
+          "[core]") {
+  for (auto name : {"assign", "accumulate"})
+    for (float rescale : {1.0f, 0.5f})
+      for (float clip : {0.0f, 0.25f}) {
+        INFO(name << ", rescale " << rescale << ", clip " << clip);
+        optimizer_config cfg;
+        cfg.name = name;
+        cfg.rescale_grad = rescale;
+        cfg.clip_gradient = clip;
+        const uint64_t dim = 5;
+        std::vector<float> table(4 * dim);
+        for (std::size_t i = 0; i < table.size(); ++i)
+          table[i] = 0.1f * static_cast<float>(i) - 0.7f;
+        auto dense = table;
+        std::vector<uint64_t> steps(4, 0);
+        std::vector<float> g(3 * dim);
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = 0.3f * static_cast<float>(i % 7) - 0.8f;
+        // Row 2 twice (as two calls would), row 0 once.
+        core::apply_rows(cfg, table.data(), nullptr, steps.data(), dim,
+                         {2, 0, 2}, g.data());
+        for (uint64_t i = 0; i < 3; ++i) {
+          auto r = i == 1 ? 0 : 2;
+          core::apply_update(cfg, dense.data() + r * dim, g.data() + i * dim,
+                             nullptr, dim, 0);
+        }
+        CHECK(table == dense);
+        CHECK(steps == std::vector<uint64_t>{1, 0, 2, 0});
+      }
+}
+
 TEST_CASE("rows: rows of one update with different step counts each get "
           "their own step size",
           "[core]") {
