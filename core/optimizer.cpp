@@ -388,6 +388,17 @@ void apply_kind(kind k, const optimizer_config& cfg, float* w, const float* g,
   }
 }
 
+// Fetches the lines of row `r` of a table, its state and its step ahead
+// of their update. (Always inlined: see prefetch_lines.)
+[[gnu::always_inline]] inline void
+fetch_row(const float* table, const float* state, const uint64_t* steps,
+          std::size_t dim, std::size_t per_row, uint64_t r) {
+  prefetch_lines<true>(table + r * dim, dim * sizeof(float));
+  __builtin_prefetch(steps + r, 1);
+  if (per_row > 0)
+    prefetch_lines<true>(state + r * per_row, per_row * sizeof(float));
+}
+
 } // namespace
 
 void apply_update(const optimizer_config& cfg, float* w, const float* g,
@@ -406,6 +417,9 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
   kind k = kind::assign;
   parse_kind(cfg.name, k);
   const auto per_row = state_size(cfg, dim);
+  // Rows lie far apart in a large table: fetch a few ahead, every line of
+  // them (docs/benchmarks.md, "Every line of a row fetched ahead").
+  constexpr std::size_t ahead = 8;
   if (k == kind::assign
       || (k == kind::accumulate && cfg.rescale_grad == 1.0f
           && !(cfg.clip_gradient > 0.0f))) {
@@ -413,15 +427,10 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
     // plain loops, the same values as apply_kind's with no call and no
     // Eigen map per row of a few floats.
     const bool adds = k == kind::accumulate;
-    constexpr std::size_t ahead = 8;
     for (std::size_t i = 0; i < count; ++i) {
-      if (i + ahead < count) {
-        auto next = rows[i + ahead];
-        prefetch_lines<true>(table + next * dim, dim * sizeof(float));
-        __builtin_prefetch(steps + next, 1);
-      }
-      auto r = rows[i];
-      float* w = table + r * dim;
+      if (i + ahead < count)
+        fetch_row(table, state, steps, dim, per_row, rows[i + ahead]);
+      float* w = table + rows[i] * dim;
       const float* g = grads + i * dim;
       if (adds)
         for (std::size_t j = 0; j < dim; ++j)
@@ -429,24 +438,16 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
       else
         for (std::size_t j = 0; j < dim; ++j)
           w[j] = g[j];
-      ++steps[r];
+      ++steps[rows[i]];
     }
     return;
   }
   const bool sized = uses_step_size(k);
   step_sizes sizes{k, cfg};
   const float eps = epsilon_for(k, cfg);
-  // Rows lie far apart in a large table: fetch a few ahead, every line of
-  // them (docs/benchmarks.md, "Every line of a row fetched ahead").
-  constexpr std::size_t ahead = 8;
   for (std::size_t i = 0; i < count; ++i) {
-    if (i + ahead < count) {
-      auto next = rows[i + ahead];
-      prefetch_lines<true>(table + next * dim, dim * sizeof(float));
-      __builtin_prefetch(steps + next, 1);
-      if (per_row > 0)
-        prefetch_lines<true>(state + next * per_row, per_row * sizeof(float));
-    }
+    if (i + ahead < count)
+      fetch_row(table, state, steps, dim, per_row, rows[i + ahead]);
     auto r = rows[i];
     apply_kind(k, cfg, table + r * dim, grads + i * dim, state + r * per_row,
                dim, sized ? sizes(steps[r]) : 0.0f, eps);

@@ -13,9 +13,12 @@ namespace actorps::core {
 inline constexpr std::size_t cache_line = 64;
 
 /// Prefetches every cache line of [p, p + bytes), for reading or (`write`)
-/// for writing.
+/// for writing. Always inlined: GCC finds a function that only prefetches
+/// free of effects and drops calls to it that it did not inline (a helper
+/// around this one lost every prefetch of apply_rows: 3x slower rows).
 template <bool Write = false>
-inline void prefetch_lines(const void* p, std::size_t bytes) noexcept {
+[[gnu::always_inline]] inline void
+prefetch_lines(const void* p, std::size_t bytes) noexcept {
   auto at = reinterpret_cast<std::uintptr_t>(p) & ~(cache_line - 1);
   auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
   for (; at < end; at += cache_line)
