@@ -6,7 +6,10 @@
 # rows x 16 floats of a 10M-row table (the same bytes of values) in one run.
 # Prints per run the build, both medians (us) and rows / dense, then per
 # build the median of those ratios and of the row round, and the median of
-# the per-pair row rounds old / new.
+# the per-pair row rounds old / new. The build run second in a pair was
+# seen to be the slower one whichever it was (docs/benchmarks.md, "Large
+# blocks on cache lines"): odd pairs run the old build first, even pairs
+# the new one.
 # Usage (release builds; extra flags go to both, after the defaults):
 #   bash bench/rows-pairs.sh OLD_BENCH NEW_BENCH [pairs, 5] [rounds, 1500] [-- flags]
 set -euo pipefail
@@ -28,7 +31,9 @@ one() {
 rows=$out/rows.txt
 echo "build dense_us rows_us rows/dense"
 for ((i = 1; i <= pairs; ++i)); do
-  for b in old new; do
+  order="old new"
+  ((i % 2 == 0)) && order="new old"
+  for b in $order; do
     bin=$old_bin
     [[ $b == new ]] && bin=$new_bin
     line=$(one "$bin" "$@") || { echo "$b: the bench failed" >&2; exit 1; }
@@ -39,4 +44,4 @@ for b in old new; do
   echo "$b: rows/dense $(awk -v b=$b '$1 == b { print $4 }' "$rows" | median)," \
     "row round $(awk -v b=$b '$1 == b { print $3 }' "$rows" | median) us"
 done
-echo "row round old/new per pair: $(awk '$1 == "old" { o = $3 } $1 == "new" { print o / $3 }' "$rows" | median)"
+echo "row round old/new per pair: $(awk '{ t[$1] = $3 } NR % 2 == 0 { print t["old"] / t["new"] }' "$rows" | median)"
