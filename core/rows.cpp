@@ -29,12 +29,6 @@ public:
     auto cap = capacity_for(n);
     if (cap <= mask_ + 1 && !places_.empty())
       return;
-    if (cap <= places_.size()) {
-      // Room enough behind the places in use: the index spreads over more
-      // of it (rehashing what it holds into the stamp of its own).
-      rehash(cap);
-      return;
-    }
     std::vector<place> old(cap);
     old.swap(places_);
     auto old_mask = mask_;
@@ -100,20 +94,6 @@ private:
     }
   }
 
-  // Spreads what the index holds over its first `cap` places.
-  void rehash(std::size_t cap) {
-    std::vector<place> held;
-    held.reserve(size_);
-    for (std::size_t i = 0; i <= mask_; ++i)
-      if (places_[i].stamp == stamp_)
-        held.push_back(places_[i]);
-    next_stamp();
-    mask_ = cap - 1;
-    size_ = 0;
-    for (auto& p : held)
-      insert(p.id, p.value);
-  }
-
   std::vector<place> places_;
   uint32_t stamp_ = 1;
   std::size_t mask_ = 0;
@@ -150,14 +130,14 @@ status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
   if (layout.shards == 1) {
     // (No division: the local index is the id.)
     out[0].local = ids;
-    out[0].in_order = true;
+    out[0].in_order = !ids.empty();
     return {};
   }
-  // One pass, a multiplication in place of each division: ids are below
-  // 2^32 (a table holds at most 2^32 floats), where Lemire's
-  // c = 2^64 / shards + 1 gives id / shards exactly as the high word of
-  // c * id (D. Lemire, O. Kaser, N. Kurz, "Faster remainder by direct
-  // computation", 2019).
+  // One pass, a multiplication in place of each division: in a table of at
+  // most 2^32 rows (`narrow`) ids are below 2^32, where Lemire's
+  // c = 2^64 / shards + 1 (shards > 1) gives id / shards exactly as the
+  // high word of c * id (D. Lemire, O. Kaser, N. Kurz, "Faster remainder by
+  // direct computation", 2019); larger tables divide.
   const uint64_t shards = layout.shards;
   const bool narrow = layout.rows <= (uint64_t{1} << 32);
   const uint64_t c = ~uint64_t{0} / shards + 1;
@@ -174,7 +154,7 @@ status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
     r.positions.push_back(pos);
   }
   for (auto& r : out)
-    if (r.local.size() == ids.size()) {
+    if (!ids.empty() && r.local.size() == ids.size()) {
       // Every id on one shard: the request as it is there.
       r.positions.clear();
       r.in_order = true;

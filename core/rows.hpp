@@ -94,7 +94,7 @@ private:
 /// values, the rows of a repeated one added up in request order (`values`:
 /// one row of `dim` floats per entry of `rows` as it was); returns true.
 /// Else (the common case, one pass over the rows) leaves both alone and
-/// returns false. Rows must be below 2^63.
+/// returns false.
 bool sum_repeats(std::vector<uint64_t>& rows, const float* values, uint64_t dim,
                  std::vector<float>& summed);
 

@@ -60,7 +60,8 @@
 /// - `(init_atom, table_init)` -> `ok_atom`: creates this shard's part of a
 ///   row-sparse table (its rows made here, see `table_init`). Errors:
 ///   `already_initialized`, `shape_mismatch` (no rows, no row size, more
-///   than 2^32 floats), `bad_config` (an unknown rule, low > high).
+///   than 2^34 floats on this shard), `bad_config` (an unknown rule, low >
+///   high).
 /// - `(push_atom, rows_push)` -> `ok_atom`: applies the pushed rows through
 ///   the optimizer, row by row (lazy update: a row's optimizer state and
 ///   step change only when the row is pushed, as MXNet's lazy_update).

@@ -9,7 +9,9 @@
 // replace the global allocation functions instead. Smaller blocks come from
 // malloc as before; every block goes back with free, which takes both.
 // ACTORPS_ALIGN_LARGE_BLOCKS=0 in the environment turns the alignment off
-// (for an A/B on one binary).
+// (for an A/B on one binary). Not in sanitizer builds: ASan's own operator
+// new finds mismatched new and delete.
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -28,6 +30,8 @@ bool aligning() noexcept {
 }
 
 void* try_allocate(std::size_t n) noexcept {
+  if (n > SIZE_MAX - (line - 1))
+    return nullptr; // (Rounded up below, it would wrap to a tiny block.)
   if (n >= actorps::core::huge_page_min_bytes && aligning())
     return std::aligned_alloc(line, (n + line - 1) / line * line);
   return std::malloc(n == 0 ? 1 : n);

@@ -231,7 +231,7 @@ TEST_CASE_METHOD(table_fixture,
   REQUIRE(reply<caf::ok_atom>());
   require_error(pull(0, 0, {0}, dense), errc::shape_mismatch);
   require_error(pull(0, 4, {0}, make_slice_id(99, 0)), errc::not_initialized);
-  // What failed changed nothing.
+  // What failed changed nothing (row 1 holds the sum pushed above).
   CHECK(pull(0, 4, {0, 1, 2}) == std::vector<float>{0, 0, 3, 3, 0, 0});
 }
 

@@ -74,8 +74,8 @@ TEST_CASE("tables: rows over 3 shards are pushed, summed when repeated, and "
 TEST_CASE("tables: one shard holding every row of a request takes the "
           "values and answers as they are, repeats or not",
           "[tables]") {
-  // One shard: every request lies on it. Distinct ids travel without the
-  // copy a split makes; a repeated id takes the summing and scattering path.
+  // One shard: every request lies on it and goes as the call names it,
+  // repeats and all (the shard sums a push's repeated rows).
   auto kv = make_store(1);
   REQUIRE_FALSE(kv.init_table("emb", 6, 2,
                               table_fill{table_fill::constant, 1.0f, 0.0f, 0}));
@@ -265,6 +265,55 @@ TEST_CASE("tables: a sync store sums each round's rows over the workers",
                             [&] { return run(*w1, rounds[r][1]); });
     CHECK(run(kv, rounds[r][0]) == expected[r]);
     CHECK(other.get() == expected[r]);
+  }
+}
+
+TEST_CASE("tables: in a sync round each worker's repeated rows are summed "
+          "before the round sums the workers",
+          "[tables]") {
+  // Adam, one update a round: a push whose rows repeat must count as their
+  // sum, whichever worker's push opens the round. The reference pushes the
+  // same sums with each row named once.
+  optimizer_config adam;
+  adam.name = "adam";
+  adam.learning_rate = 0.1f;
+  for (uint32_t shards : {1u, 2u}) {
+    INFO(shards << " shards");
+    auto run = [&](const std::vector<std::vector<uint64_t>>& ids,
+                   const std::vector<std::vector<float>>& values) {
+      store_options o;
+      o.num_shards = shards;
+      o.num_workers = 2;
+      auto made = kvstore::create("local_sync", o);
+      REQUIRE(made);
+      auto& kv = *made;
+      REQUIRE_FALSE(kv.set_optimizer(adam));
+      auto w1 = kv.worker(1);
+      REQUIRE(w1);
+      table_fill fill{table_fill::constant, 1.0f, 0.0f, 0};
+      auto second = std::async(std::launch::async,
+                               [&] { return w1->init_table("t", 6, 1, fill); });
+      REQUIRE_FALSE(kv.init_table("t", 6, 1, fill));
+      REQUIRE_FALSE(second.get());
+      auto push = [&](kvstore& store, size_t rank) {
+        Eigen::VectorXf g = Eigen::Map<const Eigen::VectorXf>(
+          values[rank].data(), static_cast<Eigen::Index>(values[rank].size()));
+        if (store.push_rows("t", ids[rank], g))
+          return false;
+        return !store.wait_all();
+      };
+      auto other = std::async(std::launch::async, [&] { return push(*w1, 1); });
+      CHECK(push(kv, 0));
+      CHECK(other.get());
+      return as_vector(pull_rows(kv, "t", {0, 1, 2, 3, 4, 5}, 1));
+    };
+    auto repeated = run({{2, 2, 5}, {5, 2, 5}},
+                        {{0.5f, 1.0f, 2.0f}, {1.0f, -4.0f, 2.0f}});
+    auto summed = run({{2, 5}, {5, 2}}, {{1.5f, 2.0f}, {3.0f, -4.0f}});
+    CHECK(repeated == summed);
+    CHECK(repeated[2] != 1.0f);
+    CHECK(repeated[5] != 1.0f);
+    CHECK(repeated[0] == 1.0f);
   }
 }
 
