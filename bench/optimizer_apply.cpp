@@ -166,41 +166,34 @@ int split(uint64_t rows, uint64_t batch, int rounds, uint32_t shards,
                     std::abort();
                 }),
     batch);
-  report("shard_values",
-         time_rounds(
-           rounds,
-           [&](int r) {
-             for (auto& part : splits[at(r)])
-               check += core::shard_values(part, values.data(), dim).size();
-           }),
-         batch);
+  // Times `f(part)` over each shard's part of a round's split; what it
+  // returns adds to the check.
+  auto per_part = [&](const char* what, auto f) {
+    report(what,
+           time_rounds(rounds,
+                       [&](int r) {
+                         for (auto& part : splits[at(r)])
+                           check += f(part);
+                       }),
+           batch);
+  };
+  per_part("shard_values", [&](const core::shard_rows& part) {
+    return static_cast<double>(
+      core::shard_values(part, values.data(), dim).size());
+  });
   std::vector<float> summed;
-  report("sum_repeats",
-         time_rounds(rounds,
-                     [&](int r) {
-                       for (auto& part : splits[at(r)])
-                         check += core::sum_repeats(part.local, values.data(),
-                                                    dim, summed)
-                                    ? 1
-                                    : 0;
-                     }),
-         batch);
-  report("gather_rows",
-         time_rounds(
-           rounds,
-           [&](int r) {
-             for (auto& part : splits[at(r)])
-               check += core::gather_rows(table.data(), dim, part.local).size();
-           }),
-         batch);
-  report("scatter_rows",
-         time_rounds(rounds,
-                     [&](int r) {
-                       for (auto& part : splits[at(r)])
-                         core::scatter_rows(part, table.data(), dim,
-                                            out.data());
-                     }),
-         batch);
+  per_part("sum_repeats", [&](core::shard_rows& part) {
+    return core::sum_repeats(part.local, values.data(), dim, summed) ? 1.0
+                                                                     : 0.0;
+  });
+  per_part("gather_rows", [&](const core::shard_rows& part) {
+    return static_cast<double>(
+      core::gather_rows(table.data(), dim, part.local).size());
+  });
+  per_part("scatter_rows", [&](const core::shard_rows& part) {
+    core::scatter_rows(part, table.data(), dim, out.data());
+    return 0.0;
+  });
   std::printf("(check %g)\n", check + out[0]);
   return 0;
 }

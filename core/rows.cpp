@@ -115,6 +115,27 @@ auto with_scratch_index(std::size_t n, F&& f) {
   return f(scratch);
 }
 
+// Adds `n` rows (`ids`, their values one row of `dim` floats each) to the
+// distinct rows `rows` and their sums `sum` through `index`, which maps
+// each row of `rows` to its place: a new row is appended, a known one
+// added to.
+void merge_rows(id_index& index, const uint64_t* ids, std::size_t n,
+                const float* values, uint64_t dim, std::vector<uint64_t>& rows,
+                std::vector<float>& sum) {
+  for (std::size_t i = 0; i < n; ++i) {
+    auto [at, fresh] = index.insert(ids[i], static_cast<uint32_t>(rows.size()));
+    const float* src = values + i * dim;
+    if (fresh) {
+      rows.push_back(ids[i]);
+      sum.insert(sum.end(), src, src + dim);
+    } else {
+      float* dst = sum.data() + uint64_t{at} * dim;
+      for (uint64_t j = 0; j < dim; ++j)
+        dst[j] += src[j];
+    }
+  }
+}
+
 } // namespace
 
 status split_rows(const row_layout& layout, const std::vector<uint64_t>& ids,
@@ -176,19 +197,8 @@ bool sum_repeats(std::vector<uint64_t>& rows, const float* values, uint64_t dim,
     std::vector<uint64_t> distinct(
       rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(i));
     summed.assign(values, values + i * dim);
-    for (; i < rows.size(); ++i) {
-      auto [at, fresh] = seen.insert(rows[i],
-                                     static_cast<uint32_t>(distinct.size()));
-      const float* src = values + i * dim;
-      if (fresh) {
-        distinct.push_back(rows[i]);
-        summed.insert(summed.end(), src, src + dim);
-      } else {
-        float* dst = summed.data() + uint64_t{at} * dim;
-        for (uint64_t j = 0; j < dim; ++j)
-          dst[j] += src[j];
-      }
-    }
+    merge_rows(seen, rows.data() + i, rows.size() - i, values + i * dim, dim,
+               distinct, summed);
     rows = std::move(distinct);
     return true;
   });
@@ -263,19 +273,7 @@ void row_sum::add(std::vector<uint64_t>& rows, const float* values,
     for (std::size_t i = 0; i < rows_.size(); ++i)
       index_->insert(rows_[i], static_cast<uint32_t>(i));
   }
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    auto [at, fresh] = index_->insert(rows[i],
-                                      static_cast<uint32_t>(rows_.size()));
-    const float* row = values + i * dim;
-    if (fresh) {
-      rows_.push_back(rows[i]);
-      sum_.insert(sum_.end(), row, row + dim);
-    } else {
-      auto* dst = sum_.data() + uint64_t{at} * dim;
-      for (uint64_t j = 0; j < dim; ++j)
-        dst[j] += row[j];
-    }
-  }
+  merge_rows(*index_, rows.data(), rows.size(), values, dim, rows_, sum_);
 }
 
 status reslice_rows(const std::vector<const slice_record*>& saved,
