@@ -459,4 +459,9 @@ void accumulate_into(float* dst, const float* src, std::size_t n) {
   array_map{dst, size} += const_array_map{src, size};
 }
 
+void sum_into(float* out, const float* a, const float* b, std::size_t n) {
+  const auto size = static_cast<Eigen::Index>(n);
+  array_map{out, size} = const_array_map{a, size} + const_array_map{b, size};
+}
+
 } // namespace actorps::core

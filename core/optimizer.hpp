@@ -99,4 +99,7 @@ void apply_rows(const optimizer_config& cfg, float* table, float* state,
 /// Adds `n` floats of `src` into `dst` (the aggregation of a round).
 void accumulate_into(float* dst, const float* src, std::size_t n);
 
+/// Writes `a + b` (`n` floats each) into `out`, which may be either.
+void sum_into(float* out, const float* a, const float* b, std::size_t n);
+
 } // namespace actorps::core

@@ -116,6 +116,50 @@ void shard_state::apply(slice_state& s, std::vector<float>&& merged) {
   ++stats.updates;
 }
 
+bool shard_state::completes(const round_sum& r, uint32_t worker) const {
+  for (uint32_t w = 0; w < cfg.num_workers; ++w)
+    if (w != worker && live[w] && !r.contributed(w))
+      return false;
+  return !r.contributed(worker);
+}
+
+void shard_state::finish_round(slice_state& s, round_sum& r, const float* g,
+                               std::vector<float>* owned) {
+  auto n = s.value.size();
+  if (!replaces || own_rule()) {
+    // An update rule reads the round's sum once: the push itself when it is
+    // the round's only one.
+    if (r.sum.empty()) {
+      apply(s, g);
+    } else {
+      core::accumulate_into(r.sum.data(), g, n);
+      apply(s, r.sum.data());
+    }
+  } else if (r.sum.empty() && owned != nullptr) {
+    // A push of a buffer of its own becomes the value.
+    apply(s, std::move(*owned));
+  } else if (!s.value.unique()) {
+    // Someone reads the old value (a reply on its way): a new one.
+    if (r.sum.empty()) {
+      apply(s, std::vector<float>(g, g + n));
+    } else {
+      core::accumulate_into(r.sum.data(), g, n);
+      apply(s, std::move(r.sum));
+    }
+  } else {
+    // "assign" into a value nobody else holds: written where it lies, so a
+    // round allocates nothing and frees nothing.
+    auto* w = s.value.mutate().data();
+    if (r.sum.empty())
+      std::copy(g, g + n, w);
+    else
+      core::sum_into(w, r.sum.data(), g, n);
+    ++s.step;
+    ++stats.updates;
+  }
+  r.sum = std::vector<float>{};
+}
+
 bool shard_state::round_complete(const round_sum& r) const {
   for (uint32_t w = 0; w < cfg.num_workers; ++w)
     if (live[w] && !r.contributed(w))
@@ -237,6 +281,14 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   }
   auto round = s.clocks[worker].pushes++;
   auto& r = s.rounds[round];
+  if (round == s.rounds_done && completes(r, worker)) {
+    // The push that completes the next round is applied at once, without a
+    // sum buffer of its own (one worker) or a new value (under "assign"):
+    // advance_rounds then finds the round complete with nothing to add.
+    r.add(worker);
+    finish_round(s, r, g, owned);
+    return caf::none;
+  }
   // (A round may count contributions of nothing, see start_from_clocks.)
   if (r.sum.empty()) {
     if (owned != nullptr)

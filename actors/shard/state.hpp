@@ -279,6 +279,15 @@ struct shard_state {
 
   bool round_complete(const round_sum& r) const;
 
+  // True if `worker`'s push completes `r`: every other live worker pushed
+  // into it and `worker` did not yet.
+  bool completes(const round_sum& r, uint32_t worker) const;
+
+  // Applies round `r` with its last push `g` (of the slice's size; `owned`,
+  // if not null, holds it and may be taken over) and leaves `r.sum` empty.
+  void finish_round(slice_state& s, round_sum& r, const float* g,
+                    std::vector<float>* owned);
+
   // Applies a complete round: its sum, or on a table its rows' sums.
   void apply_round(slice_state& s, round_sum& r);
 

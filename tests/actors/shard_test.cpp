@@ -6,6 +6,8 @@
 
 #include "caf/message_priority.hpp"
 
+#include "core/batching.hpp"
+
 #include "tests/actors/fixture.hpp"
 
 using namespace actorps;
@@ -312,6 +314,104 @@ TEST_CASE_METHOD(shard_fixture,
     self->send(shard, pull_atom::value, slice_pull{slice_a, 1, 0});
     run();
     CHECK(pulled_value() == 20.0f);
+  }
+}
+
+namespace {
+
+// Values longer than a short value, which is always overwritten in place.
+std::vector<float> long_value(float x) {
+  return std::vector<float>(2 * core::min_shared_floats, x);
+}
+
+} // namespace
+
+TEST_CASE_METHOD(sync_fixture,
+                 "shard: a sync round's last push writes an assigned value "
+                 "where it lies, unless a reader holds it",
+                 "[shard]") {
+  REQUIRE(init(slice_a, long_value(0)));
+  auto pull_shared = [this](uint32_t worker, uint64_t seq) {
+    self->send(shard, pull_atom::value, slice_pull{slice_a, worker, seq});
+    run();
+    auto r = reply<shared_floats>();
+    REQUIRE(r);
+    return *r;
+  };
+  // A push whose values are not a buffer of its own (a batch's payload).
+  auto push_part = [this](uint32_t worker, uint64_t seq, float x) {
+    send_batch(op_kind::push, worker, {slice_a}, {seq}, long_value(x));
+    run();
+    REQUIRE(reply<float_parts>());
+  };
+  REQUIRE(push(slice_a, 0, 0, long_value(1)));
+  REQUIRE(push(slice_a, 1, 0, long_value(10)));
+  const float* where = nullptr;
+  {
+    auto now = pull_shared(0, 1);
+    CHECK(now.vec() == long_value(11));
+    where = now.data();
+  }
+  // Nobody holds the value: the next round lands in its buffer.
+  push_part(0, 2, 1);
+  push_part(1, 1, 2);
+  {
+    auto now = pull_shared(1, 2);
+    CHECK(now.vec() == long_value(3));
+    CHECK(now.data() == where);
+  }
+  // A reader holds it: the round makes a new value and the held one stays.
+  auto held = pull_shared(0, 3);
+  REQUIRE(push(slice_a, 0, 4, long_value(5)));
+  push_part(1, 3, 6);
+  CHECK(held.vec() == long_value(3));
+  auto now = pull_shared(0, 5);
+  CHECK(now.vec() == long_value(11));
+  CHECK(now.data() != held.data());
+}
+
+TEST_CASE("shard: a sync round of one worker applies its push at once",
+          "[shard]") {
+  shard_fixture f{test::shard_cfg(0, 1, true)};
+  REQUIRE(f.init(slice_a, long_value(1)));
+  auto pull_shared = [&f](uint64_t seq) {
+    f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, seq});
+    f.run();
+    auto r = f.reply<shared_floats>();
+    REQUIRE(r);
+    return *r;
+  };
+  auto push_part = [&f](uint64_t seq, float x) {
+    f.send_batch(op_kind::push, 0, {slice_a}, {seq}, long_value(x));
+    f.run();
+    REQUIRE(f.reply<float_parts>());
+  };
+  SECTION("assign: the value takes the push; a held value stays") {
+    auto held = pull_shared(0);
+    push_part(1, 5);
+    CHECK(held.vec() == long_value(1));
+    const float* where = nullptr;
+    {
+      auto now = pull_shared(2);
+      CHECK(now.vec() == long_value(5));
+      where = now.data();
+    }
+    push_part(3, 7);
+    auto now = pull_shared(4);
+    CHECK(now.vec() == long_value(7));
+    CHECK(now.data() == where);
+  }
+  SECTION("an optimizer reads the push once, and counts one step a round") {
+    optimizer_config sgd;
+    sgd.name = "sgd";
+    sgd.learning_rate = 0.5f;
+    REQUIRE(f.set_optimizer(sgd));
+    push_part(0, 2);
+    REQUIRE(f.push(slice_a, 0, 1, long_value(4)));
+    CHECK(pull_shared(2).vec() == long_value(-2));
+    auto st = f.stats();
+    REQUIRE(st);
+    CHECK(st->updates == 2);
   }
 }
 
