@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "caf/actor_system.hpp"
@@ -240,12 +241,36 @@ struct ingress {
   bool run_shards = false;
   std::vector<std::pair<caf::actor, caf::message>> held;
 
+  // Requests on slices of at least this many bytes go to the shard's
+  // mailbox at once even then: applying a large push or copying out a large
+  // reply on the plane's thread would keep it from receiving meanwhile.
+  static constexpr uint64_t large_bytes = uint64_t{1} << 20;
+
+  // Slices whose pushes were large (pulls of them are large too), as far as
+  // admitted workers pushed them (at most `max_large_slices`; under `mtx`).
+  std::unordered_set<uint64_t> large_slices;
+  static constexpr std::size_t max_large_slices = std::size_t{1} << 16;
+
+  // Whether a request on `slice` is large: a push of `count` values, or
+  // any request on a slice a large push went to.
+  bool large(uint64_t slice, uint64_t count = 0) {
+    if (!run_shards)
+      return false;
+    std::lock_guard<std::mutex> guard{mtx};
+    if (count * sizeof(float) >= large_bytes) {
+      if (large_slices.size() < max_large_slices)
+        large_slices.insert(slice);
+      return true;
+    }
+    return large_slices.count(slice) != 0;
+  }
+
   template <class... Ts>
-  void tell(const shard_actor& shard, int32_t priority, Ts&&... xs) {
+  void tell(const shard_actor& shard, int32_t priority, bool big, Ts&&... xs) {
     if (priority > 0) {
       caf::anon_send<caf::message_priority::high>(shard,
                                                   std::forward<Ts>(xs)...);
-    } else if (run_shards) {
+    } else if (run_shards && !big) {
       std::lock_guard<std::mutex> guard{mtx};
       held.emplace_back(caf::actor_cast<caf::actor>(shard),
                         caf::make_message(std::forward<Ts>(xs)...));
@@ -371,12 +396,13 @@ struct ingress {
           return bad_body();
         if (!admits(x, meta->worker, request))
           return;
+        auto big = large(meta->slice, meta->count);
         slice_push p{meta->slice, meta->worker, meta->seq, std::move(*values)};
         if (h->kind == frame_kind::push)
-          tell(shard, h->priority, push_atom::value, std::move(p),
+          tell(shard, h->priority, big, push_atom::value, std::move(p),
                std::move(reply));
         else
-          tell(shard, h->priority, push_pull_atom::value, std::move(p),
+          tell(shard, h->priority, big, push_pull_atom::value, std::move(p),
                std::move(reply));
         return;
       }
@@ -386,7 +412,7 @@ struct ingress {
           return bad_body();
         if (!admits(x, meta->worker, request))
           return;
-        tell(shard, h->priority, pull_atom::value,
+        tell(shard, h->priority, large(meta->slice), pull_atom::value,
              slice_pull{meta->slice, meta->worker, meta->seq},
              std::move(reply));
         return;
@@ -394,6 +420,7 @@ struct ingress {
       case frame_kind::rows_push:
       case frame_kind::rows_pull: {
         auto meta = decode_meta(x.header);
+        auto big = x.body.size() >= large_bytes;
         floats values;
         std::vector<uint64_t> rows;
         if (!meta || !decode_rows(*meta, x.body, values, rows))
@@ -401,24 +428,25 @@ struct ingress {
         if (!admits(x, meta->worker, request))
           return;
         if (h->kind == frame_kind::rows_push)
-          tell(shard, h->priority, push_atom::value,
+          tell(shard, h->priority, big, push_atom::value,
                actorps::rows_push{meta->slice, meta->worker, meta->seq,
                                   std::move(rows), std::move(values)},
                std::move(reply));
         else
-          tell(shard, h->priority, pull_atom::value,
+          tell(shard, h->priority, big, pull_atom::value,
                actorps::rows_pull{meta->slice, meta->worker, meta->seq,
                                   std::move(rows)},
                std::move(reply));
         return;
       }
       case frame_kind::batch: {
+        auto big = x.body.size() >= large_bytes;
         auto b = decode_batch(x.header, x.body);
         if (!b)
           return bad_body();
         if (!admits(x, b->worker, request))
           return;
-        tell(shard, h->priority, batch_atom::value, std::move(*b),
+        tell(shard, h->priority, big, batch_atom::value, std::move(*b),
              std::move(reply));
         return;
       }

@@ -183,7 +183,11 @@ std::shared_ptr<reply_sink> make_plane_sink(caf::actor_system& sys,
 /// fewer per request, and those to other shards go to their mailboxes,
 /// where scheduler threads run them side by side. High-priority requests
 /// go to the shard's mailbox at once (as every request does otherwise), so
-/// they still overtake queued ones.
+/// they still overtake queued ones; so do requests on large slices (a push
+/// of 1 MB or more, and later requests on a slice such a push went to),
+/// which a scheduler thread then applies or answers while the plane's
+/// thread goes on receiving. (A shard orders each worker's requests on a
+/// slice by their sequence numbers, whatever order they reach it in.)
 /// The plane's `on_idle` must flush `queue` (start_plane's does): held
 /// requests leave there.
 caf::actor spawn_ingress(caf::actor_system& sys,

@@ -328,6 +328,17 @@ TEST_CASE("metrics: a worker's large pushes over UCX on one host leave from "
       REQUIRE_FALSE(kv->wait(*t));
       CHECK(out == v);
       CHECK(in_place() == pushed + 1);
+      // Requests on a small key: its plane's thread runs its shard for them
+      // (those on the 1 MB key went to the shard's mailbox at once).
+      REQUIRE_FALSE(kv->init("s", Eigen::VectorXf::Zero(16)));
+      Eigen::VectorXf small(16);
+      for (int i = 0; i < 5; ++i) {
+        auto ts = kv->push_pull("s", Eigen::VectorXf::Constant(16, float(i)),
+                                small);
+        REQUIRE(ts);
+        REQUIRE_FALSE(kv->wait(*ts));
+        CHECK(small == Eigen::VectorXf::Constant(16, float(i)));
+      }
       auto text = http_get(port, "/metrics", password).second;
       INFO(text);
       // The server's replies went through its segment to the worker.

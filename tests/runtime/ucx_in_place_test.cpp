@@ -208,10 +208,11 @@ namespace {
 
 // A server's plane in front of one shard, the shard run by the plane's
 // thread when `run_shards`, and a worker's plane with its channel, under
-// CAF's work-sharing scheduler; 10 pushes and pulls of a small key at
-// `priority`, each pull checked. Returns the requests whose shard the
-// server's plane thread ran itself.
-std::size_t thread_runs_after(bool run_shards, int32_t priority) {
+// CAF's work-sharing scheduler; 10 pushes and pulls of a key of `n`
+// floats at `priority`, each pull checked. Returns the requests whose shard
+// the server's plane thread ran itself.
+std::size_t thread_runs_after(bool run_shards, int32_t priority,
+                              std::size_t n = 16) {
   system_options so;
   so.scheduler = scheduler_policy::sharing;
   system_config cfg{so};
@@ -220,7 +221,6 @@ std::size_t thread_runs_after(bool run_shards, int32_t priority) {
   test::exit_guard guard;
   plane_job job{sys, guard, 1, run_shards};
   auto& worker = job.worker;
-  constexpr std::size_t n = 16;
   ask<caf::ok_atom>(self, worker, init_atom::value, std::string{"w"},
                     std::vector<uint64_t>{n}, floats{std::vector<float>(n)});
   for (int i = 1; i <= 10; ++i) {
@@ -251,5 +251,10 @@ TEST_CASE("ucx: a server's plane thread runs its shard for requests of "
   }
   SECTION("high priority: to the mailbox at once, where it overtakes") {
     CHECK(thread_runs_after(true, 1) == 0);
+  }
+  SECTION("a large slice: its pushes and pulls go to the mailbox at once") {
+    // 2 MB: applied or copied out there, the plane's thread would receive
+    // nothing meanwhile.
+    CHECK(thread_runs_after(true, 0, std::size_t{1} << 19) == 0);
   }
 }
