@@ -262,6 +262,10 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   // Checked in order, so the refused push still uses its sequence number.
   if (auto err = check_live("push", worker))
     return err;
+  if (s.dim != 0)
+    return make_error(errc::shape_mismatch,
+                      "push: " + slice_name(id)
+                        + " is a row table (push_rows moves its rows)");
   if (n != s.value.size())
     return make_error(errc::shape_mismatch, "push: " + slice_name(id) + " has "
                                               + std::to_string(s.value.size())
@@ -304,6 +308,12 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
+  if (!t.table && s.dim != 0) {
+    t.fail(make_error(errc::shape_mismatch,
+                      "pull: " + slice_name(s.id)
+                        + " is a row table (pull_rows moves its rows)"));
+    return;
+  }
   if (t.table) {
     if (auto err = check_rows("pull_rows", s, s.id, t.single().rows)) {
       t.fail(std::move(err));

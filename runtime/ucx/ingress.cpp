@@ -275,6 +275,11 @@ struct ingress {
       held.emplace_back(caf::actor_cast<caf::actor>(shard),
                         caf::make_message(std::forward<Ts>(xs)...));
     } else {
+      // What came before goes first (a large request does not overtake the
+      // requests held in this pass: a shard promoted from backup answers a
+      // request it already ran as it finds the slice then).
+      if (run_shards)
+        release_held(false);
       caf::anon_send(shard, std::forward<Ts>(xs)...);
     }
   }

@@ -231,8 +231,16 @@ TEST_CASE_METHOD(table_fixture,
   REQUIRE(reply<caf::ok_atom>());
   require_error(pull(0, 0, {0}, dense), errc::shape_mismatch);
   require_error(pull(0, 4, {0}, make_slice_id(99, 0)), errc::not_initialized);
+  // Nor does a push or pull of a whole value reach a table.
+  self->send(shard, push_atom::value,
+             slice_push{table, 0, 4, floats{std::vector<float>(6, 9.0f)}});
+  run();
+  require_error(reply<caf::ok_atom>(), errc::shape_mismatch);
+  self->send(shard, pull_atom::value, slice_pull{table, 0, 5});
+  run();
+  require_error(reply<shared_floats>(), errc::shape_mismatch);
   // What failed changed nothing (row 1 holds the sum pushed above).
-  CHECK(pull(0, 4, {0, 1, 2}) == std::vector<float>{0, 0, 3, 3, 0, 0});
+  CHECK(pull(0, 6, {0, 1, 2}) == std::vector<float>{0, 0, 3, 3, 0, 0});
 }
 
 TEST_CASE_METHOD(table_fixture,
