@@ -129,6 +129,7 @@ caf::error run_server(const server_options& opts,
     sc.replica_timeout = opts.timeout;
     // (A backup forwards too once promoted and paired with a new one.)
     sc.link = link;
+    sc.message_cap = job.message_cap;
     sc.own_thread = opts.shard_threads;
     auto shard = spawn_shard(sys, sc);
     if (sc.own_thread) {

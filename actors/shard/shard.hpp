@@ -238,6 +238,11 @@ struct shard_config {
   /// Carries a primary's forwards over a data plane (see "Replicas");
   /// none: through CAF.
   std::shared_ptr<replica_link> link;
+  /// The largest message of the job in bytes (job_info::message_cap; 0: no
+  /// bound): a pull whose answer would not fit one (a batch's slices, a
+  /// table's rows) is refused before anything is made for it, as the
+  /// worker refuses it before it asks.
+  uint64_t message_cap = 0;
   /// Runs the shard on a thread of its own (a detached actor) instead of
   /// on CAF's scheduler threads, so that its buffers are made and freed in
   /// one malloc arena (a server's choice, docs/benchmarks.md). CAF's actor

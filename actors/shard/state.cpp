@@ -116,6 +116,19 @@ void shard_state::apply(slice_state& s, std::vector<float>&& merged) {
   ++stats.updates;
 }
 
+caf::error shard_state::check_reply(const char* op, uint64_t floats) const {
+  // (Headers: the 1 MiB the job's bound allows beside its largest value.)
+  constexpr uint64_t headers = uint64_t{1} << 20;
+  auto cap = cfg.message_cap;
+  if (cap == 0 || floats <= (cap - std::min(cap, headers)) / sizeof(float))
+    return caf::none;
+  return make_error(errc::bad_config,
+                    std::string{op} + ": the answer would hold "
+                      + std::to_string(floats)
+                      + " floats, more than one message of this job carries ("
+                      + std::to_string(cap >> 20) + " MiB)");
+}
+
 bool shard_state::completes(const round_sum& r, uint32_t worker) const {
   for (uint32_t w = 0; w < cfg.num_workers; ++w)
     if (w != worker && live[w] && !r.contributed(w))
@@ -315,7 +328,11 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
     return;
   }
   if (t.table) {
-    if (auto err = check_rows("pull_rows", s, s.id, t.single().rows)) {
+    auto& rows = t.single().rows;
+    auto err = check_rows("pull_rows", s, s.id, rows);
+    if (!err)
+      err = check_reply("pull_rows", rows.size() * s.dim);
+    if (err) {
       t.fail(std::move(err));
       return;
     }
@@ -586,9 +603,16 @@ caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
     auto s = find(id);
     if (s == nullptr)
       return not_initialized(op, id);
+    if (s->dim != 0)
+      return make_error(errc::shape_mismatch,
+                        std::string{op} + ": " + slice_name(id)
+                          + " is a row table (its rows move by themselves)");
     found.push_back(s);
     total += s->value.size();
   }
+  if (kind != op_kind::push)
+    if (auto err = check_reply(op, total))
+      return err;
   auto pushes = kind != op_kind::pull;
   auto& flat = msg.data.data;
   auto in_parts = flat.empty() && msg.parts.size > 0;

@@ -279,6 +279,10 @@ struct shard_state {
 
   bool round_complete(const round_sum& r) const;
 
+  // An error if an answer of `floats` floats would not fit one message of
+  // the job (cfg.message_cap).
+  caf::error check_reply(const char* op, uint64_t floats) const;
+
   // True if `worker`'s push completes `r`: every other live worker pushed
   // into it and `worker` did not yet.
   bool completes(const round_sum& r, uint32_t worker) const;

@@ -244,6 +244,86 @@ TEST_CASE_METHOD(table_fixture,
 }
 
 TEST_CASE_METHOD(table_fixture,
+                 "table: a batch naming a table is refused before anything "
+                 "runs",
+                 "[table]") {
+  REQUIRE(make(3, 2, 0.0f));
+  self->send(shard, init_atom::value, slice_init{dense, floats{{1, 2}}});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  // The dense slice first: it would run before the table's turn came.
+  self->send(shard, batch_atom::value,
+             slice_batch{0,
+                         static_cast<uint8_t>(op_kind::push),
+                         {dense, table},
+                         {0, 0},
+                         floats{std::vector<float>(8, 5.0f)},
+                         {}});
+  run();
+  require_error(reply<float_parts>(), errc::shape_mismatch);
+  self->send(shard, batch_atom::value,
+             slice_batch{0,
+                         static_cast<uint8_t>(op_kind::pull),
+                         {dense, table},
+                         {0, 0},
+                         floats{},
+                         {}});
+  run();
+  require_error(reply<float_parts>(), errc::shape_mismatch);
+  // Neither used the dense slice's sequence number nor changed it.
+  self->send(shard, pull_atom::value, slice_pull{dense, 0, 0});
+  run();
+  auto value = reply<shared_floats>();
+  REQUIRE(value);
+  CHECK(value->vec() == std::vector<float>{1, 2});
+}
+
+TEST_CASE("table: a pull whose answer would not fit one message of the job "
+          "is refused",
+          "[table]") {
+  auto cfg = test::shard_cfg(0, 1, false);
+  // 2 MiB: 1 MiB of it for values (the rest is the headers' share).
+  cfg.message_cap = uint64_t{2} << 20;
+  table_fixture f{cfg};
+  constexpr uint64_t fit = (uint64_t{1} << 20) / sizeof(float);
+  SECTION("the rows of a table pull") {
+    REQUIRE(f.make(8, fit / 4, 1.0f));
+    // 4 rows fill the bound, 5 (a row named twice counts twice) exceed it.
+    auto ok = f.pull(0, 0, {0, 1, 2, 3});
+    REQUIRE(ok);
+    CHECK(ok->size() == fit);
+    require_error(f.pull(0, 1, {0, 1, 2, 3, 3}), errc::bad_config);
+  }
+  SECTION("the slices of a batch pull") {
+    std::vector<slice_id> ids;
+    for (uint32_t k = 0; k < 5; ++k) {
+      ids.push_back(make_slice_id(20 + k, 0));
+      f.self->send(f.shard, init_atom::value,
+                   slice_init{ids.back(), floats{std::vector<float>(fit / 4)}});
+      f.run();
+      REQUIRE(f.reply<caf::ok_atom>());
+    }
+    auto batch_pull = [&](std::vector<slice_id> which) {
+      std::vector<uint64_t> seqs(which.size(), 0);
+      f.self->send(f.shard, batch_atom::value,
+                   slice_batch{0,
+                               static_cast<uint8_t>(op_kind::pull),
+                               std::move(which),
+                               std::move(seqs),
+                               floats{},
+                               {}});
+      f.run();
+      return f.reply<float_parts>();
+    };
+    require_error(batch_pull(ids), errc::bad_config);
+    ids.pop_back();
+    auto ok = batch_pull(ids);
+    REQUIRE(ok);
+    CHECK(ok->size == fit);
+  }
+}
+
+TEST_CASE_METHOD(table_fixture,
                  "table: a worker's row operations keep their order",
                  "[table]") {
   REQUIRE(make(2, 1, 0.0f));
