@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A shard's ordering of operations, synchronous rounds, updates and
-// row-sparse tables.
+// A shard's ordering of operations, synchronous rounds and updates (its
+// batches: batch.cpp; its row-sparse tables: tables.cpp).
 #include "actors/shard/state.hpp"
 
 #include <algorithm>
@@ -11,7 +11,6 @@
 #include "core/batching.hpp"
 #include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
-#include "core/parts.hpp"
 #include "core/rows.hpp"
 #include "core/update_rule.hpp"
 #include "messages/errors.hpp"
@@ -58,6 +57,13 @@ caf::error shard_state::not_initialized(const char* op, slice_id id) const {
                                              + slice_name(id)
                                              + " is not initialized on shard "
                                              + std::to_string(cfg.index));
+}
+
+caf::error shard_state::a_table(const char* op, slice_id id) const {
+  return make_error(errc::shape_mismatch,
+                    std::string{op} + ": " + slice_name(id)
+                      + " is a row table (push_rows and pull_rows move its "
+                        "rows)");
 }
 
 void shard_state::set_optimizer(const optimizer_config& x) {
@@ -129,11 +135,15 @@ caf::error shard_state::check_reply(const char* op, uint64_t floats) const {
                       + std::to_string(cap >> 20) + " MiB)");
 }
 
-bool shard_state::completes(const round_sum& r, uint32_t worker) const {
+bool shard_state::others_in(const round_sum& r, uint32_t except) const {
   for (uint32_t w = 0; w < cfg.num_workers; ++w)
-    if (w != worker && live[w] && !r.contributed(w))
+    if (w != except && live[w] && !r.contributed(w))
       return false;
-  return !r.contributed(worker);
+  return true;
+}
+
+bool shard_state::completes(const round_sum& r, uint32_t worker) const {
+  return others_in(r, worker) && !r.contributed(worker);
 }
 
 void shard_state::finish_round(slice_state& s, round_sum& r, const float* g,
@@ -174,11 +184,8 @@ void shard_state::finish_round(slice_state& s, round_sum& r, const float* g,
 }
 
 bool shard_state::round_complete(const round_sum& r) const {
-  for (uint32_t w = 0; w < cfg.num_workers; ++w)
-    if (live[w] && !r.contributed(w))
-      return false;
   // A round with no live contributor at all has nothing to apply yet.
-  return r.contributors > 0;
+  return others_in(r, cfg.num_workers) && r.contributors > 0;
 }
 
 void shard_state::apply_round(slice_state& s, round_sum& r) {
@@ -276,9 +283,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   if (auto err = check_live("push", worker))
     return err;
   if (s.dim != 0)
-    return make_error(errc::shape_mismatch,
-                      "push: " + slice_name(id)
-                        + " is a row table (push_rows moves its rows)");
+    return a_table("push", id);
   if (n != s.value.size())
     return make_error(errc::shape_mismatch, "push: " + slice_name(id) + " has "
                                               + std::to_string(s.value.size())
@@ -322,9 +327,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
 void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
   ++stats.pulls;
   if (!t.table && s.dim != 0) {
-    t.fail(make_error(errc::shape_mismatch,
-                      "pull: " + slice_name(s.id)
-                        + " is a row table (pull_rows moves its rows)"));
+    t.fail(a_table("pull", s.id));
     return;
   }
   if (t.table) {
@@ -576,98 +579,6 @@ slice_state& shard_state::add_slice(slice_id id, std::vector<float> value) {
   ++stats.slices;
   stats.floats_stored += s.value.size();
   return s;
-}
-
-caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
-  auto n = msg.slices.size();
-  if (msg.kind > static_cast<uint8_t>(op_kind::push_pull))
-    return make_error(errc::bad_config, "batch: unknown operation kind "
-                                          + std::to_string(msg.kind));
-  if (n == 0 || msg.seqs.size() != n)
-    return make_error(errc::bad_config,
-                      "batch: " + std::to_string(n) + " slices and "
-                        + std::to_string(msg.seqs.size())
-                        + " sequence numbers (need as many, at least one)");
-  ++stats.batches;
-  auto kind = static_cast<op_kind>(msg.kind);
-  const char* op = kind == op_kind::push   ? "push"
-                   : kind == op_kind::pull ? "pull"
-                                           : "push_pull";
-  if (auto err = check_worker(op, msg.slices[0], msg.worker))
-    return err;
-  // Check every slice and the payload before running anything.
-  std::vector<slice_state*> found;
-  found.reserve(n);
-  uint64_t total = 0;
-  for (auto id : msg.slices) {
-    auto s = find(id);
-    if (s == nullptr)
-      return not_initialized(op, id);
-    if (s->dim != 0)
-      return make_error(errc::shape_mismatch,
-                        std::string{op} + ": " + slice_name(id)
-                          + " is a row table (its rows move by themselves)");
-    found.push_back(s);
-    total += s->value.size();
-  }
-  if (kind != op_kind::push)
-    if (auto err = check_reply(op, total))
-      return err;
-  auto pushes = kind != op_kind::pull;
-  auto& flat = msg.data.data;
-  auto in_parts = flat.empty() && msg.parts.size > 0;
-  if (!flat.empty() && msg.parts.size > 0)
-    return make_error(errc::bad_config,
-                      std::string{op}
-                        + ": the batch carries values both in one buffer and "
-                          "in pieces");
-  auto carried = in_parts ? msg.parts.size : flat.size();
-  if (pushes && carried != total)
-    return make_error(errc::shape_mismatch,
-                      std::string{op} + ": " + std::to_string(n)
-                        + " slices hold " + std::to_string(total)
-                        + " floats but the batch carries "
-                        + std::to_string(carried));
-  if (pushes && in_parts && !msg.parts.valid(true))
-    return make_error(errc::shape_mismatch,
-                      std::string{op}
-                        + ": the pieces of the batch do not cover its values "
-                          "in order");
-  reply->remaining = n;
-  if (kind != op_kind::push) {
-    reply->shared = core::batching::share(n, total);
-    if (reply->shared) {
-      reply->out.size = total;
-      reply->out.buffers.reserve(n);
-      reply->out.pieces.reserve(n);
-    } else {
-      reply->flat.resize(total);
-    }
-  }
-  core::parts_cursor cursor{msg.parts};
-  uint64_t offset = 0;
-  // One target for every slice that runs at once (a copy of the reply's
-  // pointer per slice cost two atomic operations each on 10000-slice
-  // batches); one that waits takes it, and the next slice gets a new one.
-  op_target t;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto len = found[i]->value.size();
-    if (!t.batch) {
-      t = op_target{};
-      t.kind = kind;
-      t.batch = reply;
-    }
-    t.offset = offset;
-    t.gate.reset();
-    t.forward = 0;
-    const float* g = nullptr;
-    if (pushes)
-      g = in_parts ? cursor.read(offset, len) : flat.data() + offset;
-    submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
-           pushes ? len : 0, t);
-    offset += len;
-  }
-  return caf::none;
 }
 
 } // namespace actorps

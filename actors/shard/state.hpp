@@ -258,6 +258,9 @@ struct shard_state {
 
   caf::error not_initialized(const char* op, slice_id id) const;
 
+  // The error for a whole-value operation on row table `id`.
+  caf::error a_table(const char* op, slice_id id) const;
+
   // -- updates ----------------------------------------------------------------
 
   // Replaces the update rule; every slice's state and step start afresh.
@@ -282,6 +285,9 @@ struct shard_state {
   // An error if an answer of `floats` floats would not fit one message of
   // the job (cfg.message_cap).
   caf::error check_reply(const char* op, uint64_t floats) const;
+
+  // True if every live worker but `except` contributed to `r`.
+  bool others_in(const round_sum& r, uint32_t except) const;
 
   // True if `worker`'s push completes `r`: every other live worker pushed
   // into it and `worker` did not yet.

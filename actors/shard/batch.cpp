@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// A shard's batches: many slices' operations of one worker in one message,
+// checked whole before any of them runs, answered in one reply.
+#include "actors/shard/state.hpp"
+
+#include <string>
+#include <vector>
+
+#include "core/batching.hpp"
+#include "core/parts.hpp"
+#include "messages/errors.hpp"
+
+namespace actorps {
+
+caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
+  auto n = msg.slices.size();
+  if (msg.kind > static_cast<uint8_t>(op_kind::push_pull))
+    return make_error(errc::bad_config, "batch: unknown operation kind "
+                                          + std::to_string(msg.kind));
+  if (n == 0 || msg.seqs.size() != n)
+    return make_error(errc::bad_config,
+                      "batch: " + std::to_string(n) + " slices and "
+                        + std::to_string(msg.seqs.size())
+                        + " sequence numbers (need as many, at least one)");
+  ++stats.batches;
+  auto kind = static_cast<op_kind>(msg.kind);
+  const char* op = kind == op_kind::push   ? "push"
+                   : kind == op_kind::pull ? "pull"
+                                           : "push_pull";
+  if (auto err = check_worker(op, msg.slices[0], msg.worker))
+    return err;
+  // Check every slice and the payload before running anything.
+  std::vector<slice_state*> found;
+  found.reserve(n);
+  uint64_t total = 0;
+  for (auto id : msg.slices) {
+    auto s = find(id);
+    if (s == nullptr)
+      return not_initialized(op, id);
+    if (s->dim != 0)
+      return a_table(op, id);
+    found.push_back(s);
+    total += s->value.size();
+  }
+  if (kind != op_kind::push)
+    if (auto err = check_reply(op, total))
+      return err;
+  auto pushes = kind != op_kind::pull;
+  auto& flat = msg.data.data;
+  auto in_parts = flat.empty() && msg.parts.size > 0;
+  if (!flat.empty() && msg.parts.size > 0)
+    return make_error(errc::bad_config,
+                      std::string{op}
+                        + ": the batch carries values both in one buffer and "
+                          "in pieces");
+  auto carried = in_parts ? msg.parts.size : flat.size();
+  if (pushes && carried != total)
+    return make_error(errc::shape_mismatch,
+                      std::string{op} + ": " + std::to_string(n)
+                        + " slices hold " + std::to_string(total)
+                        + " floats but the batch carries "
+                        + std::to_string(carried));
+  if (pushes && in_parts && !msg.parts.valid(true))
+    return make_error(errc::shape_mismatch,
+                      std::string{op}
+                        + ": the pieces of the batch do not cover its values "
+                          "in order");
+  reply->remaining = n;
+  if (kind != op_kind::push) {
+    reply->shared = core::batching::share(n, total);
+    if (reply->shared) {
+      reply->out.size = total;
+      reply->out.buffers.reserve(n);
+      reply->out.pieces.reserve(n);
+    } else {
+      reply->flat.resize(total);
+    }
+  }
+  core::parts_cursor cursor{msg.parts};
+  uint64_t offset = 0;
+  // One target for every slice that runs at once (a copy of the reply's
+  // pointer per slice cost two atomic operations each on 10000-slice
+  // batches); one that waits takes it, and the next slice gets a new one.
+  op_target t;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto len = found[i]->value.size();
+    if (!t.batch) {
+      t = op_target{};
+      t.kind = kind;
+      t.batch = reply;
+    }
+    t.offset = offset;
+    t.gate.reset();
+    t.forward = 0;
+    const float* g = nullptr;
+    if (pushes)
+      g = in_parts ? cursor.read(offset, len) : flat.data() + offset;
+    submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
+           pushes ? len : 0, t);
+    offset += len;
+  }
+  return caf::none;
+}
+
+} // namespace actorps
