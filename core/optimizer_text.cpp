@@ -14,6 +14,23 @@ namespace actorps::core {
 
 namespace {
 
+// The float parameters by name (MXNet's short names too).
+constexpr std::pair<const char*, float optimizer_config::*> float_params[] = {
+  {"learning_rate", &optimizer_config::learning_rate},
+  {"lr", &optimizer_config::learning_rate},
+  {"momentum", &optimizer_config::momentum},
+  {"weight_decay", &optimizer_config::weight_decay},
+  {"wd", &optimizer_config::weight_decay},
+  {"rescale_grad", &optimizer_config::rescale_grad},
+  {"clip_gradient", &optimizer_config::clip_gradient},
+  {"beta1", &optimizer_config::beta1},
+  {"beta2", &optimizer_config::beta2},
+  {"epsilon", &optimizer_config::epsilon},
+  {"rho", &optimizer_config::rho},
+  {"lr_factor", &optimizer_config::lr_factor},
+  {"lr_final", &optimizer_config::lr_final},
+};
+
 // Splits "a=1,b=2" into items, trimming blanks around names and values.
 std::vector<std::pair<std::string, std::string>>
 split_items(const std::string& text, std::string& bad) {
@@ -101,28 +118,9 @@ status parse_optimizer(const std::string& text, optimizer_config& out) {
       continue;
     }
     float* field = nullptr;
-    if (name == "learning_rate" || name == "lr")
-      field = &cfg.learning_rate;
-    else if (name == "momentum")
-      field = &cfg.momentum;
-    else if (name == "weight_decay" || name == "wd")
-      field = &cfg.weight_decay;
-    else if (name == "rescale_grad")
-      field = &cfg.rescale_grad;
-    else if (name == "clip_gradient")
-      field = &cfg.clip_gradient;
-    else if (name == "beta1")
-      field = &cfg.beta1;
-    else if (name == "beta2")
-      field = &cfg.beta2;
-    else if (name == "epsilon")
-      field = &cfg.epsilon;
-    else if (name == "rho")
-      field = &cfg.rho;
-    else if (name == "lr_factor")
-      field = &cfg.lr_factor;
-    else if (name == "lr_final")
-      field = &cfg.lr_final;
+    for (auto& [known, member] : float_params)
+      if (name == known)
+        field = &(cfg.*member);
     if (field == nullptr)
       return fail(name, "unknown parameter");
     if (!parse_float(value, *field))

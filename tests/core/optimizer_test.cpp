@@ -531,7 +531,19 @@ TEST_CASE("optimizer: parse_optimizer reads what to_string writes", "[core]") {
     a.lr_updates = 12345678901ull;
     a.lr_factor = 0.5f;
     a.lr_final = 0.0001f;
+    a.momentum = 0.75f;
+    a.rescale_grad = 0.125f;
+    a.beta1 = 0.8f;
+    a.beta2 = 0.95f;
+    a.epsilon = 1e-6f;
+    a.rho = 0.85f;
     REQUIRE(core::parse_optimizer(core::to_string(a), cfg).ok());
+    CHECK(cfg.momentum == 0.75f);
+    CHECK(cfg.rescale_grad == 0.125f);
+    CHECK(cfg.beta1 == 0.8f);
+    CHECK(cfg.beta2 == 0.95f);
+    CHECK(cfg.epsilon == 1e-6f);
+    CHECK(cfg.rho == 0.85f);
     CHECK(cfg.name == "adam");
     CHECK(cfg.learning_rate == 0.001f);
     CHECK(cfg.weight_decay == 0.25f);
@@ -544,9 +556,11 @@ TEST_CASE("optimizer: parse_optimizer reads what to_string writes", "[core]") {
   }
   SECTION("short names, blanks and defaults") {
     REQUIRE(
-      core::parse_optimizer(" name = sgd , lr=0.5, momentum=0.9 ", cfg).ok());
+      core::parse_optimizer(" name = sgd , lr=0.5, momentum=0.9, wd=0.25 ", cfg)
+        .ok());
     CHECK(cfg.name == "sgd");
     CHECK(cfg.learning_rate == 0.5f);
+    CHECK(cfg.weight_decay == 0.25f);
     CHECK(cfg.momentum == 0.9f);
     CHECK(cfg.beta1 == optimizer_config{}.beta1);
   }
