@@ -31,11 +31,16 @@ void add_route(worker_ptr self, key_info info) {
   auto& routes = self->state.routes;
   auto i = routes.find(info.name);
   if (i != routes.end()) {
-    i->second.info = std::move(info);
+    auto& r = i->second;
+    r.parts.assign(info.slices.begin(), info.slices.end());
+    // (A key's slices never change in number.)
+    r.seq.resize(info.slices.size(), 0);
+    r.info = std::move(info);
     return;
   }
   auto name = info.name;
   route r;
+  r.parts.assign(info.slices.begin(), info.slices.end());
   r.seq.assign(info.slices.size(), 0);
   auto c = self->state.key_compression.find(name);
   r.comp = c != self->state.key_compression.end() ? c->second
