@@ -302,7 +302,22 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
     return caf::none;
   }
   auto round = s.clocks[worker].pushes++;
-  auto& r = s.rounds[round];
+  auto open = s.rounds.find(round);
+  if (open == s.rounds.end() && round == s.rounds_done) {
+    round_sum lone;
+    if (completes(lone, worker)) {
+      // The next round's only push (no other worker is live): applied at
+      // once, with no entry for the round (a batch of 10000 small slices
+      // made and freed one per slice).
+      lone.add(worker);
+      finish_round(s, lone, g, owned);
+      ++s.rounds_done;
+      if (!s.waiting.empty())
+        release_waiting(s, s.rounds_done);
+      return caf::none;
+    }
+  }
+  auto& r = open != s.rounds.end() ? open->second : s.rounds[round];
   if (round == s.rounds_done && completes(r, worker)) {
     // The push that completes the next round is applied at once, without a
     // sum buffer of its own (one worker) or a new value (under "assign"):

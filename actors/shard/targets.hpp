@@ -110,10 +110,17 @@ struct op_target {
   gate_ptr gate;
   uint64_t forward = 0;
 
+  // True if the outcome must wait for the backup.
+  bool waits() const {
+    return gate && gate->holds(forward);
+  }
+
   // True if the outcome must wait for the backup: `then` runs it later.
+  // (Callers test `waits` before they make `then`: a copy of this target
+  // costs atomic operations on every slice of a batch.)
   template <class F>
   bool held(F then) {
-    if (!gate || !gate->holds(forward))
+    if (!waits())
       return false;
     auto g = std::move(gate);
     g->hold(forward, std::move(then));
@@ -123,7 +130,7 @@ struct op_target {
   void pushed() {
     if (mute)
       return;
-    if (held([t = *this]() mutable { t.pushed(); }))
+    if (waits() && held([t = *this]() mutable { t.pushed(); }))
       return;
     if (batch)
       batch->arrive();
@@ -159,7 +166,7 @@ struct op_target {
         static_cast<uint32_t>(out.buffers.size()), 0, offset, value.size()});
       out.buffers.push_back(value);
     }
-    if (held([b = batch]() { b->arrive(); }))
+    if (waits() && held([b = batch]() { b->arrive(); }))
       return;
     batch->arrive();
   }
@@ -190,7 +197,7 @@ struct op_target {
   void fail(caf::error err) {
     if (mute)
       return;
-    if (held([t = *this, err]() mutable { t.fail(err); }))
+    if (waits() && held([t = *this, err]() mutable { t.fail(err); }))
       return;
     if (batch)
       batch->fail(std::move(err));
