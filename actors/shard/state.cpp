@@ -180,7 +180,11 @@ void shard_state::finish_round(slice_state& s, round_sum& r, const float* g,
     ++s.step;
     ++stats.updates;
   }
-  r.sum = std::vector<float>{};
+  // (A small sum keeps its buffer for the slice's spare entry.)
+  if (r.sum.capacity() <= s.spare_floats)
+    r.sum.clear();
+  else
+    r.sum = std::vector<float>{};
 }
 
 bool shard_state::round_complete(const round_sum& r) const {
@@ -261,10 +265,33 @@ void shard_state::advance_rounds(slice_state& s) {
     if (i == s.rounds.end() || !round_complete(i->second))
       return;
     apply_round(s, i->second);
-    s.rounds.erase(i);
+    close_round(s, i);
     ++s.rounds_done;
     release_waiting(s, s.rounds_done);
   }
+}
+
+round_sum& shard_state::open_round(slice_state& s, uint64_t round) {
+  if (s.spare.empty())
+    return s.rounds[round];
+  s.spare.key() = round;
+  auto placed = s.rounds.insert(std::move(s.spare));
+  // (A round already open stays as it was; the spare is dropped then.)
+  return placed.position->second;
+}
+
+void shard_state::close_round(slice_state& s,
+                              std::map<uint64_t, round_sum>::iterator i) {
+  auto& r = i->second;
+  if (s.dim != 0 || !s.spare.empty() || s.value.size() > s.spare_floats
+      || r.sum.capacity() > s.spare_floats || !r.high.empty()) {
+    s.rounds.erase(i);
+    return;
+  }
+  r.sum.clear();
+  r.low = 0;
+  r.contributors = 0;
+  s.spare = s.rounds.extract(i);
 }
 
 caf::error shard_state::check_live(const char* op, uint32_t worker) const {
@@ -317,7 +344,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
       return caf::none;
     }
   }
-  auto& r = open != s.rounds.end() ? open->second : s.rounds[round];
+  auto& r = open != s.rounds.end() ? open->second : open_round(s, round);
   if (round == s.rounds_done && completes(r, worker)) {
     // The push that completes the next round is applied at once, without a
     // sum buffer of its own (one worker) or a new value (under "assign"):

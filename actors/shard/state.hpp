@@ -100,6 +100,12 @@ struct slice_state {
   uint64_t rounds_done = 0;
   std::map<uint64_t, round_sum> rounds;
   std::vector<waiting_pull> waiting;
+  // A dense slice of at most `spare_floats` floats keeps its last finished
+  // round's entry, sum buffer included, for the next round to open: with
+  // several workers a round of 10000 small slices otherwise made and freed
+  // two heap blocks per slice (its entry and its sum).
+  static constexpr std::size_t spare_floats = 64;
+  std::map<uint64_t, round_sum>::node_type spare;
 };
 
 // A save in progress (save_atom with a cursor): the state as it was when
@@ -305,6 +311,11 @@ struct shard_state {
   // unblocks; with bounded staleness, answers the pulls the slowest live
   // worker's clock allows now.
   void advance_rounds(slice_state& s);
+  // The entry of sync round `round` of `s`, opened if needed (from the
+  // slice's spare entry if it has one).
+  round_sum& open_round(slice_state& s, uint64_t round);
+  // Closes the entry at `i`: kept as the slice's spare if small enough.
+  void close_round(slice_state& s, std::map<uint64_t, round_sum>::iterator i);
 
   // Drops the pushes of every sync round not applied yet (see
   // kvstore::clear_pending).
