@@ -70,6 +70,10 @@ struct tuning {
 struct round_plan {
   uint32_t warmup = 3;
   uint32_t rounds = 10;
+  /// The cases of a run take turns round by round (--interleave) instead of
+  /// running one after the other; no bytes on the wire nor server memory
+  /// per case then.
+  bool interleave = false;
 };
 
 // What --compression and --compressed-sizes ask for.

@@ -29,6 +29,8 @@ auto role_argv(const system_options& sys, const round_plan& plan,
                                   std::to_string(plan.warmup),
                                   "--rounds",
                                   std::to_string(plan.rounds)};
+  if (plan.interleave)
+    common.push_back("--interleave");
   if (sys.tls.enabled()) {
     common.push_back("--tls");
     common.push_back(std::filesystem::path{sys.tls.ca}.parent_path().string());

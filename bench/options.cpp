@@ -59,7 +59,12 @@ void add_run_options(po::options_description& desc, bench_options& o,
     "warmup", po::value(&o.plan.warmup)->default_value(o.plan.warmup),
     "warm-up rounds per case (not measured)")(
     "rounds", po::value(&o.plan.rounds)->default_value(o.plan.rounds),
-    "measured rounds per case");
+    "measured rounds per case")(
+    "interleave", po::bool_switch(&o.plan.interleave),
+    "the cases of each mode, transport and worker count take turns round by "
+    "round (round 0 of each, then round 1, ...) instead of running one after "
+    "the other, so that a busy machine slows them alike: for comparing cases "
+    "(their ratio); no wire bytes or server memory per case then");
   cli::add_threads_option(desc, o.sys.threads,
                           "scheduler threads of every actor system (0: CAF's "
                           "default)");

@@ -197,6 +197,33 @@ TEST_CASE("bench: with the limits, ucx cases get ucx_perftest's figures",
 }
 #endif
 
+TEST_CASE("bench: --interleave runs the cases in turns, each checked",
+          "[integration][bench]") {
+  // A dense, a priority and a row case take turns round by round, local and
+  // dist, 1 and 2 workers: each round still checks its values (a dense
+  // round's sums, the small key's value, the rows' sums), so a round of one
+  // case that met another's would fail the run.
+  auto [output, doc]
+    = run_bench({"--modes",       "local,dist",  "--workers", "1,2",
+                 "--sizes",       "4K",          "--many",    "none",
+                 "--rows",        "100x4x10",    "--backlog", "64K",
+                 "--compression", "none",        "--round",   "split",
+                 "--warmup",      "1",           "--rounds",  "4",
+                 "--no-limits",   "--interleave"},
+                "actorps-bench-interleave");
+  INFO(output);
+  // (4 KB split + a 4 KB pull behind a backlog at priority 10 and at 0 +
+  // rows) x 2 modes x 2 worker counts, each with every measured round.
+  CHECK(count_results(doc, "mode", "local") == 8);
+  CHECK(count_results(doc, "mode", "dist") == 8);
+  CHECK(count_results(doc, "round", "rows") == 4);
+  for (const auto& r : doc.at("results"))
+    CHECK(r.at("rounds_us").size() == 4);
+  // No bytes on the wire or server memory per case: the cases overlapped.
+  CHECK(count_with(doc, "wire_sent_bytes_per_round") == 0);
+  CHECK(count_with(doc, "server_peak_rss_mb") == 0);
+}
+
 TEST_CASE("bench: none turns the one-key or many-key cases off",
           "[integration][bench]") {
   auto run = [](std::vector<std::string> extra) {
