@@ -9,7 +9,9 @@
 # the per-pair row rounds old / new. The build run second in a pair was
 # seen to be the slower one whichever it was (docs/benchmarks.md, "Large
 # blocks on cache lines"): odd pairs run the old build first, even pairs
-# the new one.
+# the new one. Both cases of a run take turns round by round (--interleave,
+# 502fdca and later: older builds refuse it), so that a busy moment slows
+# both alike (docs/benchmarks.md, "Rows against dense, interleaved").
 # Usage (release builds; extra flags go to both, after the defaults):
 #   bash bench/rows-pairs.sh OLD_BENCH NEW_BENCH [pairs, 5] [rounds, 1500] [-- flags]
 set -euo pipefail
@@ -23,7 +25,8 @@ source "$(dirname "$0")/lib.sh"
 one() {
   "$1" --modes dist --transport ucx --shards 1 --sizes 64K --many none \
     --rows 10000000x16x1000 --round split --workers 1 --backlog 0 \
-    --compression none --warmup 3 --rounds "$rounds" --no-limits "${@:2}" 2>&1 |
+    --compression none --warmup 3 --rounds "$rounds" --no-limits --interleave \
+    "${@:2}" 2>&1 |
     awk '/^[a-z]+ +64 KB +split +1 / && NF > 9 && !d { d = $6 }
          /^[a-z]+ +1000 rows x 16/ && NF > 11 && !r { r = $11 }
          END { if (!d || !r) exit 1; printf "%s %s %.3f\n", d, r, r / d }'
