@@ -243,6 +243,15 @@ struct shard_config {
   /// table's rows) is refused before anything is made for it, as the
   /// worker refuses it before it asks.
   uint64_t message_cap = 0;
+  /// Bytes of one worker's operations that arrived ahead of an earlier one
+  /// of the same worker (out of order) that the shard holds until their
+  /// turn, over all its slices; an early operation past it is refused (as
+  /// one too far ahead in sequence numbers is). Never below `message_cap`:
+  /// one message of the job always fits. A worker's own bound on bytes in
+  /// flight per shard (store_options::max_bytes_in_flight, 4 MiB by
+  /// default) keeps a working one far below it; one whose bound is set
+  /// above this may see early operations refused.
+  uint64_t max_stash_bytes = uint64_t{1} << 30;
   /// Runs the shard on a thread of its own (a detached actor) instead of
   /// on CAF's scheduler threads, so that its buffers are made and freed in
   /// one malloc arena (a server's choice, docs/benchmarks.md). CAF's actor

@@ -299,8 +299,12 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
       // from 0; what the dead one left here is dropped.
       sl.clocks[w].next_seq = 0;
       sl.pull_waiting[w] = false;
-      for (auto i = sl.stash.begin(); i != sl.stash.end();)
-        i = i->first.first == w ? sl.stash.erase(i) : std::next(i);
+      for (auto i = sl.stash.begin(); i != sl.stash.end();) {
+        auto next = std::next(i);
+        if (i->first.first == w)
+          unstash(sl, i);
+        i = next;
+      }
       auto gone = [w](const waiting_pull& p) { return p.worker == w; };
       auto first = std::remove_if(sl.waiting.begin(), sl.waiting.end(), gone);
       stats.waiting_pulls -= static_cast<uint64_t>(sl.waiting.end() - first);

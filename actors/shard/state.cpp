@@ -34,9 +34,27 @@ caf::error shard_state::check_worker(const char* op, slice_id id,
 
 void shard_state::stash(const char* op, slice_state& s, slice_id id,
                         uint32_t worker, uint64_t seq, stashed_op x) {
+  auto bytes = x.grad.size() * sizeof(float);
+  if (worker >= stashed_bytes.size())
+    stashed_bytes.resize(worker + 1, 0);
+  auto& held = stashed_bytes[worker];
+  auto bound = std::max(cfg.max_stash_bytes, cfg.message_cap);
+  if (bytes > bound || held > bound - bytes) {
+    x.target.fail(make_error(
+      errc::bad_config,
+      std::string{op} + ": sequence number " + std::to_string(seq)
+        + " of worker " + std::to_string(worker) + " on " + slice_name(id)
+        + " came ahead of an earlier one, and the worker's operations "
+          "waiting here would then hold "
+        + std::to_string((held + bytes) >> 20) + " MiB, over the bound of "
+        + std::to_string(bound >> 20)
+        + " MiB (an earlier operation is lost or far behind)"));
+    return;
+  }
   auto [i, added] = s.stash.emplace(std::make_pair(worker, seq), stashed_op{});
   if (added) {
     i->second = std::move(x);
+    held += bytes;
     return;
   }
   x.target.fail(
@@ -44,6 +62,18 @@ void shard_state::stash(const char* op, slice_state& s, slice_id id,
                                    + std::to_string(seq) + " of worker "
                                    + std::to_string(worker) + " on "
                                    + slice_name(id) + " is already waiting"));
+}
+
+stashed_op shard_state::unstash(
+  slice_state& s,
+  std::map<std::pair<uint32_t, uint64_t>, stashed_op>::iterator i) {
+  auto worker = i->first.first;
+  auto op = std::move(i->second);
+  s.stash.erase(i);
+  auto bytes = op.grad.size() * sizeof(float);
+  if (worker < stashed_bytes.size())
+    stashed_bytes[worker] -= std::min(stashed_bytes[worker], bytes);
+  return op;
 }
 
 slice_state* shard_state::find(slice_id id) {
@@ -346,8 +376,7 @@ void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
     auto i = s.stash.find({worker, s.clocks[worker].next_seq});
     if (i == s.stash.end())
       return;
-    auto op = std::move(i->second);
-    s.stash.erase(i);
+    auto op = unstash(s, i);
     auto seq = s.clocks[worker].next_seq++;
     run(s, id, worker, seq, op.grad.data(), op.grad.size(), op.target,
         &op.grad);

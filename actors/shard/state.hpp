@@ -150,6 +150,9 @@ struct shard_state {
   bool replaces = true;
   std::unordered_map<slice_id, slice_state> slices;
   std::vector<bool> live;
+  // Per worker: bytes of its operations held in the slices' stashes (see
+  // shard_config::max_stash_bytes).
+  std::vector<uint64_t> stashed_bytes;
   shard_stats stats;
 
   // -- replicas (shard.hpp, "Replicas") ---------------------------------------
@@ -259,6 +262,11 @@ struct shard_state {
   // Keeps an operation until its predecessors ran; a duplicate fails.
   void stash(const char* op, slice_state& s, slice_id id, uint32_t worker,
              uint64_t seq, stashed_op x);
+
+  // Takes stash entry `i` of `s` out (its bytes no longer count).
+  stashed_op
+  unstash(slice_state& s,
+          std::map<std::pair<uint32_t, uint64_t>, stashed_op>::iterator i);
 
   slice_state* find(slice_id id);
 

@@ -178,6 +178,50 @@ TEST_CASE_METHOD(shard_fixture, "shard: push and pull errors", "[shard]") {
     CHECK(no_reply());
     require_error(push(slice_a, 0, 3, {2}), errc::bad_config);
   }
+  SECTION("a worker's early operations are held up to a bound in bytes") {
+    // A shard that holds at most 16 bytes of a worker's early operations.
+    auto cfg = test::shard_cfg(1, 2, false);
+    cfg.max_stash_bytes = 16;
+    auto small = guard(spawn_shard(sys, cfg));
+    auto push_to = [&](uint64_t seq, std::vector<float> grad) {
+      self->send(small, push_atom::value,
+                 slice_push{slice_a, 0, seq, floats{std::move(grad)}});
+      run();
+    };
+    self->send(small, init_atom::value, slice_init{slice_a, floats{{0, 0}}});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+    // Two pushes of 8 bytes ahead of push 0 wait; a third would hold 24.
+    push_to(1, {1, 1});
+    push_to(2, {2, 2});
+    CHECK(no_reply());
+    push_to(3, {3, 3});
+    auto msg = require_error(reply<caf::ok_atom>(), errc::bad_config);
+    CHECK(msg.find("over the bound of 0 MiB") != std::string::npos);
+    CHECK(msg.find("sequence number 3 of worker 0") != std::string::npos);
+    // Worker 1's operations count apart.
+    self->send(small, push_atom::value,
+               slice_push{slice_a, 1, 1, floats{{5, 5}}});
+    run();
+    CHECK(no_reply());
+    // Push 0 runs the two waiting ones after it; their bytes are free again,
+    // so two more may wait (3 was refused: it is still the next one).
+    push_to(0, {0, 0});
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(reply<caf::ok_atom>());
+    CHECK(no_reply());
+    push_to(4, {4, 4});
+    push_to(5, {5, 5});
+    CHECK(no_reply());
+    push_to(3, {3, 3});
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(reply<caf::ok_atom>());
+    self->send(small, pull_atom::value, slice_pull{slice_a, 0, 6});
+    run();
+    auto value = reply<shared_floats>();
+    REQUIRE(value);
+    CHECK(value->take() == std::vector<float>{5, 5});
+  }
   SECTION("a reused sequence number is refused") {
     REQUIRE(init(slice_a, {1}));
     REQUIRE(push(slice_a, 0, 0, {2}));
