@@ -52,13 +52,13 @@ class App:
 class Job:
     """A coordinator and one server on 127.0.0.1, as the apps run them."""
 
-    def __init__(self, mode, workers, token, shards=2):
+    def __init__(self, mode, workers, token, shards=2, log_level="info"):
         self.token = token
         env = dict(os.environ, ACTORPS_TOKEN=token)
         self.coordinator = App(
             [os.environ["ACTORPS_COORDINATOR_BIN"], "--host", "127.0.0.1",
              "--port", "0", "--mode", mode, "--workers", str(workers),
-             "--servers", "1"], env)
+             "--servers", "1", "--log-level", log_level], env)
         m = self.coordinator.wait_for(r"listening on (127\.0\.0\.1:\d+)")
         self.address = m.group(1)
         self.server = App(
@@ -76,8 +76,8 @@ class Job:
 def job_factory():
     jobs = []
 
-    def make(mode, workers, token="py-token", shards=2):
-        job = Job(mode, workers, token, shards)
+    def make(mode, workers, token="py-token", shards=2, log_level="info"):
+        job = Job(mode, workers, token, shards, log_level)
         jobs.append(job)
         return job
 

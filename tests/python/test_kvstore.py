@@ -653,7 +653,7 @@ def test_commands_compression_and_heartbeat_options():
 
 
 def test_a_killed_server_fails_data_calls_with_dead_node(job_factory):
-    job = job_factory("dist_async", 1)
+    job = job_factory("dist_async", 1, log_level="debug")
     kv = actorps.KVStore.create("dist_async", coordinator=job.address,
                                 token=job.token, timeout=20)
     kv.init("w", f32(1, 2))
@@ -666,14 +666,10 @@ def test_a_killed_server_fails_data_calls_with_dead_node(job_factory):
         kv.push("w", f32(1, 1))
         kv.wait(kv.pull("w", out))
     # The worker may see the death on its data channel before the
-    # coordinator sees the server's connection drop: its count reaches 1
-    # within a bounded wait.
-    deadline = time.monotonic() + 10
-    dead = kv.num_dead_node(actorps.SERVERS, 5)
-    while dead != 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        dead = kv.num_dead_node(actorps.SERVERS, 5)
-    assert dead == 1
+    # coordinator sees the server's connection drop: the coordinator counts
+    # the server dead before it logs (at debug level) that it is down.
+    job.coordinator.wait_for(r"server 0 \(node \d+\) is down", 30)
+    assert kv.num_dead_node(actorps.SERVERS, 5) == 1
     kv.set_barrier_before_exit(False)
     try:
         kv.close()
