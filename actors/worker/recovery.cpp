@@ -21,6 +21,7 @@
 #include "caf/system_messages.hpp"
 #include "caf/typed_event_based_actor.hpp"
 
+#include "core/routing.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -77,12 +78,26 @@ void give_up_recovery(worker_ptr self, const std::string& why) {
 
 void ask_reroute(worker_ptr self);
 
-// Routes the shards that `table` gives new handles to their replacements
-// and sends them what waited.
-void adopt(worker_ptr self, const routing_table& table,
-           const std::vector<uint32_t>& changed) {
+// The shards `table` moves this worker's requests to (see
+// core::moved_shards).
+std::vector<uint32_t> moved_by(worker_ptr self, const routing_table& table) {
   auto& st = self->state;
+  return core::moved_shards(st.cfg.shards, table.shards, table.version,
+                            st.adopted_version,
+                            [](const shard_actor& mine, const caf::actor& x) {
+                              return caf::actor_cast<caf::actor>(mine) == x;
+                            });
+}
+
+// Routes the shards that `table` gives new handles to their replacements
+// and sends them what waited. (Asked again here: a second answer with the
+// same or a newer table may have been adopted while this one's servers
+// were reached.)
+void adopt(worker_ptr self, const routing_table& table) {
+  auto& st = self->state;
+  auto changed = moved_by(self, table);
   st.cfg.routing_version = std::max(st.cfg.routing_version, table.version);
+  st.adopted_version = std::max(st.adopted_version, table.version);
   for (auto i : changed) {
     // (Replaced before this worker saw it go down: it waits first.)
     start_waiting(self, i);
@@ -128,17 +143,14 @@ void apply_routing(worker_ptr self, routing_table table) {
                              + std::to_string(st.cfg.shards.size()));
     return;
   }
-  std::vector<uint32_t> changed;
   std::set<std::string> endpoints;
   auto per_server = table.shards.size() / table.servers.size();
-  for (uint32_t i = 0; i < table.shards.size(); ++i)
-    if (table.shards[i] != caf::actor_cast<caf::actor>(st.cfg.shards[i])) {
-      changed.push_back(i);
-      if (per_server > 0 && i / per_server < table.servers.size())
-        endpoints.insert(table.servers[i / per_server]);
-    }
+  auto changed = moved_by(self, table);
+  for (auto i : changed)
+    if (per_server > 0 && i / per_server < table.servers.size())
+      endpoints.insert(table.servers[i / per_server]);
   if (changed.empty() || !st.cfg.reach_server) {
-    adopt(self, table, changed);
+    adopt(self, table);
     return;
   }
   // This process connects to each new server directly (see
@@ -161,9 +173,9 @@ void apply_routing(worker_ptr self, routing_table table) {
   auto version = table.version;
   self->request(helper, caf::duration{3 * st.cfg.timeout}, routing_atom::value)
     .then(
-      [self, table = std::move(table), changed](caf::ok_atom) {
+      [self, table = std::move(table)](caf::ok_atom) {
         self->state.reach_failure.clear();
-        adopt(self, table, changed);
+        adopt(self, table);
       },
       [self, version](caf::error& err) {
         // The server it names may have died since (a second death before
