@@ -138,6 +138,8 @@ caf::error shard_state::take_state(replica_state& x) {
     // Whatever this backup held before is replaced.
     slices.clear();
     std::fill(stashed_bytes.begin(), stashed_bytes.end(), 0);
+    std::fill(ahead_bytes.begin(), ahead_bytes.end(), 0);
+    held_ahead.clear();
     stats.slices = 0;
     stats.floats_stored = 0;
     opt = x.optimizer;

@@ -124,15 +124,19 @@ void shard_state::advance_rounds(slice_state& s) {
       release_waiting(s, slowest_clock(s));
     return;
   }
+  bool advanced = false;
   for (;;) {
     auto i = s.rounds.find(s.rounds_done);
     if (i == s.rounds.end() || !round_complete(i->second))
-      return;
+      break;
     apply_round(s, i->second);
     close_round(s, i);
     ++s.rounds_done;
     release_waiting(s, s.rounds_done);
+    advanced = true;
   }
+  if (advanced && !held_ahead.empty())
+    release_held();
 }
 
 round_sum& shard_state::open_round(slice_state& s, uint64_t round) {
@@ -147,6 +151,7 @@ round_sum& shard_state::open_round(slice_state& s, uint64_t round) {
 void shard_state::close_round(slice_state& s,
                               std::map<uint64_t, round_sum>::iterator i) {
   auto& r = i->second;
+  settle(r);
   if (s.dim != 0 || !s.spare.empty() || s.value.size() > s.spare_floats
       || r.sum.capacity() > s.spare_floats || !r.high.empty()) {
     s.rounds.erase(i);
@@ -156,6 +161,60 @@ void shard_state::close_round(slice_state& s,
   r.low = 0;
   r.contributors = 0;
   s.spare = s.rounds.extract(i);
+}
+
+bool shard_state::holds_ahead(const slice_state& s, uint32_t worker,
+                              uint64_t bytes) {
+  // (The current round always takes a push: the others never wait for
+  // this one.)
+  if (!cfg.sync || bytes == 0 || worker >= ahead_bytes.size()
+      || s.clocks[worker].pushes <= s.rounds_done)
+    return false;
+  auto bound = std::max(cfg.max_stash_bytes, cfg.message_cap);
+  auto held = ahead_bytes[worker];
+  if (held <= bound && bytes <= bound - held)
+    return false;
+  held_ahead.emplace(worker, s.id);
+  return true;
+}
+
+void shard_state::charge_ahead(const slice_state& s, round_sum& r,
+                               uint32_t worker, uint64_t round,
+                               uint64_t bytes) {
+  if (round <= s.rounds_done || worker >= ahead_bytes.size() || bytes == 0)
+    return;
+  r.charges.emplace_back(worker, bytes);
+  ahead_bytes[worker] += bytes;
+}
+
+void shard_state::settle(round_sum& r) {
+  for (auto& [worker, bytes] : r.charges)
+    if (worker < ahead_bytes.size())
+      ahead_bytes[worker] -= std::min(ahead_bytes[worker], bytes);
+  r.charges.clear();
+}
+
+void shard_state::release_held() {
+  // (A push run here may complete rounds that release more: the outer
+  // call goes round again instead of iterating the set being changed.)
+  if (releasing) {
+    release_again = true;
+    return;
+  }
+  releasing = true;
+  do {
+    release_again = false;
+    auto held = std::move(held_ahead);
+    held_ahead.clear();
+    for (auto& [worker, id] : held) {
+      auto* s = find(id);
+      if (s == nullptr)
+        continue;
+      // drain holds it again (held_ahead) if it must still wait.
+      drain(*s, id, worker);
+    }
+  } while (release_again);
+  releasing = false;
 }
 
 } // namespace actorps

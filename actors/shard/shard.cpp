@@ -183,6 +183,7 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
   ignore_strays(self, st.trusted);
   st.live.assign(cfg.num_workers, true);
   st.stashed_bytes.assign(cfg.num_workers, 0);
+  st.ahead_bytes.assign(cfg.num_workers, 0);
   // A backup watched over a link that dies is lost at once (see pair).
   self->set_down_handler([self](caf::down_msg& m) {
     auto& st = self->state;

@@ -250,7 +250,11 @@ struct shard_config {
   /// one message of the job always fits. A worker's own bound on bytes in
   /// flight per shard (store_options::max_bytes_in_flight, 4 MiB by
   /// default) keeps a working one far below it; one whose bound is set
-  /// above this may see early operations refused.
+  /// above this may see early operations refused. The same bound holds a
+  /// dist_sync worker's pushes into rounds past a slice's current one (a
+  /// worker that pushes again before the others did): past it, its next
+  /// such push waits, unanswered, until rounds complete (pushes into a
+  /// current round always run).
   uint64_t max_stash_bytes = uint64_t{1} << 30;
   /// Runs the shard on a thread of its own (a detached actor) instead of
   /// on CAF's scheduler threads, so that its buffers are made and freed in

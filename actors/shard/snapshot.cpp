@@ -268,6 +268,8 @@ void shard_state::clear_pending() {
     return;
   for (auto& kvp : slices) {
     auto& sl = kvp.second;
+    for (auto& [number, r] : sl.rounds)
+      settle(r);
     sl.rounds.clear();
     // Every worker is back at the first round not applied.
     for (auto& c : sl.clocks)
@@ -275,6 +277,9 @@ void shard_state::clear_pending() {
     // Pulls that waited for a dropped round get the last applied value.
     release_waiting(sl, std::numeric_limits<uint64_t>::max());
   }
+  // Pushes held ahead go into the rounds now current.
+  if (!held_ahead.empty())
+    release_held();
 }
 
 caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
@@ -305,6 +310,7 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
           unstash(sl, i);
         i = next;
       }
+      held_ahead.erase({w, kvp.first});
       auto gone = [w](const waiting_pull& p) { return p.worker == w; };
       auto first = std::remove_if(sl.waiting.begin(), sl.waiting.end(), gone);
       stats.waiting_pulls -= static_cast<uint64_t>(sl.waiting.end() - first);

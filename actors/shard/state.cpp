@@ -223,6 +223,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
     finish_round(s, r, g, owned);
     return caf::none;
   }
+  charge_ahead(s, r, worker, round, n * sizeof(float));
   // (A round may count contributions of nothing, see start_from_clocks.)
   if (r.sum.empty()) {
     if (owned != nullptr)
@@ -376,6 +377,9 @@ void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {
     auto i = s.stash.find({worker, s.clocks[worker].next_seq});
     if (i == s.stash.end())
       return;
+    if (i->second.target.kind != op_kind::pull
+        && holds_ahead(s, worker, i->second.grad.size() * sizeof(float)))
+      return;
     auto op = unstash(s, i);
     auto seq = s.clocks[worker].next_seq++;
     run(s, id, worker, seq, op.grad.data(), op.grad.size(), op.target,
@@ -402,7 +406,8 @@ void shard_state::submit(const char* op, slice_state* s, slice_id id,
     answer_again(*s, worker, t);
     return;
   }
-  auto now = admit(op, *s, id, worker, seq);
+  auto now = admit(op, *s, id, worker, seq,
+                   t.kind == op_kind::pull ? 0 : n * sizeof(float));
   if (!now) {
     t.fail(std::move(now.error()));
     return;
@@ -436,7 +441,7 @@ void shard_state::answer_again(slice_state& s, uint32_t worker, op_target& t) {
 
 caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
                                        slice_id id, uint32_t worker,
-                                       uint64_t seq) {
+                                       uint64_t seq, uint64_t push_bytes) {
   if (auto err = check_worker(op, id, worker))
     return err;
   auto expected_seq = s.clocks[worker].next_seq;
@@ -457,7 +462,8 @@ caf::expected<bool> shard_state::admit(const char* op, slice_state& s,
   // Held until every live worker told its clocks (start_from_clocks).
   if (awaiting_clocks)
     return false;
-  if (seq == expected_seq && !(cfg.ssp() && s.pull_waiting[worker])) {
+  if (seq == expected_seq && !(cfg.ssp() && s.pull_waiting[worker])
+      && !holds_ahead(s, worker, push_bytes)) {
     ++s.clocks[worker].next_seq;
     return true;
   }

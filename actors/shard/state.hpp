@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -50,6 +51,9 @@ struct round_sum {
   uint32_t contributors = 0;
   // A table's round: each row pushed, its values summed.
   core::row_sum rows;
+  // Pushes made to it while it was past the slice's current round: whose,
+  // and their bytes (see shard_state::ahead_bytes).
+  std::vector<std::pair<uint32_t, uint64_t>> charges;
 
   bool contributed(uint32_t worker) const {
     if (worker < 64)
@@ -153,6 +157,17 @@ struct shard_state {
   // Per worker: bytes of its operations held in the slices' stashes (see
   // shard_config::max_stash_bytes).
   std::vector<uint64_t> stashed_bytes;
+  // dist_sync, per worker: bytes of its pushes into rounds past a slice's
+  // current round that are still open, over all slices. A push past the
+  // current round that would take them over the bound waits (stashed,
+  // unanswered) until rounds complete: a worker far ahead of the others
+  // holds no more than that here (shard_config::max_stash_bytes).
+  std::vector<uint64_t> ahead_bytes;
+  // The slices where a push waits so, by (worker, slice).
+  std::set<std::pair<uint32_t, slice_id>> held_ahead;
+  // (release_held runs, and was asked to run again meanwhile.)
+  bool releasing = false;
+  bool release_again = false;
   shard_stats stats;
 
   // -- replicas (shard.hpp, "Replicas") ---------------------------------------
@@ -329,6 +344,21 @@ struct shard_state {
   // kvstore::clear_pending).
   void clear_pending();
 
+  // -- pushes ahead (rounds.cpp; see ahead_bytes)
+  // ------------------------------
+
+  // Whether a push of `bytes` by `worker` to `s` waits for rounds to
+  // complete first (and is then kept in held_ahead).
+  bool holds_ahead(const slice_state& s, uint32_t worker, uint64_t bytes);
+  // Counts a push of `bytes` by `worker` into round `round` of `s` (`r`)
+  // against it, if the round is past the current one.
+  void charge_ahead(const slice_state& s, round_sum& r, uint32_t worker,
+                    uint64_t round, uint64_t bytes);
+  // Takes the counts of round `r` (closing or dropped) off.
+  void settle(round_sum& r);
+  // Runs the pushes held ahead of workers now under the bound.
+  void release_held();
+
   // Bounded staleness: the lowest clock of a live worker on `s` (no live
   // worker: no bound).
   uint64_t slowest_clock(const slice_state& s) const;
@@ -396,9 +426,10 @@ struct shard_state {
 
   // Checks a push or pull on slice `s` and orders it among the operations of
   // its worker: returns whether it runs now (true) or must wait for an
-  // earlier one (false).
+  // earlier one, or (a push of `push_bytes`) for rounds to complete
+  // (false; see ahead_bytes).
   caf::expected<bool> admit(const char* op, slice_state& s, slice_id id,
-                            uint32_t worker, uint64_t seq);
+                            uint32_t worker, uint64_t seq, uint64_t push_bytes);
 
   // -- handlers' work (state.cpp) ---------------------------------------------
 

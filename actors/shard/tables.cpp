@@ -116,7 +116,10 @@ caf::error shard_state::do_push_rows(slice_state& s, slice_id id,
     // The round sums each row over the workers that pushed it; the round
     // completes when every live worker pushed to this slice (no rows is a
     // push too), and only then are the rows updated, once each.
-    auto& r = s.rounds[s.clocks[worker].pushes++];
+    auto round = s.clocks[worker].pushes++;
+    auto& r = s.rounds[round];
+    charge_ahead(s, r, worker, round,
+                 n * sizeof(float) + rows.size() * sizeof(uint64_t));
     r.rows.add(rows, g, owned, s.dim);
     r.add(worker);
     return caf::none;

@@ -1240,3 +1240,73 @@ TEST_CASE_METHOD(shard_fixture,
   REQUIRE(tell_clocks(*this, 0, {7}));
   CHECK(pull(slice_a, 1, 0) == std::vector<float>{1, 2});
 }
+
+TEST_CASE("shard: a dist_sync worker's pushes ahead of the others wait once "
+          "they hold the bound, and run as rounds complete",
+          "[shard]") {
+  // At most 16 bytes of a worker's pushes past a slice's current round.
+  auto cfg = test::shard_cfg(0, 2, true);
+  cfg.max_stash_bytes = 16;
+  shard_fixture f{cfg};
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(f.set_optimizer(acc));
+  REQUIRE(f.init(slice_a, {0, 0}));
+  REQUIRE(f.init(slice_b, {0, 0}));
+  // Round 0 is the current one; rounds 1 and 2 are ahead (8 bytes each).
+  for (uint64_t seq = 0; seq < 3; ++seq)
+    REQUIRE(f.push(slice_a, 0, seq, {1, 1}));
+  // Round 3 would hold 24 bytes ahead: it waits, unanswered.
+  f.send_push(slice_a, 0, 3, {1, 1});
+  f.run();
+  CHECK(f.no_reply());
+  // Another slice's current round takes worker 0's push all the same.
+  REQUIRE(f.push(slice_b, 0, 0, {5, 5}));
+  // Worker 1 completes round 0: rounds 1 and 2 are still open and ahead.
+  REQUIRE(f.push(slice_a, 1, 0, {2, 2}));
+  CHECK(f.no_reply());
+  // Worker 1 completes round 1: the held push goes into round 3.
+  REQUIRE(f.push(slice_a, 1, 1, {2, 2}));
+  REQUIRE(f.reply<caf::ok_atom>());
+  REQUIRE(f.push(slice_a, 1, 2, {2, 2}));
+  REQUIRE(f.push(slice_a, 1, 3, {2, 2}));
+  // Four rounds of 1 + 2, none lost, none twice.
+  auto now = f.pull(slice_a, 1, 4);
+  REQUIRE(now);
+  CHECK(*now == std::vector<float>{12, 12});
+  auto st = f.stats();
+  REQUIRE(st);
+  CHECK(st->pushes == 9);
+}
+
+TEST_CASE("shard: clear_pending lets a push held ahead into the round then "
+          "current",
+          "[shard]") {
+  auto cfg = test::shard_cfg(0, 2, true);
+  cfg.max_stash_bytes = 8;
+  shard_fixture f{cfg};
+  optimizer_config acc;
+  acc.name = "accumulate";
+  REQUIRE(f.set_optimizer(acc));
+  REQUIRE(f.init(slice_a, {0, 0}));
+  // Round 0 current, round 1 ahead (8 bytes), round 2 waits.
+  REQUIRE(f.push(slice_a, 0, 0, {1, 1}));
+  REQUIRE(f.push(slice_a, 0, 1, {1, 1}));
+  f.send_push(slice_a, 0, 2, {7, 7});
+  f.run();
+  CHECK(f.no_reply());
+  // Dropping the open rounds puts worker 0 back at round 0: its held push
+  // joins it, and worker 1's completes it.
+  f.self->send(f.shard, command_atom::value, command_head::clear_pending,
+               std::string{});
+  f.run();
+  int oks = 0;
+  for (int i = 0; i < 2; ++i)
+    f.self->receive([&](caf::ok_atom) { ++oks; },
+                    caf::after(std::chrono::seconds(0)) >> [] {});
+  CHECK(oks == 2);
+  REQUIRE(f.push(slice_a, 1, 0, {2, 2}));
+  auto now = f.pull(slice_a, 1, 1);
+  REQUIRE(now);
+  CHECK(*now == std::vector<float>{9, 9});
+}
