@@ -1241,17 +1241,32 @@ TEST_CASE_METHOD(shard_fixture,
   CHECK(pull(slice_a, 1, 0) == std::vector<float>{1, 2});
 }
 
+namespace {
+
+// A dist_sync shard of 2 workers, "accumulate" updates and slice_a of 2
+// zeros, that holds at most `bound` bytes of a worker's pushes ahead.
+struct ahead_fixture : shard_fixture {
+  explicit ahead_fixture(uint64_t bound) : shard_fixture(config(bound)) {
+    optimizer_config acc;
+    acc.name = "accumulate";
+    REQUIRE(set_optimizer(acc));
+    REQUIRE(init(slice_a, {0, 0}));
+  }
+
+  static shard_config config(uint64_t bound) {
+    auto cfg = test::shard_cfg(0, 2, true);
+    cfg.max_stash_bytes = bound;
+    return cfg;
+  }
+};
+
+} // namespace
+
 TEST_CASE("shard: a dist_sync worker's pushes ahead of the others wait once "
           "they hold the bound, and run as rounds complete",
           "[shard]") {
   // At most 16 bytes of a worker's pushes past a slice's current round.
-  auto cfg = test::shard_cfg(0, 2, true);
-  cfg.max_stash_bytes = 16;
-  shard_fixture f{cfg};
-  optimizer_config acc;
-  acc.name = "accumulate";
-  REQUIRE(f.set_optimizer(acc));
-  REQUIRE(f.init(slice_a, {0, 0}));
+  ahead_fixture f{16};
   REQUIRE(f.init(slice_b, {0, 0}));
   // Round 0 is the current one; rounds 1 and 2 are ahead (8 bytes each).
   for (uint64_t seq = 0; seq < 3; ++seq)
@@ -1282,13 +1297,7 @@ TEST_CASE("shard: a dist_sync worker's pushes ahead of the others wait once "
 TEST_CASE("shard: clear_pending lets a push held ahead into the round then "
           "current",
           "[shard]") {
-  auto cfg = test::shard_cfg(0, 2, true);
-  cfg.max_stash_bytes = 8;
-  shard_fixture f{cfg};
-  optimizer_config acc;
-  acc.name = "accumulate";
-  REQUIRE(f.set_optimizer(acc));
-  REQUIRE(f.init(slice_a, {0, 0}));
+  ahead_fixture f{8};
   // Round 0 current, round 1 ahead (8 bytes), round 2 waits.
   REQUIRE(f.push(slice_a, 0, 0, {1, 1}));
   REQUIRE(f.push(slice_a, 0, 1, {1, 1}));
