@@ -103,6 +103,7 @@ void shard_state::release_waiting(slice_state& s, uint64_t reached) {
         p.target.gate = gate;
         p.target.forward = std::max(p.target.forward, forwarded);
       }
+      stop_waiting(p);
       p.target.pulled(s.value);
       if (cfg.ssp())
         released.push_back(p.worker);

@@ -254,7 +254,9 @@ struct shard_config {
   /// dist_sync worker's pushes into rounds past a slice's current one (a
   /// worker that pushes again before the others did): past it, its next
   /// such push waits, unanswered, until rounds complete (pushes into a
-  /// current round always run).
+  /// current round always run). A pull waiting for a round (or, bounded
+  /// staleness, for the others' clocks) counts its bookkeeping against it
+  /// too; past it, the pull is refused.
   uint64_t max_stash_bytes = uint64_t{1} << 30;
   /// Runs the shard on a thread of its own (a detached actor) instead of
   /// on CAF's scheduler threads, so that its buffers are made and freed in

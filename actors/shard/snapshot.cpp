@@ -312,6 +312,9 @@ caf::error shard_state::set_live(const std::vector<uint32_t>& workers) {
       }
       held_ahead.erase({w, kvp.first});
       auto gone = [w](const waiting_pull& p) { return p.worker == w; };
+      for (auto& p : sl.waiting)
+        if (gone(p))
+          stop_waiting(p);
       auto first = std::remove_if(sl.waiting.begin(), sl.waiting.end(), gone);
       stats.waiting_pulls -= static_cast<uint64_t>(sl.waiting.end() - first);
       sl.waiting.erase(first, sl.waiting.end());

@@ -271,7 +271,25 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
     wait = slowest_clock(s) < need;
   }
   if (wait) {
-    s.waiting.push_back(waiting_pull{need, std::move(t), worker});
+    waiting_pull p{need, std::move(t), worker};
+    // Counted with the worker's early operations (a pull holds no values
+    // while it waits, but a worker must not pile up waiting pulls either).
+    auto cost = waiting_cost(p);
+    auto bound = std::max(cfg.max_stash_bytes, cfg.message_cap);
+    auto& held = stashed_bytes[worker];
+    if (cost > bound || held > bound - cost) {
+      p.target.fail(make_error(
+        errc::bad_config,
+        "pull: worker " + std::to_string(worker) + "'s pull of "
+          + slice_name(s.id)
+          + " waits for a round, and the operations of the worker waiting "
+            "here would then hold "
+          + std::to_string((held + cost) >> 20) + " MiB, over the bound of "
+          + std::to_string(bound >> 20) + " MiB"));
+      return;
+    }
+    held += cost;
+    s.waiting.push_back(std::move(p));
     ++stats.waiting_pulls;
     if (cfg.ssp())
       s.pull_waiting[worker] = true;
@@ -368,6 +386,19 @@ void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
     advance_rounds(s);
   }
   do_pull(s, worker, t);
+}
+
+uint64_t shard_state::waiting_cost(const waiting_pull& p) {
+  uint64_t cost = sizeof(waiting_pull);
+  if (p.target.one)
+    cost += sizeof(op_single) + p.target.one->rows.size() * sizeof(uint64_t);
+  return cost;
+}
+
+void shard_state::stop_waiting(const waiting_pull& p) {
+  if (p.worker < stashed_bytes.size())
+    stashed_bytes[p.worker] -= std::min(stashed_bytes[p.worker],
+                                        waiting_cost(p));
 }
 
 void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {

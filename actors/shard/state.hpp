@@ -278,6 +278,11 @@ struct shard_state {
   void stash(const char* op, slice_state& s, slice_id id, uint32_t worker,
              uint64_t seq, stashed_op x);
 
+  // What a waiting pull counts against its worker's bound (see
+  // shard_config::max_stash_bytes), and taking it off again.
+  static uint64_t waiting_cost(const waiting_pull& p);
+  void stop_waiting(const waiting_pull& p);
+
   // Takes stash entry `i` of `s` out (its bytes no longer count).
   stashed_op
   unstash(slice_state& s,

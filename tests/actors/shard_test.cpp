@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "actors/shard/shard.hpp"
+#include "actors/shard/state.hpp"
 
 #include <cmath>
 #include <map>
@@ -1318,4 +1319,34 @@ TEST_CASE("shard: clear_pending lets a push held ahead into the round then "
   auto now = f.pull(slice_a, 1, 1);
   REQUIRE(now);
   CHECK(*now == std::vector<float>{9, 9});
+}
+
+TEST_CASE("shard: a dist_sync worker's waiting pulls count against its "
+          "bound",
+          "[shard]") {
+  // Room for two waiting pulls of worker 0.
+  waiting_pull one;
+  one.target.single();
+  ahead_fixture f{2 * shard_state::waiting_cost(one)};
+  REQUIRE(f.push(slice_a, 0, 0, {1, 1}));
+  f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, 1});
+  f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, 2});
+  f.run();
+  CHECK(f.no_reply());
+  // A third is refused, saying why.
+  CHECK_THAT(require_error(f.pull(slice_a, 0, 3), errc::bad_config),
+             Catch::Contains("over the bound"));
+  // Worker 1 completes the round: both waiting pulls answer, and their
+  // room is free again.
+  REQUIRE(f.push(slice_a, 1, 0, {2, 2}));
+  for (int i = 0; i < 2; ++i) {
+    auto x = f.reply<shared_floats>();
+    REQUIRE(x);
+    CHECK(x->vec() == std::vector<float>{3, 3});
+  }
+  REQUIRE(f.push(slice_a, 0, 4, {1, 1}));
+  f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, 5});
+  f.self->send(f.shard, pull_atom::value, slice_pull{slice_a, 0, 6});
+  f.run();
+  CHECK(f.no_reply());
 }
