@@ -136,8 +136,12 @@ void shard_state::advance_rounds(slice_state& s) {
     release_waiting(s, s.rounds_done);
     advanced = true;
   }
-  if (advanced && !held_ahead.empty())
-    release_held();
+  if (advanced && !held_ahead.empty()) {
+    if (running > 0)
+      release_pending = true;
+    else
+      release_held();
+  }
 }
 
 round_sum& shard_state::open_round(slice_state& s, uint64_t round) {
@@ -205,6 +209,7 @@ void shard_state::release_held() {
   releasing = true;
   do {
     release_again = false;
+    release_pending = false;
     auto held = std::move(held_ahead);
     held_ahead.clear();
     for (auto& [worker, id] : held) {

@@ -310,6 +310,18 @@ constexpr std::size_t early_forward_floats = std::size_t{1} << 16;
 void shard_state::run(slice_state& s, slice_id id, uint32_t worker,
                       uint64_t seq, const float* g, std::size_t n, op_target& t,
                       std::vector<float>* owned, const shared_floats* view) {
+  // Pushes held ahead that the rounds this one completes release run once
+  // it is done (a push_pull's pull still reads the clocks of its own push).
+  ++running;
+  run_op(s, id, worker, seq, g, n, t, owned, view);
+  if (--running == 0 && release_pending)
+    release_held();
+}
+
+void shard_state::run_op(slice_state& s, slice_id id, uint32_t worker,
+                         uint64_t seq, const float* g, std::size_t n,
+                         op_target& t, std::vector<float>* owned,
+                         const shared_floats* view) {
   // The outbox's operation whose values are the slice's value after this
   // push (below), if any.
   std::optional<std::size_t> share;

@@ -165,9 +165,12 @@ struct shard_state {
   std::vector<uint64_t> ahead_bytes;
   // The slices where a push waits so, by (worker, slice).
   std::set<std::pair<uint32_t, slice_id>> held_ahead;
-  // (release_held runs, and was asked to run again meanwhile.)
+  // (release_held runs, and was asked to run again meanwhile; rounds
+  // completed inside `run` ask it of the outermost `run`'s end.)
   bool releasing = false;
   bool release_again = false;
+  uint32_t running = 0;
+  bool release_pending = false;
   shard_stats stats;
 
   // -- replicas (shard.hpp, "Replicas") ---------------------------------------
@@ -404,6 +407,9 @@ struct shard_state {
            const float* g, std::size_t n, op_target& t,
            std::vector<float>* owned = nullptr,
            const shared_floats* view = nullptr);
+  void run_op(slice_state& s, slice_id id, uint32_t worker, uint64_t seq,
+              const float* g, std::size_t n, op_target& t,
+              std::vector<float>* owned, const shared_floats* view);
 
   // A promoted backup got operation `seq` again, which it ran as its
   // primary's forward: answers it without applying it twice.

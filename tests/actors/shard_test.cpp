@@ -1350,3 +1350,39 @@ TEST_CASE("shard: a dist_sync worker's waiting pulls count against its "
   f.run();
   CHECK(f.no_reply());
 }
+
+TEST_CASE("shard: a push_pull that completes a round answers from its own "
+          "round before a held push it releases runs",
+          "[shard]") {
+  ahead_fixture f{16};
+  for (uint64_t seq = 0; seq < 3; ++seq)
+    REQUIRE(f.push(slice_a, 0, seq, {1, 1}));
+  f.send_push(slice_a, 0, 3, {1, 1});
+  f.run();
+  CHECK(f.no_reply());
+  auto push_pull = [&](uint64_t seq) {
+    f.self->send(f.shard, push_pull_atom::value,
+                 slice_push{slice_a, 1, seq, floats{{2, 2}}});
+    f.run();
+  };
+  // Round 0 completes; rounds 1 and 2 still hold worker 0's 16 bytes.
+  push_pull(0);
+  auto first = f.reply<shared_floats>();
+  REQUIRE(first);
+  CHECK(first->vec() == std::vector<float>{3, 3});
+  CHECK(f.no_reply());
+  // Round 1 completes: worker 1 gets round 1's value, then worker 0's held
+  // push goes into round 3 and is answered.
+  push_pull(1);
+  auto second = f.reply<shared_floats>();
+  REQUIRE(second);
+  CHECK(second->vec() == std::vector<float>{6, 6});
+  REQUIRE(f.reply<caf::ok_atom>());
+  push_pull(2);
+  push_pull(3);
+  auto last = f.reply<shared_floats>();
+  REQUIRE(last);
+  last = f.reply<shared_floats>();
+  REQUIRE(last);
+  CHECK(last->vec() == std::vector<float>{12, 12});
+}
