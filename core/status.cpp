@@ -226,7 +226,8 @@ std::string status_json(const job_status& s) {
                        {"pushes", x.pushes},
                        {"pulls", x.pulls},
                        {"updates", x.updates},
-                       {"waiting_pulls", x.waiting_pulls}});
+                       {"waiting_pulls", x.waiting_pulls},
+                       {"held_pushes", x.held_pushes}});
   j["replicas"] = s.replicas;
   if (s.replicas > 1) {
     // (Only once paired: before, no shard has a copy yet.)

@@ -100,6 +100,9 @@ struct server_status {
   /// Optimizer updates applied (one per sync round and slice, or per push).
   uint64_t updates = 0;
   uint64_t waiting_pulls = 0;
+  /// Workers' pushes held until the others complete rounds (dist_sync; per
+  /// worker and slice).
+  uint64_t held_pushes = 0;
 };
 
 /// Replicas (a job run with `--replicas 2` or 3): where one shard's copies

@@ -41,7 +41,9 @@ namespace actorps {
 ///     a shard for its rank's (clocks_atom, rank; job_info::rejoined).
 /// 16: chains of copies (replicas 3): a server registers a set of backups
 ///     per copy; shard_copies names every backup.
-constexpr uint32_t wire_version = 16;
+/// 17: shard_stats::held_pushes and server_status::held_pushes (a
+///     dist_sync worker's pushes held ahead).
+constexpr uint32_t wire_version = 17;
 
 /// Most bytes of records one save or load message carries (one record
 /// more when a single one is larger: a dense slice is never cut below a
@@ -193,7 +195,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, server_status& x) {
   return f(caf::meta::type_name("server_status"), x.rank, x.answered, x.shards,
            x.slices, x.floats_stored, x.pushes, x.pulls, x.updates,
-           x.waiting_pulls);
+           x.waiting_pulls, x.held_pushes);
 }
 
 template <class Inspector>

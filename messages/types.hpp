@@ -429,6 +429,10 @@ struct shard_stats {
   uint64_t reordered = 0;
   /// Pulls waiting for a synchronous round to complete.
   uint64_t waiting_pulls = 0;
+  /// dist_sync: the (worker, slice) pairs whose next push waits until the
+  /// other workers complete rounds (the worker's pushes ahead reached the
+  /// bound: shard_config::max_stash_bytes).
+  uint64_t held_pushes = 0;
   /// Batch messages received (each carries one or more operations, counted
   /// in `pushes` and `pulls` as well).
   uint64_t batches = 0;
@@ -445,6 +449,7 @@ inline void add_shard(server_status& sum, const shard_stats& x) noexcept {
   sum.pulls += x.pulls;
   sum.updates += x.updates;
   sum.waiting_pulls += x.waiting_pulls;
+  sum.held_pushes += x.held_pushes;
 }
 
 template <class Inspector>
@@ -457,7 +462,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_stats& x) {
   return f(caf::meta::type_name("shard_stats"), x.slices, x.floats_stored,
            x.pushes, x.pulls, x.updates, x.reordered, x.waiting_pulls,
-           x.batches, x.by_worker);
+           x.held_pushes, x.batches, x.by_worker);
 }
 
 /// Decoding refuses a latency sum that is no finite number >= 0: CAF

@@ -152,6 +152,10 @@ void add_shards(families& fs, const server_status& s, const worker_traffic& t) {
            double(s.floats_stored) * 4);
   fs.gauge("actorps_shard_waiting_pulls",
            "pulls waiting for a synchronous round", double(s.waiting_pulls));
+  fs.gauge("actorps_shard_held_pushes",
+           "workers' pushes held until the others complete rounds "
+           "(per worker and slice)",
+           double(s.held_pushes));
 }
 
 void add_job(families& fs, const job_status& j) {

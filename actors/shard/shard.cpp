@@ -427,7 +427,9 @@ shard_actor::behavior_type shard_impl(shard_ptr self, shard_config cfg) {
     [self](stats_atom) -> caf::result<shard_stats> {
       if (auto err = self->state.trusted.check(self, "stats"))
         return err;
-      return self->state.stats;
+      auto s = self->state.stats;
+      s.held_pushes = self->state.held_ahead.size();
+      return s;
     },
     [self](command_atom, int32_t head,
            const std::string& body) -> caf::result<caf::ok_atom> {

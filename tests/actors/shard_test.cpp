@@ -1276,6 +1276,9 @@ TEST_CASE("shard: a dist_sync worker's pushes ahead of the others wait once "
   f.send_push(slice_a, 0, 3, {1, 1});
   f.run();
   CHECK(f.no_reply());
+  auto held = f.stats();
+  REQUIRE(held);
+  CHECK(held->held_pushes == 1);
   // Another slice's current round takes worker 0's push all the same.
   REQUIRE(f.push(slice_b, 0, 0, {5, 5}));
   // Worker 1 completes round 0: rounds 1 and 2 are still open and ahead.
@@ -1293,6 +1296,7 @@ TEST_CASE("shard: a dist_sync worker's pushes ahead of the others wait once "
   auto st = f.stats();
   REQUIRE(st);
   CHECK(st->pushes == 9);
+  CHECK(st->held_pushes == 0);
 }
 
 TEST_CASE("shard: clear_pending lets a push held ahead into the round then "
