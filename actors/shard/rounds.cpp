@@ -175,7 +175,7 @@ bool shard_state::holds_ahead(const slice_state& s, uint32_t worker,
   if (!cfg.sync || bytes == 0 || worker >= ahead_bytes.size()
       || s.clocks[worker].pushes <= s.rounds_done)
     return false;
-  auto bound = std::max(cfg.max_stash_bytes, cfg.message_cap);
+  auto bound = room_bound();
   auto held = ahead_bytes[worker];
   if (held <= bound && bytes <= bound - held)
     return false;

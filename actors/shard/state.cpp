@@ -35,28 +35,21 @@ caf::error shard_state::check_worker(const char* op, slice_id id,
 void shard_state::stash(const char* op, slice_state& s, slice_id id,
                         uint32_t worker, uint64_t seq, stashed_op x) {
   auto bytes = x.grad.size() * sizeof(float);
-  if (worker >= stashed_bytes.size())
-    stashed_bytes.resize(worker + 1, 0);
-  auto& held = stashed_bytes[worker];
-  auto bound = std::max(cfg.max_stash_bytes, cfg.message_cap);
-  if (bytes > bound || held > bound - bytes) {
-    x.target.fail(make_error(
-      errc::bad_config,
-      std::string{op} + ": sequence number " + std::to_string(seq)
-        + " of worker " + std::to_string(worker) + " on " + slice_name(id)
-        + " came ahead of an earlier one, and the worker's operations "
-          "waiting here would then hold "
-        + std::to_string((held + bytes) >> 20) + " MiB, over the bound of "
-        + std::to_string(bound >> 20)
-        + " MiB (an earlier operation is lost or far behind)"));
+  if (auto err = take_room(worker, bytes,
+                           std::string{op} + ": sequence number "
+                             + std::to_string(seq) + " of worker "
+                             + std::to_string(worker) + " on " + slice_name(id)
+                             + " came ahead of an earlier one",
+                           " (an earlier operation is lost or far behind)")) {
+    x.target.fail(std::move(err));
     return;
   }
   auto [i, added] = s.stash.emplace(std::make_pair(worker, seq), stashed_op{});
   if (added) {
     i->second = std::move(x);
-    held += bytes;
     return;
   }
+  give_room(worker, bytes);
   x.target.fail(
     make_error(errc::bad_config, std::string{op} + ": sequence number "
                                    + std::to_string(seq) + " of worker "
@@ -70,9 +63,7 @@ stashed_op shard_state::unstash(
   auto worker = i->first.first;
   auto op = std::move(i->second);
   s.stash.erase(i);
-  auto bytes = op.grad.size() * sizeof(float);
-  if (worker < stashed_bytes.size())
-    stashed_bytes[worker] -= std::min(stashed_bytes[worker], bytes);
+  give_room(worker, op.grad.size() * sizeof(float));
   return op;
 }
 
@@ -274,21 +265,13 @@ void shard_state::do_pull(slice_state& s, uint32_t worker, op_target& t) {
     waiting_pull p{need, std::move(t), worker};
     // Counted with the worker's early operations (a pull holds no values
     // while it waits, but a worker must not pile up waiting pulls either).
-    auto cost = waiting_cost(p);
-    auto bound = std::max(cfg.max_stash_bytes, cfg.message_cap);
-    auto& held = stashed_bytes[worker];
-    if (cost > bound || held > bound - cost) {
-      p.target.fail(make_error(
-        errc::bad_config,
-        "pull: worker " + std::to_string(worker) + "'s pull of "
-          + slice_name(s.id)
-          + " waits for a round, and the operations of the worker waiting "
-            "here would then hold "
-          + std::to_string((held + cost) >> 20) + " MiB, over the bound of "
-          + std::to_string(bound >> 20) + " MiB"));
+    if (auto err = take_room(worker, waiting_cost(p),
+                             "pull: worker " + std::to_string(worker)
+                               + "'s pull of " + slice_name(s.id)
+                               + " waits for a round")) {
+      p.target.fail(std::move(err));
       return;
     }
-    held += cost;
     s.waiting.push_back(std::move(p));
     ++stats.waiting_pulls;
     if (cfg.ssp())
@@ -408,9 +391,34 @@ uint64_t shard_state::waiting_cost(const waiting_pull& p) {
 }
 
 void shard_state::stop_waiting(const waiting_pull& p) {
-  if (p.worker < stashed_bytes.size())
-    stashed_bytes[p.worker] -= std::min(stashed_bytes[p.worker],
-                                        waiting_cost(p));
+  give_room(p.worker, waiting_cost(p));
+}
+
+uint64_t shard_state::room_bound() const {
+  return std::max(cfg.max_stash_bytes, cfg.message_cap);
+}
+
+caf::error shard_state::take_room(uint32_t worker, uint64_t bytes,
+                                  const std::string& what, const char* why) {
+  if (worker >= stashed_bytes.size())
+    stashed_bytes.resize(worker + 1, 0);
+  auto& held = stashed_bytes[worker];
+  auto bound = room_bound();
+  if (bytes > bound || held > bound - bytes)
+    return make_error(errc::bad_config,
+                      what
+                        + ", and the worker's operations waiting here "
+                          "would then hold "
+                        + std::to_string((held + bytes) >> 20)
+                        + " MiB, over the bound of "
+                        + std::to_string(bound >> 20) + " MiB" + why);
+  held += bytes;
+  return caf::none;
+}
+
+void shard_state::give_room(uint32_t worker, uint64_t bytes) {
+  if (worker < stashed_bytes.size())
+    stashed_bytes[worker] -= std::min(stashed_bytes[worker], bytes);
 }
 
 void shard_state::drain(slice_state& s, slice_id id, uint32_t worker) {

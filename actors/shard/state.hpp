@@ -286,6 +286,15 @@ struct shard_state {
   static uint64_t waiting_cost(const waiting_pull& p);
   void stop_waiting(const waiting_pull& p);
 
+  // Per worker, the bytes its waiting operations may hold here
+  // (shard_config::max_stash_bytes, at least the message bound); taking
+  // `bytes` of it (`bad_config` beginning with `what`, ending with `why`,
+  // when they do not fit), and giving them back.
+  uint64_t room_bound() const;
+  caf::error take_room(uint32_t worker, uint64_t bytes, const std::string& what,
+                       const char* why = "");
+  void give_room(uint32_t worker, uint64_t bytes);
+
   // Takes stash entry `i` of `s` out (its bytes no longer count).
   stashed_op
   unstash(slice_state& s,
@@ -352,8 +361,7 @@ struct shard_state {
   // kvstore::clear_pending).
   void clear_pending();
 
-  // -- pushes ahead (rounds.cpp; see ahead_bytes)
-  // ------------------------------
+  // -- pushes ahead (rounds.cpp; see ahead_bytes) ---------------------------
 
   // Whether a push of `bytes` by `worker` to `s` waits for rounds to
   // complete first (and is then kept in held_ahead).

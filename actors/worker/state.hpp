@@ -119,10 +119,10 @@ struct worker_state {
   std::vector<bool> clocks_unknown;
   /// A request for a newer routing table is out.
   bool rerouting = false;
-  /// The version of the last routing table adopted (the first: the one the
-  /// worker was configured with). Two answers may race through their
-  /// connections to the servers they name: an older one, or the same one
-  /// twice, changes nothing (see adopt).
+  /// The version of the last routing table adopted (0: none yet; the
+  /// coordinator only sends tables newer than the worker's first). Two answers
+  /// may race through their connections to the servers they name: an older one,
+  /// or the same one twice, changes nothing (see adopt).
   uint64_t adopted_version = 0;
   // Why the last routing table could not be applied (a server it names
   // could not be reached), while a newer one is awaited.

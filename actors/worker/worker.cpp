@@ -262,7 +262,6 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
   st.unreplaced.resize(st.cfg.shards.size());
   st.renumbered.assign(st.cfg.shards.size(), false);
   st.promotions.assign(st.cfg.shards.size(), 0);
-  st.adopted_version = st.cfg.routing_version;
   st.renumber.resize(st.cfg.shards.size());
   st.acked = std::move(st.cfg.clock_origins);
   st.acked.resize(st.cfg.shards.size());
