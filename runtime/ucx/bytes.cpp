@@ -44,9 +44,26 @@ buffer::buffer(std::size_t size)
   // nop
 }
 
-buffer::buffer(const void* data, std::size_t size) : buffer(size) {
-  if (size > 0)
-    std::memcpy(words_.data(), data, size);
+buffer::buffer(const void* data, std::size_t size) : size_(size) {
+  if (size == 0)
+    return;
+  auto whole = size / sizeof(float);
+  auto tail = size % sizeof(float);
+  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
+    // One pass: the floats are copied in, not zeroed first (a large
+    // message copied out of a peer's segment, runtime/ucx/receive.cpp).
+    words_.reserve(whole + (tail > 0 ? 1 : 0));
+    const auto* first = static_cast<const float*>(data);
+    words_.assign(first, first + whole);
+  } else {
+    words_.resize(whole);
+    std::memcpy(words_.data(), data, whole * sizeof(float));
+  }
+  if (tail > 0) {
+    words_.push_back(0.0f);
+    std::memcpy(words_.data() + whole,
+                static_cast<const char*>(data) + whole * sizeof(float), tail);
+  }
 }
 
 buffer::buffer(buffer&& other) noexcept
@@ -82,8 +99,8 @@ buffer buffer::view(const char* data, std::size_t size,
 void buffer::own() {
   if (view_ == nullptr)
     return;
-  words_.resize((size_ + sizeof(float) - 1) / sizeof(float));
-  std::memcpy(words_.data(), view_, size_);
+  auto copy = buffer{view_, size_};
+  words_ = std::move(copy.words_);
   view_ = nullptr;
   keep_.reset();
 }

@@ -192,8 +192,7 @@ void plane::impl::run_fetches() {
         // Views kept hold much of the segment already (a large pull in
         // pieces): copied out, the slot is free at once, and the pages of
         // the peer's segment in use stay few.
-        f->body = buffer{f->length};
-        seg->read(slot, f->body.data());
+        f->body = buffer{seg->at(slot), slot.length};
         seg->release(slot);
       }
       if (opts.max_held_bytes > 0)

@@ -120,6 +120,28 @@ struct connected {
 
 } // namespace
 
+TEST_CASE("ucx: a buffer copied from bytes holds them, at any alignment "
+          "and length; a view made its own too",
+          "[ucx]") {
+  // (A large message copied out of a peer's segment is made this way.)
+  std::vector<char> src(80);
+  std::iota(src.begin(), src.end(), char{1});
+  for (std::size_t offset : {0, 1, 2, 3, 4})
+    for (std::size_t length : {0, 1, 3, 4, 7, 64, 75}) {
+      INFO("offset " << offset << ", length " << length);
+      ucx::buffer b{src.data() + offset, length};
+      CHECK_FALSE(b.is_view());
+      REQUIRE(b.size() == length);
+      CHECK(std::memcmp(b.data(), src.data() + offset, length) == 0);
+      auto v = ucx::buffer::view(src.data() + offset, length,
+                                 std::make_shared<int>(0));
+      v.own();
+      CHECK_FALSE(v.is_view());
+      REQUIRE(v.size() == length);
+      CHECK(std::memcmp(v.data(), src.data() + offset, length) == 0);
+    }
+}
+
 TEST_CASE("ucx: planes holding the secret exchange small and large "
           "messages both ways",
           "[ucx]") {
