@@ -45,24 +45,21 @@ buffer::buffer(std::size_t size)
 }
 
 buffer::buffer(const void* data, std::size_t size) : size_(size) {
-  if (size == 0)
+  auto words = (size + sizeof(float) - 1) / sizeof(float);
+  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0) {
+    words_.resize(words);
+    std::memcpy(words_.data(), data, size);
     return;
-  auto whole = size / sizeof(float);
-  auto tail = size % sizeof(float);
-  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
-    // One pass: the floats are copied in, not zeroed first (a large
-    // message copied out of a peer's segment, runtime/ucx/receive.cpp).
-    words_.reserve(whole + (tail > 0 ? 1 : 0));
-    const auto* first = static_cast<const float*>(data);
-    words_.assign(first, first + whole);
-  } else {
-    words_.resize(whole);
-    std::memcpy(words_.data(), data, whole * sizeof(float));
   }
-  if (tail > 0) {
+  // One pass: the whole floats are copied in, not zeroed first (a large
+  // message copied out of a peer's segment, runtime/ucx/receive.cpp).
+  auto whole = size / sizeof(float);
+  words_.reserve(words);
+  const auto* first = static_cast<const float*>(data);
+  words_.assign(first, first + whole);
+  if (words > whole) {
     words_.push_back(0.0f);
-    std::memcpy(words_.data() + whole,
-                static_cast<const char*>(data) + whole * sizeof(float), tail);
+    std::memcpy(words_.data() + whole, first + whole, size % sizeof(float));
   }
 }
 

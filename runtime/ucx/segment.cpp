@@ -276,11 +276,6 @@ bool in_segment::valid(const segment_slot& x) const noexcept {
          && x.length <= size_ - x.offset;
 }
 
-void in_segment::read(const segment_slot& x, char* out) const {
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  std::memcpy(out, data_ + x.offset, x.length);
-}
-
 void in_segment::release(const segment_slot& x) {
   __atomic_store_n(flags_ + x.index, 0u, __ATOMIC_RELEASE);
 }

@@ -156,9 +156,6 @@ public:
   /// True if `x` lies within the segment.
   bool valid(const segment_slot& x) const noexcept;
 
-  /// Copies a valid slot's bytes to `out`.
-  void read(const segment_slot& x, char* out) const;
-
   /// Where a valid slot's bytes lie, to be read there (the writer may
   /// still change them: read each byte once) until the slot is released.
   const char* at(const segment_slot& x) const noexcept {
