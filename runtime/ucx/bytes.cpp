@@ -45,6 +45,8 @@ buffer::buffer(std::size_t size)
 }
 
 buffer::buffer(const void* data, std::size_t size) : size_(size) {
+  if (size == 0)
+    return;
   auto words = (size + sizeof(float) - 1) / sizeof(float);
   if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0) {
     words_.resize(words);
