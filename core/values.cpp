@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/float_pool.hpp"
 #include "core/huge_pages.hpp"
 
 namespace actorps {
@@ -13,12 +14,23 @@ namespace {
 
 const std::vector<float> no_floats;
 
+// Holds `x`; a large block goes back to the pool (core/float_pool.hpp) when
+// its last holder lets go of it, whichever thread that is.
+std::shared_ptr<std::vector<float>> hold(std::vector<float> x) {
+  if (x.capacity() * sizeof(float) < core::pooled_min_bytes)
+    return std::make_shared<std::vector<float>>(std::move(x));
+  return std::shared_ptr<std::vector<float>>(
+    new std::vector<float>(std::move(x)), [](std::vector<float>* v) {
+      core::give_floats(*v);
+      delete v;
+    });
+}
+
 } // namespace
 
 // -- shared_floats ------------------------------------------------------------
 
-shared_floats::shared_floats(std::vector<float> x)
-  : buf_(std::make_shared<std::vector<float>>(std::move(x))) {
+shared_floats::shared_floats(std::vector<float> x) : buf_(hold(std::move(x))) {
 }
 
 shared_floats::shared_floats(std::shared_ptr<const void> keep,
@@ -48,8 +60,7 @@ shared_floats& shared_floats::operator=(shared_floats&& other) noexcept {
 }
 
 void shared_floats::own() const {
-  buf_
-    = std::make_shared<std::vector<float>>(core::large_copy(view_, view_size_));
+  buf_ = hold(core::copy_floats(view_, view_size_));
   keep_.reset();
   view_ = nullptr;
   view_size_ = 0;
@@ -76,15 +87,14 @@ std::vector<float>& shared_floats::mutate() {
   if (!buf_)
     buf_ = std::make_shared<std::vector<float>>();
   else if (!unique())
-    buf_ = std::make_shared<std::vector<float>>(
-      core::large_copy(buf_->data(), buf_->size()));
+    buf_ = hold(core::copy_floats(buf_->data(), buf_->size()));
   return *buf_;
 }
 
 std::vector<float> shared_floats::take() {
   std::vector<float> out;
   if (view_ != nullptr) {
-    out.assign(view_, view_ + view_size_);
+    out = core::copy_floats(view_, view_size_);
     keep_.reset();
     view_ = nullptr;
     view_size_ = 0;
@@ -93,7 +103,7 @@ std::vector<float> shared_floats::take() {
   if (unique())
     out = std::move(*buf_);
   else if (buf_)
-    out = *buf_;
+    out = core::copy_floats(buf_->data(), buf_->size());
   buf_.reset();
   return out;
 }

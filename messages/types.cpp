@@ -12,6 +12,8 @@
 #include "caf/sec.hpp"
 #include "caf/serializer.hpp"
 
+#include "core/float_pool.hpp"
+
 namespace actorps {
 
 namespace {
@@ -67,11 +69,11 @@ caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
   if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
       bin != nullptr && bin->remaining() >= bytes) {
     auto src = reinterpret_cast<const char*>(bin->remainder().data());
-    out.reserve(n);
     if (reinterpret_cast<std::uintptr_t>(src) % alignof(float) == 0) {
-      auto first = reinterpret_cast<const float*>(src);
-      out.insert(out.end(), first, first + n);
+      // (A large one in a pooled block, core/float_pool.hpp.)
+      out = core::copy_floats(reinterpret_cast<const float*>(src), n);
     } else {
+      out.reserve(n);
       // Unaligned: through a small buffer that stays in the L1 cache.
       constexpr size_t chunk = 1024;
       float tmp[chunk];

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/float_pool.hpp"
 #include "core/optimizer.hpp"
 
 namespace actorps {
@@ -42,7 +43,7 @@ void shard_state::finish_round(slice_state& s, round_sum& r, const float* g,
   } else if (!s.value.unique()) {
     // Someone reads the old value (a reply on its way): a new one.
     if (r.sum.empty()) {
-      apply(s, std::vector<float>(g, g + n));
+      apply(s, core::copy_floats(g, n));
     } else {
       core::accumulate_into(r.sum.data(), g, n);
       apply(s, std::move(r.sum));
@@ -62,7 +63,7 @@ void shard_state::finish_round(slice_state& s, round_sum& r, const float* g,
   if (r.sum.capacity() <= s.spare_floats)
     r.sum.clear();
   else
-    r.sum = std::vector<float>{};
+    core::give_floats(r.sum);
 }
 
 bool shard_state::round_complete(const round_sum& r) const {

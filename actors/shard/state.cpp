@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/batching.hpp"
+#include "core/float_pool.hpp"
 #include "core/huge_pages.hpp"
 #include "core/optimizer.hpp"
 #include "core/rows.hpp"
@@ -219,8 +220,10 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
   if (r.sum.empty()) {
     if (owned != nullptr)
       r.sum = std::move(*owned);
-    else
+    else if (r.sum.capacity() >= n)
       r.sum.assign(g, g + n);
+    else
+      r.sum = core::copy_floats(g, n);
   } else {
     core::accumulate_into(r.sum.data(), g, n);
   }

@@ -7,6 +7,8 @@
 
 #include "runtime/ucx/plane.hpp"
 
+#include "core/float_pool.hpp"
+
 namespace actorps::ucx {
 
 payload::payload(const void* data, std::size_t size,
@@ -40,8 +42,13 @@ void payload::copy_to(char* out) const {
 }
 
 buffer::buffer(std::size_t size)
-  : words_((size + sizeof(float) - 1) / sizeof(float)), size_(size) {
+  : words_(core::take_floats((size + sizeof(float) - 1) / sizeof(float))),
+    size_(size) {
   // nop
+}
+
+buffer::~buffer() {
+  core::give_floats(words_);
 }
 
 buffer::buffer(const void* data, std::size_t size) : size_(size) {
@@ -56,8 +63,12 @@ buffer::buffer(const void* data, std::size_t size) : size_(size) {
   // One pass: the whole floats are copied in, not zeroed first (a large
   // message copied out of a peer's segment, runtime/ucx/receive.cpp).
   auto whole = size / sizeof(float);
-  words_.reserve(words);
   const auto* first = static_cast<const float*>(data);
+  if (words == whole) {
+    words_ = core::copy_floats(first, whole);
+    return;
+  }
+  words_.reserve(words);
   words_.assign(first, first + whole);
   if (words > whole) {
     words_.push_back(0.0f);
@@ -75,6 +86,7 @@ buffer::buffer(buffer&& other) noexcept
 
 buffer& buffer::operator=(buffer&& other) noexcept {
   if (this != &other) {
+    core::give_floats(words_);
     words_ = std::move(other.words_);
     size_ = std::exchange(other.size_, 0);
     hold_ = std::move(other.hold_);

@@ -70,8 +70,12 @@ class buffer {
 public:
   buffer() = default;
 
-  /// `size` bytes, zeroed, to be written through `data`.
+  /// `size` bytes to be written through `data` (what they hold before is
+  /// unspecified: a large one may be a pooled block, core/float_pool.hpp).
   explicit buffer(std::size_t size);
+
+  /// A large block goes back to the pool.
+  ~buffer();
 
   /// A copy of `size` bytes at `data`.
   buffer(const void* data, std::size_t size);
