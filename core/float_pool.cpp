@@ -2,6 +2,8 @@
 #include "core/float_pool.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -34,27 +36,25 @@ std::size_t bytes_of(const std::vector<float>& x) {
   return x.capacity() * sizeof(float);
 }
 
-// A pooled block for `n` floats (the smallest that fits, if not more than
-// about twice as large), or an empty vector.
+// A pooled block for `n` floats, or an empty vector: the one given last
+// among those that hold at least `n` floats and at most about twice as many
+// (as malloc's bins reuse the chunk freed last, whose lines the caches may
+// still hold).
 std::vector<float> reuse(std::size_t n) {
   auto& p = the_pool();
   std::vector<float> out;
   std::lock_guard<std::mutex> guard{p.mtx};
-  auto best = p.blocks.end();
-  for (auto i = p.blocks.begin(); i != p.blocks.end(); ++i) {
-    auto c = i->capacity();
-    if (c < n || c > 2 * n + (pooled_min_bytes / sizeof(float)))
+  auto limit = 2 * n + pooled_min_bytes / sizeof(float);
+  for (auto i = p.blocks.size(); i-- > 0;) {
+    auto c = p.blocks[i].capacity();
+    if (c < n || c > limit)
       continue;
-    if (best == p.blocks.end() || c < best->capacity())
-      best = i;
-  }
-  if (best == p.blocks.end())
+    out = std::move(p.blocks[i]);
+    p.blocks.erase(p.blocks.begin() + static_cast<std::ptrdiff_t>(i));
+    p.held_bytes -= bytes_of(out);
+    ++p.reused;
     return out;
-  out = std::move(*best);
-  *best = std::move(p.blocks.back());
-  p.blocks.pop_back();
-  p.held_bytes -= bytes_of(out);
-  ++p.reused;
+  }
   return out;
 }
 
@@ -82,6 +82,32 @@ std::vector<float> copy_floats(const float* first, std::size_t n) {
     }
   }
   return large_copy(first, n);
+}
+
+std::vector<float> copy_float_bytes(const void* bytes, std::size_t n) {
+  if (reinterpret_cast<std::uintptr_t>(bytes) % alignof(float) == 0)
+    return copy_floats(static_cast<const float*>(bytes), n);
+  if (n * sizeof(float) >= pooled_min_bytes) {
+    auto x = reuse(n);
+    if (x.capacity() > 0) {
+      x.resize(n);
+      std::memcpy(x.data(), bytes, n * sizeof(float));
+      return x;
+    }
+  }
+  // Fresh: filled a chunk at a time through a small buffer that stays in
+  // the L1 cache, in one pass (resizing first would zero it all).
+  std::vector<float> x;
+  x.reserve(n);
+  constexpr std::size_t chunk = 1024;
+  float tmp[chunk];
+  const auto* src = static_cast<const char*>(bytes);
+  for (std::size_t i = 0; i < n; i += chunk) {
+    auto k = std::min(chunk, n - i);
+    std::memcpy(tmp, src + i * sizeof(float), k * sizeof(float));
+    x.insert(x.end(), tmp, tmp + k);
+  }
+  return x;
 }
 
 void give_floats(std::vector<float>& x) noexcept {

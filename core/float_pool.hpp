@@ -34,6 +34,10 @@ std::vector<float> take_floats(std::size_t n);
 /// (see take_floats).
 std::vector<float> copy_floats(const float* first, std::size_t n);
 
+/// A vector of the `n` floats whose bytes lie at `bytes`, at any alignment
+/// (in a pooled block when one fits).
+std::vector<float> copy_float_bytes(const void* bytes, std::size_t n);
+
 /// Lets go of `x`'s block: kept for a later `take_floats` if it is large and
 /// the pool has room, freed otherwise. `x` is left empty. Safe from any
 /// thread, also during the process's exit.

@@ -54,26 +54,16 @@ buffer::~buffer() {
 buffer::buffer(const void* data, std::size_t size) : size_(size) {
   if (size == 0)
     return;
-  auto words = (size + sizeof(float) - 1) / sizeof(float);
-  if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0) {
-    words_.resize(words);
-    std::memcpy(words_.data(), data, size);
-    return;
-  }
-  // One pass: the whole floats are copied in, not zeroed first (a large
-  // message copied out of a peer's segment, runtime/ucx/receive.cpp).
   auto whole = size / sizeof(float);
-  const auto* first = static_cast<const float*>(data);
-  if (words == whole) {
-    words_ = core::copy_floats(first, whole);
+  if (whole * sizeof(float) == size) {
+    // One pass, not zeroed first (a large message copied out of a peer's
+    // segment, runtime/ucx/receive.cpp), in a pooled block when one fits.
+    words_ = core::copy_float_bytes(data, whole);
     return;
   }
-  words_.reserve(words);
-  words_.assign(first, first + whole);
-  if (words > whole) {
-    words_.push_back(0.0f);
-    std::memcpy(words_.data() + whole, first + whole, size % sizeof(float));
-  }
+  // A tail of bytes (no body of floats): zeroed, then copied.
+  words_.resize(whole + 1);
+  std::memcpy(words_.data(), data, size);
 }
 
 buffer::buffer(buffer&& other) noexcept
