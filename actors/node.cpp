@@ -12,6 +12,7 @@
 #include "caf/typed_response_promise.hpp"
 
 #include "actors/trust.hpp"
+#include "core/float_pool.hpp"
 #include "messages/errors.hpp"
 
 namespace actorps {
@@ -113,8 +114,10 @@ node_actor::behavior_type node_impl(self_ptr self, gate_actor gate,
           || self->current_sender().get() != self->ctrl())
         return;
       self->send(st.coordinator, heartbeat_atom::value, st.job.node_id);
-      self->delayed_send(self, std::chrono::milliseconds{st.job.heartbeat_ms},
-                         heartbeat_atom::value);
+      std::chrono::milliseconds tick{st.job.heartbeat_ms};
+      // Large blocks a flow left pooled a tick ago go back to malloc.
+      core::trim_pool(tick);
+      self->delayed_send(self, tick, heartbeat_atom::value);
     },
     [self](node_down_atom, uint32_t node_id, uint8_t role_id) {
       if (self->state.trusted.check(self, "node_down"))

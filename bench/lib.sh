@@ -103,3 +103,18 @@ pair_args() {
   app=build/bench/actorps-bench
   [[ -x $app ]] || { echo "missing $app: build first (bash .ci/build.sh build)" >&2; exit 1; }
 }
+# An A/B of two builds: for each of $1 pairs, calls `run_build BUILD PAIR
+# BIN` for the old build ($2) and the new one ($3), the old one first in odd
+# pairs and the new one first in even pairs (the build run second in a pair
+# was seen to be the slower one, whichever it was: docs/benchmarks.md,
+# "Large blocks on cache lines").
+alternating_pairs() {
+  local i b order
+  for ((i = 1; i <= $1; ++i)); do
+    order="old new"
+    ((i % 2 == 0)) && order="new old"
+    for b in $order; do
+      if [[ $b == old ]]; then run_build old "$i" "$2"; else run_build new "$i" "$3"; fi
+    done
+  done
+}

@@ -33,16 +33,13 @@ one() {
 }
 rows=$out/rows.txt
 echo "build dense_us rows_us rows/dense"
-for ((i = 1; i <= pairs; ++i)); do
-  order="old new"
-  ((i % 2 == 0)) && order="new old"
-  for b in $order; do
-    bin=$old_bin
-    [[ $b == new ]] && bin=$new_bin
-    line=$(one "$bin" "$@") || { echo "$b: the bench failed" >&2; exit 1; }
-    echo "$b $line" | tee -a "$rows"
-  done
-done
+run_build() {
+  local line
+  line=$(one "$3" "${flags[@]}") || { echo "$1: the bench failed" >&2; exit 1; }
+  echo "$1 $line" | tee -a "$rows"
+}
+flags=("$@")
+alternating_pairs "$pairs" "$old_bin" "$new_bin"
 for b in old new; do
   echo "$b: rows/dense $(awk -v b=$b '$1 == b { print $4 }' "$rows" | median)," \
     "row round $(awk -v b=$b '$1 == b { print $3 }' "$rows" | median) us"

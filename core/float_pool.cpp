@@ -2,6 +2,7 @@
 #include "core/float_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -13,16 +14,45 @@ namespace actorps::core {
 
 namespace {
 
+// A block the pool holds, with the operation count when it was given.
+struct entry {
+  std::vector<float> block;
+  uint64_t given = 0;
+  std::chrono::steady_clock::time_point at;
+};
+
 struct pool {
   pool() {
     blocks.reserve(pool_max_bytes / pooled_min_bytes);
   }
 
   std::mutex mtx;
-  std::vector<std::vector<float>> blocks;
+  // In the order they were given (oldest first).
+  std::vector<entry> blocks;
   std::size_t held_bytes = 0;
+  // Bytes asked for and not yet matched by a block given back: what the
+  // pool may keep (a flow that only gives keeps nothing here).
+  std::size_t demand = 0;
+  // Large takes and gives so far.
+  uint64_t ops = 0;
   uint64_t reused = 0;
   uint64_t kept = 0;
+
+  // Moves the blocks not taken within pool_max_age operations into `gone`
+  // (freed by the caller once the lock is released).
+  void age(std::vector<std::vector<float>>& gone) {
+    std::size_t k = 0;
+    while (k < blocks.size() && blocks[k].given + pool_max_age < ops)
+      ++k;
+    if (k == 0)
+      return;
+    for (std::size_t i = 0; i < k; ++i) {
+      held_bytes -= blocks[i].block.capacity() * sizeof(float);
+      gone.push_back(std::move(blocks[i].block));
+    }
+    blocks.erase(blocks.begin(),
+                 blocks.begin() + static_cast<std::ptrdiff_t>(k));
+  }
 };
 
 // Never destroyed: blocks are given back by objects destroyed during exit,
@@ -43,13 +73,17 @@ std::size_t bytes_of(const std::vector<float>& x) {
 std::vector<float> reuse(std::size_t n) {
   auto& p = the_pool();
   std::vector<float> out;
+  std::vector<std::vector<float>> gone;
   std::lock_guard<std::mutex> guard{p.mtx};
+  ++p.ops;
+  p.demand = std::min(p.demand + n * sizeof(float), pool_max_bytes);
+  p.age(gone);
   auto limit = 2 * n + pooled_min_bytes / sizeof(float);
   for (auto i = p.blocks.size(); i-- > 0;) {
-    auto c = p.blocks[i].capacity();
+    auto c = p.blocks[i].block.capacity();
     if (c < n || c > limit)
       continue;
-    out = std::move(p.blocks[i]);
+    out = std::move(p.blocks[i].block);
     p.blocks.erase(p.blocks.begin() + static_cast<std::ptrdiff_t>(i));
     p.held_bytes -= bytes_of(out);
     ++p.reused;
@@ -117,22 +151,42 @@ void give_floats(std::vector<float>& x) noexcept {
     return;
   }
   auto& p = the_pool();
-  {
+  std::vector<std::vector<float>> gone;
+  try {
     std::lock_guard<std::mutex> guard{p.mtx};
-    if (p.held_bytes + bytes <= pool_max_bytes) {
-      try {
-        p.blocks.push_back(std::move(x));
-      } catch (...) {
-        // (No room for the entry: the block is freed below instead.)
-      }
-      if (x.capacity() == 0) {
-        p.held_bytes += bytes;
-        ++p.kept;
-        return;
-      }
+    ++p.ops;
+    p.age(gone);
+    if (p.demand > 0 && p.held_bytes + bytes <= pool_max_bytes) {
+      p.blocks.push_back(
+        entry{std::move(x), p.ops, std::chrono::steady_clock::now()});
+      p.held_bytes += bytes;
+      p.demand = p.demand > bytes ? p.demand - bytes : 0;
+      ++p.kept;
     }
+  } catch (...) {
+    // (No room for an entry: the block is freed below instead.)
   }
   x = std::vector<float>{};
+}
+
+void trim_pool(std::chrono::nanoseconds older_than) noexcept {
+  auto& p = the_pool();
+  std::vector<std::vector<float>> gone;
+  auto cut = std::chrono::steady_clock::now() - older_than;
+  try {
+    std::lock_guard<std::mutex> guard{p.mtx};
+    std::size_t k = 0;
+    while (k < p.blocks.size() && p.blocks[k].at <= cut)
+      ++k;
+    for (std::size_t i = 0; i < k; ++i) {
+      p.held_bytes -= bytes_of(p.blocks[i].block);
+      gone.push_back(std::move(p.blocks[i].block));
+    }
+    p.blocks.erase(p.blocks.begin(),
+                   p.blocks.begin() + static_cast<std::ptrdiff_t>(k));
+  } catch (...) {
+    // (No room to collect them: they stay pooled until the next trim.)
+  }
 }
 
 float_pool_stats pool_stats() {
@@ -143,11 +197,12 @@ float_pool_stats pool_stats() {
 
 void drain_pool() noexcept {
   auto& p = the_pool();
-  std::vector<std::vector<float>> gone;
+  std::vector<entry> gone;
   {
     std::lock_guard<std::mutex> guard{p.mtx};
     gone.swap(p.blocks);
     p.held_bytes = 0;
+    p.demand = 0;
   }
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -16,12 +17,19 @@
 /// large request of any thread instead. Free of CAF.
 namespace actorps::core {
 
-/// Blocks of fewer bytes are neither pooled nor taken from the pool.
-inline constexpr std::size_t pooled_min_bytes = std::size_t{1} << 20;
+/// Blocks of fewer bytes are neither pooled nor taken from the pool: the
+/// slices of large tensors (4 MiB by default) are, the batches of small keys
+/// and the slices of a 4 MB key are not (pooling those raised the server's
+/// peak in the many-key cases, docs/benchmarks.md).
+inline constexpr std::size_t pooled_min_bytes = std::size_t{4} << 20;
 
 /// The pool holds at most this many bytes; a block given beyond them is
 /// freed.
-inline constexpr std::size_t pool_max_bytes = std::size_t{32} << 20;
+inline constexpr std::size_t pool_max_bytes = std::size_t{16} << 20;
+
+/// A pooled block not taken within this many later large takes and gives
+/// is freed (a flow that stopped leaves nothing behind).
+inline constexpr uint64_t pool_max_age = 64;
 
 /// A vector of `n` floats whose values are unspecified (a pooled block's
 /// old contents, zeros in a fresh one): for a caller that writes them all.
@@ -38,10 +46,17 @@ std::vector<float> copy_floats(const float* first, std::size_t n);
 /// (in a pooled block when one fits).
 std::vector<float> copy_float_bytes(const void* bytes, std::size_t n);
 
-/// Lets go of `x`'s block: kept for a later `take_floats` if it is large and
-/// the pool has room, freed otherwise. `x` is left empty. Safe from any
-/// thread, also during the process's exit.
+/// Lets go of `x`'s block: kept for a later `take_floats` if it is large,
+/// the pool has room, and large requests were made that blocks given back
+/// have not matched yet (so that a flow that only gives, or one whose
+/// blocks are never asked for again, keeps nothing); freed otherwise. `x` is
+/// left empty. Safe from any thread, also during the process's exit.
 void give_floats(std::vector<float>& x) noexcept;
+
+/// Frees the pooled blocks given back longer ago than `older_than`: called
+/// now and then (a node's heartbeat), so that blocks a flow of large values
+/// left behind go back to malloc once the process moved on to small ones.
+void trim_pool(std::chrono::nanoseconds older_than) noexcept;
 
 /// What the pool did so far (tests, benchmarks).
 struct float_pool_stats {

@@ -12,8 +12,6 @@
 #include "caf/sec.hpp"
 #include "caf/serializer.hpp"
 
-#include "core/float_pool.hpp"
-
 namespace actorps {
 
 namespace {
@@ -68,12 +66,25 @@ caf::error load_raw(caf::deserializer& f, std::vector<float>& out) {
   // that is often freshly mapped).
   if (auto* bin = dynamic_cast<caf::binary_deserializer*>(&f);
       bin != nullptr && bin->remaining() >= bytes) {
-    // (A large one in a pooled block, core/float_pool.hpp.)
-    out = core::copy_float_bytes(bin->remainder().data(), n);
+    auto src = reinterpret_cast<const char*>(bin->remainder().data());
+    out.reserve(n);
+    if (reinterpret_cast<std::uintptr_t>(src) % alignof(float) == 0) {
+      auto first = reinterpret_cast<const float*>(src);
+      out.insert(out.end(), first, first + n);
+    } else {
+      // Unaligned: through a small buffer that stays in the L1 cache.
+      constexpr size_t chunk = 1024;
+      float tmp[chunk];
+      for (size_t i = 0; i < n; i += chunk) {
+        auto k = std::min(chunk, n - i);
+        std::memcpy(tmp, src + i * sizeof(float), k * sizeof(float));
+        out.insert(out.end(), tmp, tmp + k);
+      }
+    }
     bin->skip(bytes);
     return f.end_sequence();
   }
-  out = core::take_floats(n);
+  out.resize(n);
   if (auto err = f.apply_raw(bytes, out.data()))
     return err;
   return f.end_sequence();

@@ -3,7 +3,10 @@
 // next request that fits, from any thread; small blocks and blocks past the
 // pool's room are freed; a shared buffer goes back when its last holder lets
 // go of it.
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -68,17 +71,65 @@ TEST_CASE("float_pool: small blocks are freed, and the pool's room is bounded",
   core::give_floats(small);
   CHECK(small.capacity() == 0);
   CHECK(core::pool_stats().held_blocks == 0);
-  // Blocks of 8 MiB until past the room: the pool never holds more.
+  // Blocks of 8 MiB asked for, then given back, until past the room: the
+  // pool never holds more.
   constexpr std::size_t block = 8 * large;
   auto fits = core::pool_max_bytes / (block * sizeof(float));
-  for (std::size_t i = 0; i < fits + 3; ++i) {
-    std::vector<float> x(block);
+  std::vector<std::vector<float>> xs;
+  for (std::size_t i = 0; i < fits + 3; ++i)
+    xs.push_back(core::take_floats(block));
+  for (auto& x : xs) {
     core::give_floats(x);
     CHECK(x.capacity() == 0);
   }
   auto st = core::pool_stats();
   CHECK(st.held_blocks == fits);
   CHECK(st.held_bytes <= core::pool_max_bytes);
+  core::drain_pool();
+}
+
+TEST_CASE("float_pool: a block nobody asked for is freed", "[core]") {
+  core::drain_pool();
+  std::vector<float> x(2 * large, 1.0f);
+  core::give_floats(x);
+  CHECK(x.capacity() == 0);
+  CHECK(core::pool_stats().held_blocks == 0);
+  // Asked for once: one block given back is kept, the next is not.
+  auto y = core::take_floats(2 * large);
+  std::vector<float> z(2 * large, 1.0f);
+  core::give_floats(y);
+  core::give_floats(z);
+  CHECK(core::pool_stats().held_blocks == 1);
+  core::drain_pool();
+}
+
+TEST_CASE("float_pool: a block not taken for a while is freed", "[core]") {
+  core::drain_pool();
+  auto a = core::take_floats(large);
+  core::give_floats(a);
+  REQUIRE(core::pool_stats().held_blocks == 1);
+  // Takes and gives of blocks too large for it: the first block ages out.
+  for (uint64_t i = 0; i < core::pool_max_age; ++i) {
+    auto b = core::take_floats(4 * large);
+    core::give_floats(b);
+  }
+  auto st = core::pool_stats();
+  CHECK(st.held_blocks == 1);
+  CHECK(st.held_bytes == 4 * large * sizeof(float));
+  core::drain_pool();
+}
+
+TEST_CASE("float_pool: a trim frees the blocks given before its cut",
+          "[core]") {
+  core::drain_pool();
+  auto a = core::take_floats(large);
+  core::give_floats(a);
+  REQUIRE(core::pool_stats().held_blocks == 1);
+  core::trim_pool(std::chrono::hours{1});
+  CHECK(core::pool_stats().held_blocks == 1);
+  core::trim_pool(std::chrono::nanoseconds{0});
+  CHECK(core::pool_stats().held_blocks == 0);
+  CHECK(core::pool_stats().held_bytes == 0);
   core::drain_pool();
 }
 
@@ -101,7 +152,8 @@ TEST_CASE("float_pool: a large shared buffer goes back when its last holder "
           "lets go",
           "[core]") {
   core::drain_pool();
-  std::vector<float> x(large, 3.0f);
+  auto x = core::take_floats(large);
+  std::fill(x.begin(), x.end(), 3.0f);
   const auto* where = x.data();
   {
     shared_floats a{std::move(x)};
