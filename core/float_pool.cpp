@@ -119,28 +119,13 @@ std::vector<float> copy_floats(const float* first, std::size_t n) {
 }
 
 std::vector<float> copy_float_bytes(const void* bytes, std::size_t n) {
+  if (n == 0)
+    return {};
   if (reinterpret_cast<std::uintptr_t>(bytes) % alignof(float) == 0)
     return copy_floats(static_cast<const float*>(bytes), n);
-  if (n * sizeof(float) >= pooled_min_bytes) {
-    auto x = reuse(n);
-    if (x.capacity() > 0) {
-      x.resize(n);
-      std::memcpy(x.data(), bytes, n * sizeof(float));
-      return x;
-    }
-  }
-  // Fresh: filled a chunk at a time through a small buffer that stays in
-  // the L1 cache, in one pass (resizing first would zero it all).
-  std::vector<float> x;
-  x.reserve(n);
-  constexpr std::size_t chunk = 1024;
-  float tmp[chunk];
-  const auto* src = static_cast<const char*>(bytes);
-  for (std::size_t i = 0; i < n; i += chunk) {
-    auto k = std::min(chunk, n - i);
-    std::memcpy(tmp, src + i * sizeof(float), k * sizeof(float));
-    x.insert(x.end(), tmp, tmp + k);
-  }
+  // Unaligned (rare): into a pooled block, or a fresh one zeroed first.
+  auto x = take_floats(n);
+  std::memcpy(x.data(), bytes, n * sizeof(float));
   return x;
 }
 
