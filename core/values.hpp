@@ -271,16 +271,17 @@ struct slice_range {
 };
 
 /// What the coordinator knows of a key: its wire id, shape and slices.
+/// (Its numbers lie first: a call naming many keys reads them for each.)
 struct key_info {
   uint32_t id = 0;
-  std::string name;
-  std::vector<uint64_t> shape;
   uint64_t size = 0;
-  std::vector<slice_range> slices;
   /// A row-sparse table of shape [rows, dim]: its row size, and one slice
   /// per shard s < rows (part s, its rows s, s + S, ...; see
   /// core/rows.hpp). 0: a dense key.
   uint64_t dim = 0;
+  std::string name;
+  std::vector<uint64_t> shape;
+  std::vector<slice_range> slices;
 };
 
 } // namespace actorps

@@ -23,6 +23,7 @@ float_parts pack(const std::vector<const key_info*>& infos,
 target_list targets(const std::vector<const key_info*>& infos,
                     std::vector<Eigen::Ref<Eigen::VectorXf>>& outs) {
   target_list out;
+  out.reserve(outs.size());
   uint64_t at = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
     out.push_back(target{at, infos[i]->size, outs[i].data()});

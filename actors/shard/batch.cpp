@@ -82,6 +82,12 @@ caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
       reply->flat.resize(total);
     }
   }
+  // Whether operations may run at once where nothing waits (run_plain),
+  // and whether a sync push completes its round alone.
+  auto plain = !holding() && !awaiting_clocks && !cfg.ssp() && live[msg.worker];
+  auto lone = plain;
+  for (uint32_t w = 0; lone && w < cfg.num_workers; ++w)
+    lone = w == msg.worker || !live[w];
   core::parts_cursor cursor{msg.parts};
   uint64_t offset = 0;
   // One target for every slice that runs at once (a copy of the reply's
@@ -95,7 +101,7 @@ caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
   // core/prefetch.hpp.)
   for (std::size_t i = 0; i < n; ++i) {
     if (i + 12 < n)
-      core::prefetch_lines(found[i + 12], sizeof(slice_state));
+      core::prefetch_lines(found[i + 12], slice_front(*found[i + 12]));
     if (i + 6 < n)
       found[i + 6]->value.prefetch_size();
     if (i + 3 < n)
@@ -112,11 +118,58 @@ caf::error shard_state::batch(const slice_batch& msg, const batch_ptr& reply) {
     const float* g = nullptr;
     if (pushes)
       g = in_parts ? cursor.read(offset, len) : flat.data() + offset;
-    submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
-           pushes ? len : 0, t);
+    if (!plain
+        || !run_plain(*found[i], msg.slices[i], msg.worker, msg.seqs[i], g, t,
+                      lone))
+      submit(op, found[i], msg.slices[i], msg.worker, msg.seqs[i], g,
+             pushes ? len : 0, t);
     offset += len;
   }
   return caf::none;
+}
+
+bool shard_state::run_plain(slice_state& s, slice_id id, uint32_t worker,
+                            uint64_t seq, const float* g, op_target& t,
+                            bool lone) {
+  auto& c = s.clocks[worker];
+  // (Pushes held ahead wait for rounds this one may complete: submit's
+  // way, as is a push into a round past the slice's current one.)
+  if (seq != c.next_seq || !s.stash.empty() || !held_ahead.empty())
+    return false;
+  auto pushes = t.kind != op_kind::pull;
+  if (pushes && cfg.sync && c.pushes != s.rounds_done)
+    return false;
+  ++c.next_seq;
+  if (pushes) {
+    auto n = s.value.size();
+    if (cfg.sync && lone && s.rounds.empty() && s.waiting.empty()) {
+      // The round's only push: applied without an entry for the round.
+      ++stats.pushes;
+      auto& tr = traffic(worker);
+      ++tr.pushes;
+      tr.floats_pushed += n;
+      ++c.pushes;
+      finish_round(s, plain_round, g, nullptr);
+      ++s.rounds_done;
+      if (t.kind == op_kind::push) {
+        t.pushed();
+        return true;
+      }
+    } else {
+      if (auto err = do_push(s, id, worker, g, n, nullptr)) {
+        t.fail(std::move(err));
+        return true;
+      }
+      if (t.kind == op_kind::push) {
+        t.pushed();
+        advance_rounds(s);
+        return true;
+      }
+      advance_rounds(s);
+    }
+  }
+  do_pull(s, worker, t);
+  return true;
 }
 
 } // namespace actorps

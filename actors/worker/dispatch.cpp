@@ -172,15 +172,21 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
   auto uncompressed = true;
   uint64_t batched = 0;
   uint64_t batched_floats = 0;
+  std::size_t parts = 0;
   // (Routes are read a few ahead: a call naming many keys misses the cache
   // on each route otherwise, one after another.)
   // (Written out in the loops: GCC drops a helper's prefetches, see
   // core/prefetch.hpp.)
   constexpr std::size_t ahead = 8;
+  auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
+  // Per shard, the slices and floats it may get in batches (reserved
+  // below: grown one key at a time, the batch's vectors were copied over
+  // and over).
+  std::vector<std::pair<uint64_t, uint64_t>> per_shard(num_shards);
   for (std::size_t i = 0; i < rs.size(); ++i) {
     auto* r = rs[i];
     if (i + ahead < rs.size())
-      core::prefetch_lines(rs[i + ahead], sizeof(route));
+      core::prefetch_lines(rs[i + ahead], route_front(*rs[i + ahead]));
     if (r->info.dim > 0) {
       on_error(make_error(errc::shape_mismatch,
                           std::string{op} + ": key '" + r->info.name
@@ -188,11 +194,16 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
       return;
     }
     total += r->info.size;
+    parts += r->parts.size();
     uncompressed = uncompressed && r->comp.kind == codec::none;
     for (auto& s : r->parts)
       if (!batching.alone(s.length)) {
         ++batched;
         batched_floats += s.length;
+        if (s.shard < num_shards) {
+          ++per_shard[s.shard].first;
+          per_shard[s.shard].second += s.length;
+        }
       }
   }
   auto share = pushes && uncompressed
@@ -218,21 +229,32 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
   auto g = std::make_shared<gather>();
   g->finish = std::move(finish);
   g->on_error = std::move(on_error);
-  if (kind != op_kind::push)
+  if (kind != op_kind::push) {
     g->out.size = total;
+    g->out.pieces.reserve(parts);
+  }
   core::parts_reader in{data};
   auto rank = st.cfg.rank;
-  auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
-  std::vector<batch_builder> open(num_shards);
-  for (auto& b : open)
-    b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}, {}};
   auto cap = batching.cap();
+  std::vector<batch_builder> open(num_shards);
+  for (uint32_t i = 0; i < num_shards; ++i) {
+    auto& b = open[i];
+    b.msg = slice_batch{rank, static_cast<uint8_t>(kind), {}, {}, {}, {}};
+    auto [slices, floats] = per_shard[i];
+    if (slices < 2)
+      continue;
+    b.msg.slices.reserve(slices);
+    b.msg.seqs.reserve(slices);
+    b.pieces.reserve(slices);
+    if (pushes && !share)
+      b.msg.data.data.reserve(std::min(floats, cap));
+  }
   auto remote = !st.cfg.relays.empty();
   uint64_t key_offset = 0;
   for (std::size_t i = 0; i < rs.size(); ++i) {
     auto* r = rs[i];
     if (i + ahead < rs.size())
-      core::prefetch_lines(rs[i + ahead], sizeof(route));
+      core::prefetch_lines(rs[i + ahead], route_front(*rs[i + ahead]));
     const auto& info = r->info;
     for (auto& s : r->parts) {
       auto id = make_slice_id(info.id, s.part);

@@ -37,15 +37,25 @@ struct route {
   /// and heap blocks of their own cost two cache misses a key (start_ops).
   boost::container::small_vector<slice_range, 1> parts;
   boost::container::small_vector<uint64_t, 1> seq;
-  key_info info;
   /// The key's compression and, for 2-bit, each part's residual (allocated
   /// at the part's first push).
   compression comp;
-  std::vector<std::vector<float>> residual;
   /// The last call (`worker_state::calls`) that named this key: a key
   /// named twice in one call is seen without hashing the key list.
   uint64_t named_in = 0;
+  /// (Its numbers, which start_ops reads too, lie at its front.)
+  key_info info;
+  std::vector<std::vector<float>> residual;
 };
+
+/// The bytes at the front of `r` that a call reads of every key it names:
+/// the slices and sequence numbers, the compression and the key's numbers
+/// (start_ops fetches them ahead, and no more: fetching a whole route ahead
+/// filled the core's queue of misses and stalled on it).
+inline std::size_t route_front(const route& r) noexcept {
+  return static_cast<std::size_t>(reinterpret_cast<const char*>(&r.info.name)
+                                  - reinterpret_cast<const char*>(&r));
+}
 
 /// Failure handlers of requests in flight, by request id.
 using pending_failures

@@ -1390,3 +1390,154 @@ TEST_CASE("shard: a push_pull that completes a round answers from its own "
   REQUIRE(last);
   CHECK(last->vec() == std::vector<float>{12, 12});
 }
+
+namespace {
+
+// What a run of `ops_in_order` left on a shard: each slice's value as
+// worker 0 pulls it at the end, the early pull's answer and the counters.
+struct shard_outcome {
+  std::vector<std::vector<float>> values;
+  std::vector<float> early;
+  shard_stats stats;
+};
+
+// Three rounds of pushes (the second as push-pulls) by every worker on
+// three slices, then a pull of all: in batches (`batched`) or as single
+// operations in the same order. In the second round worker 0's pull of the
+// third slice comes before its push-pull there (the next sequence number
+// after it), so a batch runs that slice's operation the long way.
+shard_outcome ops_in_order(uint32_t workers, bool sync, bool accumulate,
+                           bool batched) {
+  shard_fixture f{test::shard_cfg(0, workers, sync)};
+  if (accumulate) {
+    optimizer_config acc;
+    acc.name = "accumulate";
+    REQUIRE(f.set_optimizer(acc));
+  }
+  std::vector<slice_id> ids{slice_a, slice_b, make_slice_id(8, 0)};
+  std::vector<std::vector<float>> init{{1, 2}, {3}, {4, 5, 6}};
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    REQUIRE(f.init(ids[i], init[i]));
+  // Next sequence number per worker and slice.
+  std::vector<std::vector<uint64_t>> seq(workers,
+                                         std::vector<uint64_t>(ids.size(), 0));
+  auto values = [&](uint32_t w, int round, std::size_t i) {
+    std::vector<float> v(init[i].size());
+    for (std::size_t j = 0; j < v.size(); ++j)
+      v[j] = static_cast<float>((w + 1) * 100 + round * 10)
+             + static_cast<float>(j);
+    return v;
+  };
+  auto send = [&](op_kind kind, uint32_t w, int round,
+                  std::vector<uint64_t> seqs) {
+    if (batched) {
+      std::vector<float> data;
+      if (kind != op_kind::pull)
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          for (auto x : values(w, round, i))
+            data.push_back(x);
+      f.send_batch(kind, w, ids, std::move(seqs), std::move(data));
+      return;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (kind == op_kind::pull)
+        f.self->send(f.shard, pull_atom::value, slice_pull{ids[i], w, seqs[i]});
+      else if (kind == op_kind::push)
+        f.send_push(ids[i], w, seqs[i], values(w, round, i));
+      else
+        f.self->send(f.shard, push_pull_atom::value,
+                     slice_push{ids[i], w, seqs[i],
+                                floats{values(w, round, i)}});
+    }
+  };
+  auto next = [&](uint32_t w) {
+    std::vector<uint64_t> out;
+    for (auto& s : seq[w])
+      out.push_back(s++);
+    return out;
+  };
+  caf::scoped_actor asker{f.sys};
+  shard_outcome out;
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t w = 0; w < workers; ++w) {
+      auto kind = round == 1 ? op_kind::push_pull : op_kind::push;
+      if (round == 1 && w == 0) {
+        // The pull that follows the push-pull, sent first (by another
+        // requester, whose mailbox holds its answer alone).
+        auto s = seq[0];
+        asker->send(f.shard, pull_atom::value, slice_pull{ids[2], 0, s[2] + 1});
+        send(kind, w, round, s);
+        for (auto& x : seq[0])
+          ++x;
+        ++seq[0][2];
+      } else {
+        send(kind, w, round, next(w));
+      }
+    }
+    f.run();
+    // Every operation was answered, none with an error.
+    std::size_t answers = 0;
+    while (!f.no_reply()) {
+      f.self->receive([](caf::ok_atom) {}, [](shared_floats&) {},
+                      [](float_parts&) {},
+                      [](caf::error& err) { FAIL(render(err)); });
+      ++answers;
+    }
+    CHECK(answers == workers * (batched ? 1 : ids.size()));
+    if (round == 1) {
+      auto early = f.reply<shared_floats>(asker);
+      REQUIRE(early);
+      out.early = early->take();
+    }
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto v = f.pull(ids[i], 0, seq[0][i]++);
+    REQUIRE(v);
+    out.values.push_back(*v);
+  }
+  auto st = f.stats();
+  REQUIRE(st);
+  out.stats = *st;
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("shard: a batch's operations end as the same operations sent one "
+          "by one",
+          "[shard][batch]") {
+  for (auto [workers, sync] :
+       {std::pair<uint32_t, bool>{1, true}, {2, true}, {2, false}})
+    for (auto accumulate : {false, true}) {
+      INFO(workers << " workers, sync " << sync << ", accumulate "
+                   << accumulate);
+      auto batched = ops_in_order(workers, sync, accumulate, true);
+      auto single = ops_in_order(workers, sync, accumulate, false);
+      CHECK(batched.values == single.values);
+      CHECK(batched.early == single.early);
+      CHECK(batched.stats.pushes == single.stats.pushes);
+      CHECK(batched.stats.pulls == single.stats.pulls);
+      CHECK(batched.stats.updates == single.stats.updates);
+      CHECK(batched.stats.reordered == single.stats.reordered);
+      REQUIRE(batched.stats.by_worker.size() == single.stats.by_worker.size());
+      for (std::size_t w = 0; w < batched.stats.by_worker.size(); ++w) {
+        auto& x = batched.stats.by_worker[w];
+        auto& y = single.stats.by_worker[w];
+        CHECK(x.pushes == y.pushes);
+        CHECK(x.pulls == y.pulls);
+        CHECK(x.floats_pushed == y.floats_pushed);
+        CHECK(x.floats_pulled == y.floats_pulled);
+      }
+      // Worked out by hand for accumulate: every push added once.
+      if (accumulate) {
+        float sum = 0;
+        for (uint32_t w = 0; w < workers; ++w)
+          for (int round = 0; round < 3; ++round)
+            sum += static_cast<float>((w + 1) * 100 + round * 10);
+        CHECK(single.values[1] == std::vector<float>{3 + sum});
+        CHECK(batched.values[1] == std::vector<float>{3 + sum});
+      }
+      CHECK(batched.stats.reordered >= 1);
+      CHECK(batched.early.size() == 3);
+    }
+}
