@@ -203,7 +203,8 @@ struct kvstore::impl {
     // Runs the worker here only for an operation started alone: one that
     // joins others in flight goes on while this thread goes on too.
     auto mid = send_worker(pending.empty(), std::forward<Ts>(xs)...);
-    pending.emplace(id, [this, mid, on_value]() mutable {
+    // (Moved: a pull's finisher holds its list of outputs, one per key.)
+    pending.emplace(id, [this, mid, on_value = std::move(on_value)]() mutable {
       drive_until_mail();
       return await(mid, timeout(), on_value);
     });

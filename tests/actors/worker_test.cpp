@@ -373,6 +373,36 @@ TEST_CASE_METHOD(cluster_fixture, "worker: errors of several-key requests",
 }
 
 TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a refused several-key request uses no sequence "
+                 "number",
+                 "[worker][batch]") {
+  // The worker numbers each slice's operations before it checks the whole
+  // request's size: a refused request must leave the numbers as they were,
+  // or the shards would wait for operations that never come.
+  REQUIRE(init(0, "a", {0, 0}));
+  REQUIRE(init(0, "b", {0}));
+  std::vector<std::string> keys{"a", "b"};
+  send_many(0, push_atom::value, keys, {1, 2});
+  run();
+  require_error(reply<caf::ok_atom>(), errc::shape_mismatch);
+  float_parts gap;
+  gap.size = 3;
+  gap.buffers.emplace_back(std::vector<float>{1, 2, 3});
+  gap.pieces.push_back(float_piece{0, 0, 1, 2});
+  self->send(workers[0], push_atom::value, keys, int32_t{0}, std::move(gap));
+  run();
+  require_error(reply<caf::ok_atom>(), errc::shape_mismatch);
+  send_many(0, push_atom::value, keys, {1, 2, 3});
+  run();
+  REQUIRE(reply<caf::ok_atom>());
+  send_many(0, pull_atom::value, keys, {});
+  run();
+  auto pulled = reply<float_parts>();
+  REQUIRE(pulled);
+  CHECK(pulled->flatten() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE_METHOD(cluster_fixture,
                  "worker: pushed pieces may split or join the slices",
                  "[worker][batch]") {
   // "big" has 100 floats in slices of at most 64 (the fixture's bound).
