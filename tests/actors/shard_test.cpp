@@ -1405,9 +1405,11 @@ struct shard_outcome {
 // three slices, then a pull of all: in batches (`batched`) or as single
 // operations in the same order. In the second round worker 0's pull of the
 // third slice comes before its push-pull there (the next sequence number
-// after it), so a batch runs that slice's operation the long way.
+// after it), so a batch runs that slice's operation the long way. With
+// `dies`, worker 1 is declared dead after the first round: worker 0 then
+// completes every round alone.
 shard_outcome ops_in_order(uint32_t workers, bool sync, bool accumulate,
-                           bool batched) {
+                           bool batched, bool dies) {
   shard_fixture f{test::shard_cfg(0, workers, sync)};
   if (accumulate) {
     optimizer_config acc;
@@ -1459,7 +1461,8 @@ shard_outcome ops_in_order(uint32_t workers, bool sync, bool accumulate,
   caf::scoped_actor asker{f.sys};
   shard_outcome out;
   for (int round = 0; round < 3; ++round) {
-    for (uint32_t w = 0; w < workers; ++w) {
+    auto live = dies && round > 0 ? 1 : workers;
+    for (uint32_t w = 0; w < live; ++w) {
       auto kind = round == 1 ? op_kind::push_pull : op_kind::push;
       if (round == 1 && w == 0) {
         // The pull that follows the push-pull, sent first (by another
@@ -1483,7 +1486,12 @@ shard_outcome ops_in_order(uint32_t workers, bool sync, bool accumulate,
                       [](caf::error& err) { FAIL(render(err)); });
       ++answers;
     }
-    CHECK(answers == workers * (batched ? 1 : ids.size()));
+    CHECK(answers == live * (batched ? 1 : ids.size()));
+    if (dies && round == 0) {
+      f.self->send(f.shard, workers_atom::value, std::vector<uint32_t>{0});
+      f.run();
+      REQUIRE(f.reply<caf::ok_atom>());
+    }
     if (round == 1) {
       auto early = f.reply<shared_floats>(asker);
       REQUIRE(early);
@@ -1506,13 +1514,19 @@ shard_outcome ops_in_order(uint32_t workers, bool sync, bool accumulate,
 TEST_CASE("shard: a batch's operations end as the same operations sent one "
           "by one",
           "[shard][batch]") {
-  for (auto [workers, sync] :
-       {std::pair<uint32_t, bool>{1, true}, {2, true}, {2, false}})
+  struct setting {
+    uint32_t workers;
+    bool sync;
+    bool dies;
+  };
+  for (auto [workers, sync, dies] :
+       {setting{1, true, false}, setting{2, true, false},
+        setting{2, true, true}, setting{2, false, false}})
     for (auto accumulate : {false, true}) {
-      INFO(workers << " workers, sync " << sync << ", accumulate "
-                   << accumulate);
-      auto batched = ops_in_order(workers, sync, accumulate, true);
-      auto single = ops_in_order(workers, sync, accumulate, false);
+      INFO(workers << " workers, sync " << sync << ", worker 1 dies " << dies
+                   << ", accumulate " << accumulate);
+      auto batched = ops_in_order(workers, sync, accumulate, true, dies);
+      auto single = ops_in_order(workers, sync, accumulate, false, dies);
       CHECK(batched.values == single.values);
       CHECK(batched.early == single.early);
       CHECK(batched.stats.pushes == single.stats.pushes);
@@ -1533,7 +1547,8 @@ TEST_CASE("shard: a batch's operations end as the same operations sent one "
         float sum = 0;
         for (uint32_t w = 0; w < workers; ++w)
           for (int round = 0; round < 3; ++round)
-            sum += static_cast<float>((w + 1) * 100 + round * 10);
+            if (!(dies && w == 1 && round > 0))
+              sum += static_cast<float>((w + 1) * 100 + round * 10);
         CHECK(single.values[1] == std::vector<float>{3 + sum});
         CHECK(batched.values[1] == std::vector<float>{3 + sum});
       }
