@@ -143,30 +143,23 @@ bool shard_state::run_plain(slice_state& s, slice_id id, uint32_t worker,
   if (pushes) {
     auto n = s.value.size();
     if (cfg.sync && lone && s.rounds.empty() && s.waiting.empty()) {
-      // The round's only push: applied without an entry for the round.
+      // The round's only push: applied without an entry for the round
+      // (advance_rounds below then finds none).
       ++stats.pushes;
-      auto& tr = traffic(worker);
-      ++tr.pushes;
-      tr.floats_pushed += n;
+      count_push(worker, n);
       ++c.pushes;
       finish_round(s, plain_round, g, nullptr);
       ++s.rounds_done;
-      if (t.kind == op_kind::push) {
-        t.pushed();
-        return true;
-      }
-    } else {
-      if (auto err = do_push(s, id, worker, g, n, nullptr)) {
-        t.fail(std::move(err));
-        return true;
-      }
-      if (t.kind == op_kind::push) {
-        t.pushed();
-        advance_rounds(s);
-        return true;
-      }
-      advance_rounds(s);
+    } else if (auto err = do_push(s, id, worker, g, n, nullptr)) {
+      t.fail(std::move(err));
+      return true;
     }
+    if (t.kind == op_kind::push) {
+      t.pushed();
+      advance_rounds(s);
+      return true;
+    }
+    advance_rounds(s);
   }
   do_pull(s, worker, t);
   return true;

@@ -178,6 +178,12 @@ caf::error shard_state::check_live(const char* op, uint32_t worker) const {
                                        + " left the job or was declared dead");
 }
 
+void shard_state::count_push(uint32_t worker, std::size_t n) {
+  auto& t = traffic(worker);
+  ++t.pushes;
+  t.floats_pushed += n;
+}
+
 caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
                                 const float* g, std::size_t n,
                                 std::vector<float>* owned) {
@@ -192,9 +198,7 @@ caf::error shard_state::do_push(slice_state& s, slice_id id, uint32_t worker,
                                               + std::to_string(s.value.size())
                                               + " floats but the push has "
                                               + std::to_string(n));
-  auto& t = traffic(worker);
-  ++t.pushes;
-  t.floats_pushed += n;
+  count_push(worker, n);
   if (!cfg.sync) {
     if (cfg.ssp())
       ++s.clocks[worker].pushes;

@@ -82,7 +82,8 @@ struct worker_clock {
 };
 
 struct slice_state {
-  // (What every operation reads lies at the front, up to `spare`: a batch
+  // (What every operation reads lies at the front, up to and including
+  // `spare`: a batch
   // of many small slices fetches that much of each ahead, see
   // slice_front.)
   slice_id id = 0;
@@ -447,6 +448,10 @@ struct shard_state {
   // False, with nothing done, when the operation must go through `submit`.
   bool run_plain(slice_state& s, slice_id id, uint32_t worker, uint64_t seq,
                  const float* g, op_target& t, bool lone);
+
+  // Counts a push of `n` floats by `worker` that is applied (its worker's
+  // traffic; `stats.pushes` counts every push, refused ones too).
+  void count_push(uint32_t worker, std::size_t n);
 
   // A promoted backup got operation `seq` again, which it ran as its
   // primary's forward: answers it without applying it twice.
