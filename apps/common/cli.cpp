@@ -38,6 +38,22 @@ void add_threads_option(po::options_description& desc, std::size_t& threads,
                      help.c_str());
 }
 
+void add_scheduler_option(po::options_description& desc, std::string& text,
+                          const std::string& help) {
+  desc.add_options()("scheduler", po::value(&text)->default_value(text),
+                     help.c_str());
+}
+
+std::optional<int> check_scheduler(const std::string& app,
+                                   const std::string& text,
+                                   scheduler_policy& out) {
+  if (parse_scheduler_policy(text, out))
+    return std::nullopt;
+  return fail(
+    app, "--scheduler must be auto, sharing or stealing, got '" + text + "'",
+    2);
+}
+
 void add_timeout_options(po::options_description& desc,
                          long& connect_timeout_ms, long& timeout_ms,
                          const std::string& timeout_help) {
@@ -334,9 +350,6 @@ void add_network_options(po::options_description& desc, network_flags& flags) {
     "error (errors only), info, or debug (also nodes that go down)")(
     "log-file", po::value(&flags.log_file),
     "also append every log line to this file")(
-    "scheduler", po::value(&flags.scheduler_text)->default_value("auto"),
-    "CAF scheduler policy: auto (= sharing for these networked processes), "
-    "sharing or stealing")(
     "tls-cert", po::value(&flags.tls.cert),
     "mutual TLS: this node's certificate (PEM), signed by the job's CA; "
     "with --tls-key and --tls-ca, every connection is TLS and only peers "
@@ -346,6 +359,9 @@ void add_network_options(po::options_description& desc, network_flags& flags) {
     "mutual TLS: this node's private key (PEM, owner-only "
     "permissions)")("tls-ca", po::value(&flags.tls.ca),
                     "mutual TLS: the job's CA certificate (PEM)");
+  add_scheduler_option(desc, flags.scheduler_text,
+                       "CAF scheduler policy: auto (= sharing for these "
+                       "networked processes), sharing or stealing");
 }
 
 std::optional<int> check(const std::string& app, network_flags& flags) {
@@ -354,11 +370,8 @@ std::optional<int> check(const std::string& app, network_flags& flags) {
                 "--heartbeat-ms must be > 0 and "
                 "--connection-timeout-ms >= 0",
                 2);
-  if (!parse_scheduler_policy(flags.scheduler_text, flags.scheduler))
-    return fail(app,
-                "--scheduler must be auto, sharing or stealing, got '"
-                  + flags.scheduler_text + "'",
-                2);
+  if (auto rc = check_scheduler(app, flags.scheduler_text, flags.scheduler))
+    return rc;
   if (flags.level_text == "error")
     flags.level = log_level::error;
   else if (flags.level_text == "info")

@@ -42,6 +42,17 @@ void add_threads_option(boost::program_options::options_description& desc,
                         const std::string& help
                         = "scheduler threads (0: CAF's default)");
 
+/// Adds --scheduler (CAF's scheduler policy: auto, sharing or stealing;
+/// `help` says what auto is for the app) to `desc`.
+void add_scheduler_option(boost::program_options::options_description& desc,
+                          std::string& text, const std::string& help);
+
+/// Parses --scheduler's `text` into `out`; an exit code (2, with one line on
+/// stderr) if it names no policy.
+std::optional<int> check_scheduler(const std::string& app,
+                                   const std::string& text,
+                                   scheduler_policy& out);
+
 /// Adds --connect-timeout-ms (how long to keep trying to reach the
 /// coordinator) and --timeout-ms (`timeout_help`) to `desc`.
 void add_timeout_options(boost::program_options::options_description& desc,

@@ -68,6 +68,11 @@ int run(int argc, char** argv) {
   cli::add_threads_option(desc, store.threads,
                           "actor-system scheduler threads (0: the cores the "
                           "training threads leave, at least 1)");
+  std::string scheduler_text = "auto";
+  cli::add_scheduler_option(desc, scheduler_text,
+                            "CAF scheduler policy of the store's actor "
+                            "system: auto (= stealing in one process), "
+                            "sharing or stealing");
   cli::add_train_options(desc, train);
   std::string export_path;
   cli::add_export_option(desc, export_path, "worker 0");
@@ -113,6 +118,8 @@ int run(int argc, char** argv) {
                                  cli::max_shards))
     return *rc;
   if (auto rc = cli::check_threads(app, store.threads))
+    return *rc;
+  if (auto rc = cli::check_scheduler(app, scheduler_text, store.scheduler))
     return *rc;
   if (limit_train < 0 || limit_test < 0)
     return cli::fail(app, "--limit-train and --limit-test must be >= 0", 2);

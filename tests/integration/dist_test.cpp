@@ -754,6 +754,7 @@ TEST_CASE("dist: the apps explain bad flags and read config files",
            "--workers must be 1..");
     expect({ACTORPS_COORDINATOR_BIN, "--threads", "100000"}, "--threads");
     expect({ACTORPS_TRAIN_BIN, "--threads", "100000"}, "--threads");
+    expect({ACTORPS_TRAIN_BIN, "--scheduler", "fifo"}, "--scheduler");
     expect({ACTORPS_COORDINATOR_BIN, "dist_sync"}, "'dist_sync'");
     expect({ACTORPS_COORDINATOR_BIN, "--config", "/tmp"}, "regular file");
     expect({ACTORPS_WORKER_BIN, "--coordinator", "127.0.0.1:1", "--size",
