@@ -52,6 +52,9 @@ struct data_request {
   /// batch: the `op_kind` of its operations, and how many there are.
   uint8_t op = 0;
   uint32_t slices = 0;
+  /// batch: bytes of its slice ids and sequence numbers, packed
+  /// (core/batch_ids.hpp), at the end of `pieces`.
+  uint32_t ids_size = 0;
   /// Pushes: `count` values, laid out by `encoding` (core/compression.hpp;
   /// raw float32 when uncompressed).
   compression encoding{};
@@ -66,8 +69,8 @@ struct data_request {
   };
 
   /// The bytes, sent back to back: push kinds, the encoded values; batch,
-  /// the encoded values (if it pushes), then its slice ids, then their
-  /// sequence numbers (64-bit little-endian words); rows_push, the encoded
+  /// the encoded values (if it pushes), then its slice ids and sequence
+  /// numbers, packed; rows_push, the encoded
   /// values then the rows (64-bit words); rows_pull, the rows; pull, none.
   /// Valid while `keep` lives.
   std::vector<piece> pieces;

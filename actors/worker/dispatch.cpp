@@ -19,6 +19,7 @@
 #include "caf/typed_event_based_actor.hpp"
 
 #include "actors/fan_in.hpp"
+#include "core/batch_ids.hpp"
 #include "core/layout.hpp"
 #include "core/parts.hpp"
 #include "core/prefetch.hpp"
@@ -401,12 +402,10 @@ caf::error to_request(caf::actor_system&, std::shared_ptr<const slice_pull> msg,
 caf::error to_request(caf::actor_system&,
                       std::shared_ptr<const slice_batch> msg,
                       data_request& out) {
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-                "batch frames carry the ids as they lie in memory");
   struct held {
     std::shared_ptr<const slice_batch> msg;
     std::vector<uint8_t> encoded;
-    std::vector<uint64_t> ids;
+    std::vector<uint8_t> ids;
   };
   auto keep = std::make_shared<held>();
   keep->msg = std::move(msg);
@@ -447,10 +446,11 @@ caf::error to_request(caf::actor_system&,
   } else {
     add_values(out, b.data, keep->encoded);
   }
-  keep->ids.reserve(2 * n);
-  keep->ids.insert(keep->ids.end(), b.slices.begin(), b.slices.end());
-  keep->ids.insert(keep->ids.end(), b.seqs.begin(), b.seqs.end());
-  out.pieces.push_back({keep->ids.data(), keep->ids.size() * sizeof(uint64_t)});
+  core::pack_ids(b.slices.data(), b.seqs.data(), n, keep->ids);
+  out.ids_size = static_cast<uint32_t>(keep->ids.size());
+  // (Zeros up to whole 4-byte words: runtime/ucx/frames.hpp.)
+  keep->ids.resize((keep->ids.size() + 3) / 4 * 4);
+  out.pieces.push_back({keep->ids.data(), keep->ids.size()});
   out.keep = std::move(keep);
   return caf::none;
 }

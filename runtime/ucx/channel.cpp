@@ -83,11 +83,11 @@ public:
     h.request = x.request;
     h.shard = x.shard;
     h.priority = x.priority;
-    auto header
-      = x.kind == data_kind::batch
-          ? encode(h, batch_meta{x.worker, x.op, x.slices, x.encoding, x.count})
-          : encode(h, slice_meta{x.slice, x.worker, x.seq, x.encoding, x.count,
-                                 x.rows});
+    auto header = x.kind == data_kind::batch
+                    ? encode(h, batch_meta{x.worker, x.op, x.slices, x.ids_size,
+                                           x.encoding, x.count})
+                    : encode(h, slice_meta{x.slice, x.worker, x.seq, x.encoding,
+                                           x.count, x.rows});
     std::vector<payload::piece> pieces;
     pieces.reserve(x.pieces.size());
     for (const auto& p : x.pieces)

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "actors/worker/channel.hpp"
+#include "core/batch_ids.hpp"
 #include "core/values.hpp"
 
 namespace actorps::ucx {
@@ -28,7 +29,7 @@ namespace {
 constexpr std::size_t header_size = 1 + 8 + 4 + 4;
 constexpr std::size_t pull_meta_size = 8 + 4 + 8;
 constexpr std::size_t push_meta_size = pull_meta_size + 1 + 4 + 8;
-constexpr std::size_t batch_meta_size = 4 + 1 + 4 + 1 + 4 + 8;
+constexpr std::size_t batch_meta_size = 4 + 1 + 4 + 4 + 1 + 4 + 8;
 constexpr std::size_t rows_meta_size = push_meta_size + 8;
 
 bool pushes(frame_kind k) {
@@ -141,8 +142,10 @@ uint64_t rows_body_size(const slice_meta& meta) {
 }
 
 uint64_t body_size(const batch_meta& meta) {
+  // (The ids padded with zeros to whole 4-byte words: a raw body is whole
+  // floats.)
   return encoded_size(meta.encoding, meta.count)
-         + 2 * uint64_t{meta.slices} * sizeof(uint64_t);
+         + (uint64_t{meta.ids_size} + 3) / 4 * 4;
 }
 
 std::vector<char> encode(const frame_header& x, const batch_meta& meta) {
@@ -151,6 +154,7 @@ std::vector<char> encode(const frame_header& x, const batch_meta& meta) {
   put(out, meta.worker);
   put(out, meta.op);
   put(out, meta.slices);
+  put(out, meta.ids_size);
   put_encoding(out, meta.encoding);
   put(out, meta.count);
   return out;
@@ -208,13 +212,16 @@ std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes) {
   m.worker = get<uint32_t>(bytes, at);
   m.op = get<uint8_t>(bytes, at + 4);
   m.slices = get<uint32_t>(bytes, at + 5);
-  auto c = get_encoding(bytes, at + 9);
+  m.ids_size = get<uint32_t>(bytes, at + 9);
+  auto c = get_encoding(bytes, at + 13);
   if (!c)
     return std::nullopt;
   m.encoding = *c;
-  m.count = get<uint64_t>(bytes, at + 14);
+  m.count = get<uint64_t>(bytes, at + 18);
   if (m.op > static_cast<uint8_t>(op_kind::push_pull) || m.slices == 0
-      || m.slices > (uint32_t{1} << 24) || m.count > max_frame_floats)
+      || m.slices > (uint32_t{1} << 24) || m.count > max_frame_floats
+      || m.ids_size < uint64_t{m.slices} + 2
+      || m.ids_size > core::max_packed_ids(m.slices))
     return std::nullopt;
   return m;
 }

@@ -8,8 +8,9 @@
 //   (core/compression.hpp: raw float32 when uncompressed);
 // - pull: none;
 // - batch: the pushed values as their codec lays them out (none for a
-//   batch of pulls), then the slice ids, then the sequence numbers (each
-//   `batch_meta::slices` little-endian 64-bit words);
+//   batch of pulls), then the slice ids and sequence numbers, packed
+//   (core/batch_ids.hpp, `batch_meta::ids_size` bytes), then zeros up to
+//   a multiple of 4 bytes;
 // - rows_push: the pushed rows' values as their codec lays them out, then
 //   the rows (`slice_meta::rows` little-endian 64-bit local row indices);
 // - rows_pull: the rows;
@@ -108,6 +109,9 @@ struct batch_meta {
   uint8_t op = 0;
   /// Operations in the batch (at least one).
   uint32_t slices = 0;
+  /// Bytes of the slice ids and sequence numbers, packed (at least
+  /// `slices` + 2, at most `core::max_packed_ids(slices)`).
+  uint32_t ids_size = 0;
   /// How the body lays out the pushed values, and how many there are.
   compression encoding{};
   uint64_t count = 0;
@@ -132,7 +136,7 @@ std::vector<char> encode(const frame_header& x);
 /// count of rows).
 std::vector<char> encode(const frame_header& x, const slice_meta& meta);
 
-/// The header's bytes followed by `meta`'s (39 bytes in all).
+/// The header's bytes followed by `meta`'s (43 bytes in all).
 std::vector<char> encode(const frame_header& x, const batch_meta& meta);
 
 /// The fixed part of the header in `bytes`, or none if they are not one
@@ -148,7 +152,8 @@ std::optional<slice_meta> decode_meta(const std::vector<char>& bytes);
 
 /// The batch's fields after the fixed part of a batch request's header, or
 /// none if they are not there (wrong size, unknown codec or operation, no
-/// slices, more than 2^24 of them or more than `max_frame_floats` values).
+/// slices, more than 2^24 of them or more than `max_frame_floats` values,
+/// packed ids of a size they cannot have).
 std::optional<batch_meta> decode_batch_meta(const std::vector<char>& bytes);
 
 } // namespace actorps::ucx

@@ -20,6 +20,7 @@
 #include "caf/send.hpp"
 
 #include "actors/run_here.hpp"
+#include "core/batch_ids.hpp"
 #include "core/link_proof.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -150,8 +151,6 @@ bool take_values(buffer& body, const compression& enc, uint64_t count,
 // not make one. Uncompressed values are taken over from the body.
 std::optional<slice_batch> decode_batch(const std::vector<char>& header,
                                         buffer& body) {
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-                "batch frames carry the ids as they lie in memory");
   auto m = decode_batch_meta(header);
   if (!m || body.size() != body_size(*m)
       || (m->op == static_cast<uint8_t>(op_kind::pull) && m->count != 0))
@@ -163,10 +162,11 @@ std::optional<slice_batch> decode_batch(const std::vector<char>& header,
   auto values = encoded_size(m->encoding, m->count);
   b.slices.resize(n);
   b.seqs.resize(n);
-  std::memcpy(b.slices.data(), body.data() + values, n * sizeof(uint64_t));
-  std::memcpy(b.seqs.data(), body.data() + values + n * sizeof(uint64_t),
-              n * sizeof(uint64_t));
-  // The ids behind the values are 8-byte words: a raw body is whole floats.
+  const auto* ids = reinterpret_cast<const uint8_t*>(body.data()) + values;
+  if (!core::unpack_ids(ids, m->ids_size, n, b.slices.data(), b.seqs.data())
+      || std::any_of(ids + m->ids_size, ids + (body.size() - values),
+                     [](uint8_t x) { return x != 0; }))
+    return std::nullopt;
   if (m->count > 0 && !take_values(body, m->encoding, m->count, b.data))
     return std::nullopt;
   return b;

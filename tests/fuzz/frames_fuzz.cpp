@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // libFuzzer target: what an admitted UCX peer sends before any value is
-// read: a frame's header (fixed part, slice, rows or batch fields) and a
+// read: a frame's header (fixed part, slice, rows or batch fields), a
+// batch's packed slice ids and sequence numbers, and a
 // plane's address (as a hello carries it). Whatever decodes must encode back to
 // the same bytes, and a request's body size must be computable for it.
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/batch_ids.hpp"
 #include "runtime/ucx/frames.hpp"
 #include "runtime/ucx/hello.hpp"
 
@@ -52,11 +54,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (auto batch = decode_batch_meta(bytes)) {
       if (encode(*h, *batch) != bytes)
         __builtin_trap();
-      // Bounded by the decoder: no overflow.
-      if (body_size(*batch) < 16 * uint64_t{batch->slices})
+      // Bounded by the decoder: at least a byte a slice, no overflow.
+      if (body_size(*batch) < uint64_t{batch->slices}
+          || batch->ids_size > core::max_packed_ids(batch->slices))
         __builtin_trap();
     } else if (bytes.size() == encode(*h).size()) {
       if (encode(*h) != bytes)
+        __builtin_trap();
+    }
+  }
+  // The same bytes as packed ids of 1-4 slices (the first byte says how
+  // many): what unpacks packs again to the same bytes (one form each).
+  if (size > 0) {
+    auto n = std::size_t{1} + data[0] % 4;
+    uint64_t slices[4];
+    uint64_t seqs[4];
+    if (core::unpack_ids(data + 1, size - 1, n, slices, seqs)) {
+      std::vector<uint8_t> again;
+      core::pack_ids(slices, seqs, n, again);
+      if (again.size() != size - 1
+          || !std::equal(again.begin(), again.end(), data + 1))
         __builtin_trap();
     }
   }

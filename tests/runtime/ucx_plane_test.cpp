@@ -32,6 +32,7 @@
 #include "actors/coordinator/coordinator.hpp"
 #include "actors/shard/shard.hpp"
 #include "actors/worker/worker.hpp"
+#include "core/batch_ids.hpp"
 #include "messages/control.hpp"
 #include "messages/errors.hpp"
 #include "messages/type_ids.hpp"
@@ -791,21 +792,35 @@ TEST_CASE("ucx: frame headers carry a slice's fields and refuse what is "
   m.count = max_frame_floats + 1;
   CHECK_FALSE(decode_meta(encode(h, m)));
   CHECK_FALSE(decode_meta(encode(frame_header{frame_kind::batch})));
-  // A batch's fields; its body holds the values, then 16 bytes per slice.
+  // A batch's fields; its body holds the values, then the packed ids
+  // padded to whole 4-byte words.
   frame_header b;
   b.kind = frame_kind::batch;
-  batch_meta bm{3, static_cast<uint8_t>(op_kind::push), 10,
-                compression{codec::fp16}, 40};
+  batch_meta bm{
+    3, static_cast<uint8_t>(op_kind::push), 10, 13, compression{codec::fp16},
+    40};
   auto batch_bytes = encode(b, bm);
-  CHECK(batch_bytes.size() == 39);
+  CHECK(batch_bytes.size() == 43);
   auto got = decode_batch_meta(batch_bytes);
   REQUIRE(got);
   CHECK(got->worker == 3);
   CHECK(got->op == bm.op);
   CHECK(got->slices == 10);
+  CHECK(got->ids_size == 13);
   CHECK(got->encoding == bm.encoding);
   CHECK(got->count == 40);
-  CHECK(body_size(bm) == encoded_size(bm.encoding, 40) + 160);
+  CHECK(body_size(bm) == encoded_size(bm.encoding, 40) + 16);
+  // Packed ids take at least a byte a slice and two for the sequence
+  // numbers, and at most core::max_packed_ids.
+  bm.ids_size = 11;
+  CHECK_FALSE(decode_batch_meta(encode(b, bm)));
+  bm.ids_size = 12;
+  CHECK(decode_batch_meta(encode(b, bm)));
+  bm.ids_size = static_cast<uint32_t>(core::max_packed_ids(10));
+  CHECK(decode_batch_meta(encode(b, bm)));
+  ++bm.ids_size;
+  CHECK_FALSE(decode_batch_meta(encode(b, bm)));
+  bm.ids_size = 13;
   CHECK_FALSE(decode_batch_meta(encode(b)));
   CHECK_FALSE(decode_meta(batch_bytes));
   // Refused: too many values, no slices, an unknown operation.
@@ -963,7 +978,8 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
              [&](caf::error& err) { want_err = std::move(err); });
   REQUIRE(want_err);
   CHECK(error_of(b3) == want_err);
-  // A batch: its values, then its slice ids and sequence numbers.
+  // A batch: its values, then its slice ids and sequence numbers, packed
+  // and padded to whole 4-byte words.
   slice_batch batch;
   batch.kind = static_cast<uint8_t>(op_kind::pull);
   batch.slices = {id};
@@ -972,20 +988,31 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   bh.kind = frame_kind::batch;
   bh.request = 7;
   bh.shard = 7;
-  std::vector<char> ids(2 * sizeof(uint64_t));
-  std::memcpy(ids.data(), &id, sizeof(uint64_t));
-  uint64_t seq = 3;
-  std::memcpy(ids.data() + sizeof(uint64_t), &seq, sizeof(uint64_t));
-  auto [k4, b4] = send_frame(7, encode(bh, batch_meta{0, batch.kind, 1, {}, 0}),
-                             ids);
+  std::vector<uint8_t> packed_ids;
+  core::pack_ids(batch.slices.data(), batch.seqs.data(), 1, packed_ids);
+  auto ids_size = static_cast<uint32_t>(packed_ids.size());
+  std::vector<char> ids(packed_ids.begin(), packed_ids.end());
+  ids.resize((ids.size() + 3) / 4 * 4);
+  auto meta = batch_meta{0, batch.kind, 1, ids_size, {}, 0};
+  auto [k4, b4] = send_frame(7, encode(bh, meta), ids);
   CHECK(k4 == frame_kind::reply);
-  // A batch body one id short is refused.
-  ids.resize(sizeof(uint64_t));
-  bh.request = 8;
-  auto [k5, b5] = send_frame(8, encode(bh, batch_meta{0, batch.kind, 1, {}, 0}),
-                             ids);
-  CHECK(k5 == frame_kind::failure);
-  CHECK(code_of(error_of(b5)) == errc::bad_config);
+  // Refused: a batch body one word short, one with padding that is not
+  // zeros, and one whose ids do not decode.
+  auto refused = [&](uint64_t request, const std::vector<char>& body) {
+    bh.request = request;
+    auto [k, b] = send_frame(request, encode(bh, meta), body);
+    CHECK(k == frame_kind::failure);
+    CHECK(code_of(error_of(b)) == errc::bad_config);
+  };
+  refused(8, std::vector<char>(ids.begin(), ids.end() - 4));
+  if (ids_size % 4 != 0) {
+    auto dirty = ids;
+    dirty.back() = 1;
+    refused(9, dirty);
+  }
+  auto broken = ids;
+  std::fill(broken.begin(), broken.begin() + ids_size, static_cast<char>(0x80));
+  refused(10, broken);
   auto batch_want = ask<float_parts>(self, reference, batch_atom::value, batch);
   CHECK(as_floats(b4) == batch_want.flatten());
   client->close();
