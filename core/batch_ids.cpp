@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/batch_ids.hpp"
 
+#include <algorithm>
+
 namespace actorps::core {
 
 namespace {
@@ -59,15 +61,23 @@ void pack_ids(const uint64_t* slices, const uint64_t* seqs, std::size_t n,
       out.resize(2 * out.size() + bytes);
   };
   int64_t key = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    room(15);
+  std::size_t i = 0;
+  while (i < n) {
+    room(15 * 64);
     auto* at = out.data() + used;
-    auto k = static_cast<int64_t>(slices[i] >> 32);
-    auto part = slices[i] & 0xFFFFFFFFu;
-    at = put(at, (zigzag(k - key) << 1) | (part != 0 ? 1 : 0));
-    if (part != 0)
-      at = put(at, part);
-    key = k;
+    // (Up to 64 slices between checks of the room left.)
+    for (auto last = std::min(n, i + 64); i < last; ++i) {
+      auto k = static_cast<int64_t>(slices[i] >> 32);
+      auto part = slices[i] & 0xFFFFFFFFu;
+      auto v = (zigzag(k - key) << 1) | (part != 0 ? 1 : 0);
+      key = k;
+      if (v < 0x80)
+        *at++ = static_cast<uint8_t>(v);
+      else
+        at = put(at, v);
+      if (part != 0)
+        at = put(at, part);
+    }
     used = static_cast<std::size_t>(at - out.data());
   }
   uint64_t seq = 0;
@@ -93,13 +103,16 @@ bool unpack_ids(const uint8_t* data, std::size_t size, std::size_t n,
   int64_t key = 0;
   for (std::size_t i = 0; i < n; ++i) {
     uint64_t v = 0;
-    if ((at = get(at, end, v)) == nullptr)
+    if (at != end && *at < 0x80) {
+      v = *at++;
+    } else if ((at = get(at, end, v)) == nullptr) {
       return false;
+    }
     // (A delta beyond 2^33 cannot lead to a key of 32 bits.)
     if ((v >> 1) > (uint64_t{1} << 34))
       return false;
     key += unzigzag(v >> 1);
-    if (key < 0 || key > int64_t{0xFFFFFFFF})
+    if (static_cast<uint64_t>(key) > uint64_t{0xFFFFFFFF})
       return false;
     uint64_t part = 0;
     if ((v & 1) != 0
