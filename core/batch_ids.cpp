@@ -28,9 +28,11 @@ uint8_t* put(uint8_t* at, uint64_t x) noexcept {
 // past `end`, over 10 bytes or 64 bits, or ends in a 0 byte after others.
 const uint8_t* get(const uint8_t* at, const uint8_t* end,
                    uint64_t& x) noexcept {
-  if (at != end && *at < 0x80) {
-    x = *at;
-    return at + 1;
+  if (at != end) {
+    if (auto b = *at; b < 0x80) {
+      x = b;
+      return at + 1;
+    }
   }
   uint64_t v = 0;
   for (unsigned shift = 0; shift < 70 && at != end; shift += 7) {
@@ -53,7 +55,7 @@ const uint8_t* get(const uint8_t* at, const uint8_t* end,
 void pack_ids(const uint64_t* slices, const uint64_t* seqs, std::size_t n,
               std::vector<uint8_t>& out) {
   // Room for 2 bytes a slice to start with (keys in order or near it take
-  // 1), grown when a slice (15 bytes at most) or a run (20) might not fit.
+  // 1), grown when a slice (10 bytes at most) or a run (20) might not fit.
   std::size_t used = out.size();
   out.resize(used + 2 * n + 64);
   auto room = [&](std::size_t bytes) {
@@ -63,7 +65,7 @@ void pack_ids(const uint64_t* slices, const uint64_t* seqs, std::size_t n,
   int64_t key = 0;
   std::size_t i = 0;
   while (i < n) {
-    room(15 * 64);
+    room(10 * 64);
     auto* at = out.data() + used;
     // (Up to 64 slices between checks of the room left.)
     for (auto last = std::min(n, i + 64); i < last; ++i) {
@@ -103,11 +105,8 @@ bool unpack_ids(const uint8_t* data, std::size_t size, std::size_t n,
   int64_t key = 0;
   for (std::size_t i = 0; i < n; ++i) {
     uint64_t v = 0;
-    if (at != end && *at < 0x80) {
-      v = *at++;
-    } else if ((at = get(at, end, v)) == nullptr) {
+    if ((at = get(at, end, v)) == nullptr)
       return false;
-    }
     // (A delta beyond 2^33 cannot lead to a key of 32 bits.)
     if ((v >> 1) > (uint64_t{1} << 34))
       return false;

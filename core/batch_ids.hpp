@@ -2,10 +2,11 @@
 #pragma once
 
 // The slice ids and sequence numbers of a batch request, packed for the
-// wire (the UCX plane's batch frames): about 1-3 bytes a slice instead of
-// 16, for the many-small-keys case where ids and sequence numbers were
-// most of the bytes sent (10000 keys of 1 float: 352 KB a round for 39 KB
-// of values).
+// wire (the UCX plane's batch frames): 1 byte a slice for keys in order,
+// up to 3 for 10000 keys in any order, at most 10 (5 of key delta and flag,
+// 5 of part), instead of 16, for the many-small-keys case where ids and
+// sequence numbers were most of the bytes sent (10000 keys of 1 float: 352 KB a
+// round for 39 KB of values).
 //
 // Layout, every number an unsigned LEB128 varint of at most 10 bytes whose
 // last byte is not 0 unless it is the only one (one encoding per value):
@@ -22,10 +23,10 @@
 
 namespace actorps::core {
 
-/// Most bytes `pack_ids` writes for `n` slices: 15 a slice (10 of key
-/// delta and flag, 5 of part) and 20 a run of sequence numbers.
+/// Most bytes `pack_ids` writes for `n` slices: 10 a slice (5 of key delta
+/// and flag, below 2^35; 5 of part) and 20 a run of sequence numbers.
 constexpr uint64_t max_packed_ids(uint64_t n) noexcept {
-  return n * (15 + 20);
+  return n * (10 + 20);
 }
 
 /// Appends the packed form of `n` slices and their sequence numbers to

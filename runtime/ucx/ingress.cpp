@@ -147,27 +147,30 @@ bool take_values(buffer& body, const compression& enc, uint64_t count,
   return true;
 }
 
-// The `slice_batch` of a batch request, or none if its header and body do
-// not make one. Uncompressed values are taken over from the body.
-std::optional<slice_batch> decode_batch(const std::vector<char>& header,
-                                        buffer& body) {
-  auto m = decode_batch_meta(header);
-  if (!m || body.size() != body_size(*m)
-      || (m->op == static_cast<uint8_t>(op_kind::pull) && m->count != 0))
+// The `slice_batch` of a batch request whose header holds `m`, or none if
+// its body does not make one. Uncompressed values are taken over from the
+// body.
+std::optional<slice_batch> decode_batch(const batch_meta& m, buffer& body) {
+  if (body.size() != body_size(m)
+      || (m.op == static_cast<uint8_t>(op_kind::pull) && m.count != 0))
     return std::nullopt;
   slice_batch b;
-  b.worker = m->worker;
-  b.kind = m->op;
-  auto n = std::size_t{m->slices};
-  auto values = encoded_size(m->encoding, m->count);
+  b.worker = m.worker;
+  b.kind = m.op;
+  auto n = std::size_t{m.slices};
+  auto values = encoded_size(m.encoding, m.count);
   b.slices.resize(n);
   b.seqs.resize(n);
-  const auto* ids = reinterpret_cast<const uint8_t*>(body.data()) + values;
-  if (!core::unpack_ids(ids, m->ids_size, n, b.slices.data(), b.seqs.data())
-      || std::any_of(ids + m->ids_size, ids + (body.size() - values),
+  // (Copied out first: unpacking reads a byte more than once, and the body
+  // may lie in the peer's segment, which the peer may still write.)
+  const auto* at = reinterpret_cast<const uint8_t*>(body.data()) + values;
+  std::vector<uint8_t> ids(at, at + (body.size() - values));
+  if (!core::unpack_ids(ids.data(), m.ids_size, n, b.slices.data(),
+                        b.seqs.data())
+      || std::any_of(ids.begin() + m.ids_size, ids.end(),
                      [](uint8_t x) { return x != 0; }))
     return std::nullopt;
-  if (m->count > 0 && !take_values(body, m->encoding, m->count, b.data))
+  if (m.count > 0 && !take_values(body, m.encoding, m.count, b.data))
     return std::nullopt;
   return b;
 }
@@ -445,12 +448,17 @@ struct ingress {
         return;
       }
       case frame_kind::batch: {
-        auto big = x.body.size() >= large_bytes;
-        auto b = decode_batch(x.header, x.body);
+        // (The sender is checked before anything is sized by the batch: its
+        // ids take 16 bytes a slice once unpacked, about 1 on the wire.)
+        auto m = decode_batch_meta(x.header);
+        if (!m)
+          return bad_body();
+        if (!admits(x, m->worker, request))
+          return;
+        auto big = x.body.size() + 16 * uint64_t{m->slices} >= large_bytes;
+        auto b = decode_batch(*m, x.body);
         if (!b)
           return bad_body();
-        if (!admits(x, b->worker, request))
-          return;
         tell(shard, h->priority, big, batch_atom::value, std::move(*b),
              std::move(reply));
         return;

@@ -127,14 +127,40 @@ TEST_CASE("batch ids: bytes that are not one packed list are refused",
   // A varint in a longer form than needed (0 as 0x80 0x00).
   refused({0x0C, 0x92, 0x00, 0x01}, 1);
   refused({0x0C, 0x12, 0x81, 0x00}, 1);
-  // A varint over 10 bytes or 64 bits.
+  // A varint of 10 bytes holds 64 bits (a run's sequence number delta);
+  // one over 10 bytes or 64 bits is refused.
   {
-    std::vector<uint8_t> b(10, 0xFF);
-    b.push_back(0x01);
-    refused(b, 1);
-    std::vector<uint8_t> c(9, 0xFF);
-    c.push_back(0x02);
-    refused(c, 1);
+    auto with_delta = [](std::vector<uint8_t> delta) {
+      std::vector<uint8_t> b;
+      varint(b, 3 * 2 << 1);
+      for (auto x : delta)
+        b.push_back(x);
+      varint(b, 1);
+      return b;
+    };
+    // (n bytes of 0xFF, the last one `last`.)
+    auto ones = [](std::size_t n, uint8_t last) {
+      std::vector<uint8_t> v(n, 0xFF);
+      v[n - 1] = last;
+      return v;
+    };
+    auto max = unpacked(with_delta(ones(10, 0x01)), 1);
+    REQUIRE(max);
+    CHECK(max->seqs[0] == ~uint64_t{0} / 2 + 1); // zigzag(2^64 - 1): -2^63
+    refused(with_delta(ones(11, 0x01)), 1);
+    refused(with_delta(ones(10, 0x02)), 1);
+  }
+  // Keys from the largest to 0 and back: deltas of 32 bits each way.
+  {
+    ids x;
+    x.slices = {make_slice_id(0xFFFFFFFF, 0), make_slice_id(0, 0xFFFFFFFF),
+                make_slice_id(0xFFFFFFFF, 1)};
+    x.seqs = {0, 0, ~uint64_t{0}};
+    auto back = unpacked(packed(x), 3);
+    REQUIRE(back);
+    CHECK(back->slices == x.slices);
+    CHECK(back->seqs == x.seqs);
+    CHECK(packed(x).size() <= core::max_packed_ids(3));
   }
   // A key below 0 or beyond 32 bits.
   {

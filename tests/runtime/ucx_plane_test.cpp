@@ -1205,6 +1205,27 @@ TEST_CASE("ucx: a connection acts only as the worker whose secret its hello "
   auto [k2, b2] = pull(*w0, w0_to, w0_box, 2, 1);
   REQUIRE(k2 == frame_kind::failure);
   CHECK(code_of(error_of(b2)) == errc::unauthorized);
+  // A batch in worker 1's name is refused before its body is read (its
+  // ids take 16 bytes a slice once unpacked): even one whose ids do not
+  // decode is answered as unauthorized, not as a bad body; in worker 0's
+  // name, the same frame is a bad body.
+  auto junk_batch = [&](uint64_t req, uint32_t worker) {
+    frame_header h;
+    h.kind = frame_kind::batch;
+    h.request = req;
+    auto junk = std::make_shared<std::vector<char>>(4, static_cast<char>(0x80));
+    w0->send(
+      w0_to,
+      encode(
+        h,
+        batch_meta{worker, static_cast<uint8_t>(op_kind::pull), 2, 4, {}, 0}),
+      payload{junk->data(), junk->size(), junk});
+    auto [k, b] = w0_box.reply_to(req);
+    REQUIRE(k == frame_kind::failure);
+    return code_of(error_of(b));
+  };
+  CHECK(junk_batch(20, 1) == errc::unauthorized);
+  CHECK(junk_batch(21, 0) == errc::bad_config);
   // A plane that proves the data secret only (as a server's does) is
   // admitted, but acts for no worker.
   inbox anon_box;
