@@ -28,11 +28,10 @@ uint8_t* put(uint8_t* at, uint64_t x) noexcept {
 // past `end`, over 10 bytes or 64 bits, or ends in a 0 byte after others.
 const uint8_t* get(const uint8_t* at, const uint8_t* end,
                    uint64_t& x) noexcept {
-  if (at != end) {
-    if (auto b = *at; b < 0x80) {
-      x = b;
-      return at + 1;
-    }
+  // (The one-byte case first, out of the loop: nearly every id's.)
+  if (at != end && *at < 0x80) {
+    x = *at;
+    return at + 1;
   }
   uint64_t v = 0;
   for (unsigned shift = 0; shift < 70 && at != end; shift += 7) {
@@ -73,10 +72,7 @@ void pack_ids(const uint64_t* slices, const uint64_t* seqs, std::size_t n,
       auto part = slices[i] & 0xFFFFFFFFu;
       auto v = (zigzag(k - key) << 1) | (part != 0 ? 1 : 0);
       key = k;
-      if (v < 0x80)
-        *at++ = static_cast<uint8_t>(v);
-      else
-        at = put(at, v);
+      at = put(at, v);
       if (part != 0)
         at = put(at, part);
     }

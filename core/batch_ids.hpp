@@ -29,6 +29,12 @@ constexpr uint64_t max_packed_ids(uint64_t n) noexcept {
   return n * (10 + 20);
 }
 
+/// Bytes that packed ids of `size` bytes take in a frame: padded with zeros
+/// to whole 4-byte words (a raw body is whole floats).
+constexpr uint64_t padded_ids(uint64_t size) noexcept {
+  return (size + 3) / 4 * 4;
+}
+
 /// Appends the packed form of `n` slices and their sequence numbers to
 /// `out`.
 void pack_ids(const uint64_t* slices, const uint64_t* seqs, std::size_t n,

@@ -83,9 +83,8 @@ struct worker_clock {
 
 struct slice_state {
   // (What every operation reads lies at the front, up to and including
-  // `spare`: a batch
-  // of many small slices fetches that much of each ahead, see
-  // slice_front.)
+  // `spare`: a batch of many small slices fetches that much of each ahead,
+  // see slice_front.)
   slice_id id = 0;
   // A table slice: its row size (0: a dense slice), and per row its
   // optimizer state (`state_size(opt, dim)` floats each, in opt_state) and

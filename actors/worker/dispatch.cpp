@@ -448,8 +448,7 @@ caf::error to_request(caf::actor_system&,
   }
   core::pack_ids(b.slices.data(), b.seqs.data(), n, keep->ids);
   out.ids_size = static_cast<uint32_t>(keep->ids.size());
-  // (Zeros up to whole 4-byte words: runtime/ucx/frames.hpp.)
-  keep->ids.resize((keep->ids.size() + 3) / 4 * 4);
+  keep->ids.resize(core::padded_ids(keep->ids.size()));
   out.pieces.push_back({keep->ids.data(), keep->ids.size()});
   out.keep = std::move(keep);
   return caf::none;

@@ -142,10 +142,8 @@ uint64_t rows_body_size(const slice_meta& meta) {
 }
 
 uint64_t body_size(const batch_meta& meta) {
-  // (The ids padded with zeros to whole 4-byte words: a raw body is whole
-  // floats.)
   return encoded_size(meta.encoding, meta.count)
-         + (uint64_t{meta.ids_size} + 3) / 4 * 4;
+         + core::padded_ids(meta.ids_size);
 }
 
 std::vector<char> encode(const frame_header& x, const batch_meta& meta) {

@@ -161,8 +161,9 @@ std::optional<slice_batch> decode_batch(const batch_meta& m, buffer& body) {
   auto values = encoded_size(m.encoding, m.count);
   b.slices.resize(n);
   b.seqs.resize(n);
-  // (Copied out first: unpacking reads a byte more than once, and the body
-  // may lie in the peer's segment, which the peer may still write.)
+  // (Copied out first, as the ids were before they were packed: the body
+  // may lie in the peer's segment, which the peer may still write, and
+  // every check reads the copy.)
   const auto* at = reinterpret_cast<const uint8_t*>(body.data()) + values;
   std::vector<uint8_t> ids(at, at + (body.size() - values));
   if (!core::unpack_ids(ids.data(), m.ids_size, n, b.slices.data(),

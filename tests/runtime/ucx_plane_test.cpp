@@ -992,7 +992,7 @@ TEST_CASE("ucx: a server's ingress serves request frames as the shard's "
   core::pack_ids(batch.slices.data(), batch.seqs.data(), 1, packed_ids);
   auto ids_size = static_cast<uint32_t>(packed_ids.size());
   std::vector<char> ids(packed_ids.begin(), packed_ids.end());
-  ids.resize((ids.size() + 3) / 4 * 4);
+  ids.resize(core::padded_ids(ids.size()));
   auto meta = batch_meta{0, batch.kind, 1, ids_size, {}, 0};
   auto [k4, b4] = send_frame(7, encode(bh, meta), ids);
   CHECK(k4 == frame_kind::reply);
