@@ -136,7 +136,7 @@ caf::error shard_state::take_state(replica_state& x) {
       next[w] = true;
     }
     // Whatever this backup held before is replaced.
-    slices.clear();
+    clear_slices();
     std::fill(stashed_bytes.begin(), stashed_bytes.end(), 0);
     std::fill(ahead_bytes.begin(), ahead_bytes.end(), 0);
     held_ahead.clear();

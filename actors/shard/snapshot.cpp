@@ -73,7 +73,7 @@ caf::error shard_state::load(state_snapshot& snap) {
   }
   set_optimizer(snap.optimizer);
   for (auto& rec : snap.slices) {
-    auto& s = slices[make_slice_id(rec.key_id, rec.part)];
+    auto& s = *find(make_slice_id(rec.key_id, rec.part));
     s.value = shared_floats{std::move(rec.value.data)};
     s.opt_state = std::move(rec.state.data);
     s.step = rec.step;

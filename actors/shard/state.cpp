@@ -68,9 +68,14 @@ stashed_op shard_state::unstash(
   return op;
 }
 
-slice_state* shard_state::find(slice_id id) {
+slice_state* shard_state::find_in_map(slice_id id) {
   auto i = slices.find(id);
   return i == slices.end() ? nullptr : &i->second;
+}
+
+void shard_state::clear_slices() {
+  first_parts.clear();
+  slices.clear();
 }
 
 caf::error shard_state::not_initialized(const char* op, slice_id id) const {
@@ -547,6 +552,14 @@ caf::error shard_state::init(slice_init& msg) {
 
 slice_state& shard_state::add_slice(slice_id id, std::vector<float> value) {
   auto& s = slices[id];
+  // (Key ids past a bound that the keys held so far set are left to the
+  // map: a key numbered far out grows no table.)
+  auto key = key_of(id);
+  if (part_of(id) == 0 && key < 2 * slices.size() + 1024) {
+    if (key >= first_parts.size())
+      first_parts.resize(key + 1, nullptr);
+    first_parts[key] = &s;
+  }
   s.value = shared_floats{std::move(value)};
   s.id = id;
   s.clocks.assign(cfg.num_workers, worker_clock{});

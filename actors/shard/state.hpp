@@ -165,6 +165,12 @@ struct shard_state {
   // The rule is "assign": a round's sum becomes the value as it is.
   bool replaces = true;
   std::unordered_map<slice_id, slice_state> slices;
+  // Part 0 of key k at first_parts[k] (null: look in `slices`), so that a
+  // batch of many one-slice keys finds each with one read instead of a walk
+  // through a hash bucket (the coordinator numbers keys from 0 in order).
+  // The entries point into `slices`, whose elements stay in place until
+  // it is cleared; add_slice fills it, clear_slices empties both.
+  std::vector<slice_state*> first_parts;
   std::vector<bool> live;
   // Per worker: bytes of its operations held in the slices' stashes (see
   // shard_config::max_stash_bytes).
@@ -315,7 +321,17 @@ struct shard_state {
   unstash(slice_state& s,
           std::map<std::pair<uint32_t, uint64_t>, stashed_op>::iterator i);
 
-  slice_state* find(slice_id id);
+  slice_state* find(slice_id id) {
+    auto key = key_of(id);
+    if (part_of(id) == 0 && key < first_parts.size()
+        && first_parts[key] != nullptr)
+      return first_parts[key];
+    return find_in_map(id);
+  }
+  slice_state* find_in_map(slice_id id);
+
+  // Drops every slice.
+  void clear_slices();
 
   caf::error not_initialized(const char* op, slice_id id) const;
 

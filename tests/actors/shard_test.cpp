@@ -689,6 +689,36 @@ TEST_CASE_METHOD(shard_fixture,
     == std::vector<float>{7, 8, 9});
 }
 
+TEST_CASE_METHOD(shard_fixture,
+                 "shard: slices are found whatever their keys' numbers",
+                 "[shard][batch]") {
+  // Keys numbered in order, one far out (past what the shard indexes by
+  // number), and later parts of a key whose part 0 lives elsewhere.
+  auto near = make_slice_id(5, 0);
+  auto far = make_slice_id(uint32_t{1} << 31, 0);
+  auto later = make_slice_id(2, 3);
+  REQUIRE(init(slice_a, {1}));
+  REQUIRE(init(near, {2}));
+  REQUIRE(init(far, {3}));
+  REQUIRE(init(later, {4}));
+  CHECK(batch(op_kind::push_pull, 0, {far, slice_a, later, near}, {0, 0, 0, 0},
+              {30, 10, 40, 20})
+        == std::vector<float>{30, 10, 40, 20});
+  CHECK(pull(far, 0, 1) == std::vector<float>{30});
+  CHECK(pull(near, 0, 1) == std::vector<float>{20});
+  // Neighbours of the slices held are not there.
+  for (auto id : {make_slice_id(2, 0), make_slice_id(4, 0), make_slice_id(5, 1),
+                  make_slice_id((uint32_t{1} << 31) - 1, 0)}) {
+    INFO(id);
+    require_error(batch(op_kind::pull, 0, {slice_a, id}, {1, 0}),
+                  errc::not_initialized);
+    require_error(init(id, {}), errc::shape_mismatch);
+  }
+  // A slice of a key numbered far out is refused once, as any other.
+  require_error(init(far, {5}), errc::already_initialized);
+  CHECK(pull(far, 0, 2) == std::vector<float>{30});
+}
+
 TEST_CASE_METHOD(shard_fixture, "shard: bad batches are refused whole",
                  "[shard][batch]") {
   REQUIRE(init(slice_a, {0, 0}));
