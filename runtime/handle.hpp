@@ -73,6 +73,9 @@ struct kvstore::impl {
   // The last key lists resolved, found again without hashing each name
   // (entries only ever join `keys`, which keeps them in place).
   core::list_memo<const key_info*> resolved;
+  // The names `key_infos` resolved last, as `resolved` keeps them (null for
+  // a list too short to keep): what a call on them sends to the worker.
+  core::shared_names_ptr last_list;
   // Operations in flight, by ticket number; each finisher receives the reply.
   std::map<uint64_t, std::function<caf::error()>> pending;
   uint64_t next_ticket = 1;
@@ -311,11 +314,14 @@ struct kvstore::impl {
   // elements in place).
   caf::expected<std::vector<const key_info*>>
   key_infos(const char* op, const std::vector<std::string>& names) {
+    last_list = nullptr;
     if (names.empty())
       return make_error(errc::bad_config, std::string{op} + ": no keys given");
     // (Kept only once every key passed dense_only, which never changes.)
-    if (auto known = resolved.find(names))
+    if (auto known = resolved.find(names)) {
+      last_list = resolved.names_of(known);
       return *known;
+    }
     std::vector<const key_info*> out;
     out.reserve(names.size());
     for (auto& name : names) {
@@ -330,8 +336,16 @@ struct kvstore::impl {
       if (auto err = dense_only(op, *out.back()))
         return err;
     }
-    resolved.keep(names, out);
+    last_list = resolved.keep(names, out);
     return out;
+  }
+
+  // `names` (which `key_infos` resolved last) for the worker: the list kept
+  // in `resolved`, shared, or else a copy.
+  key_list worker_list(const std::vector<std::string>& names) {
+    if (last_list)
+      return key_list{std::move(last_list)};
+    return key_list{std::make_shared<const std::vector<std::string>>(names)};
   }
 
   // A row table moves by its rows only: refused at the call (the worker

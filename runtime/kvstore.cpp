@@ -321,7 +321,7 @@ kvstore::push_many(const std::vector<std::string>& keys,
     return err;
   if (auto err = d.throttle())
     return err;
-  d.start([](caf::ok_atom) {}, push_atom::value, keys,
+  d.start([](caf::ok_atom) {}, push_atom::value, d.worker_list(keys),
           static_cast<int32_t>(priority),
           payload::pack(*infos, d.rt->batching, values, d.lender()));
   return caf::none;
@@ -339,7 +339,7 @@ kvstore::pull_many(const std::vector<std::string>& keys,
     return err;
   auto dst = payload::targets(*infos, outs);
   auto n = dst.back().at + dst.back().n;
-  return d.start_pull(std::move(dst), n, pull_atom::value, keys,
+  return d.start_pull(std::move(dst), n, pull_atom::value, d.worker_list(keys),
                       static_cast<int32_t>(priority));
 }
 
@@ -357,8 +357,8 @@ caf::expected<pull_ticket> kvstore::push_pull_many(
     return err;
   auto dst = payload::targets(*infos, outs);
   auto n = dst.back().at + dst.back().n;
-  return d.start_pull(std::move(dst), n, push_pull_atom::value, keys,
-                      static_cast<int32_t>(priority),
+  return d.start_pull(std::move(dst), n, push_pull_atom::value,
+                      d.worker_list(keys), static_cast<int32_t>(priority),
                       payload::pack(*infos, d.rt->batching, values,
                                     d.lender()));
 }

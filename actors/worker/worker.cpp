@@ -158,10 +158,11 @@ via_coordinator(worker_ptr self, caf::duration timeout, Ts&&... xs) {
 // known or `keys` names a key more than once (seen by the call's stamp on
 // each route, without hashing the key list again).
 std::optional<std::vector<route*>>
-distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
+distinct_routes(worker_ptr self, const core::shared_names_ptr& list) {
   auto& st = self->state;
-  if (auto known = st.distinct.find(keys))
+  if (auto known = st.distinct.find(list))
     return *known;
+  const auto& keys = *list;
   auto call = ++st.calls;
   std::vector<route*> rs;
   rs.reserve(keys.size());
@@ -172,17 +173,21 @@ distinct_routes(worker_ptr self, const std::vector<std::string>& keys) {
     i->second.named_in = call;
     rs.push_back(&i->second);
   }
-  st.distinct.keep(keys, rs);
+  st.distinct.keep(list, rs);
   return rs;
+}
+
+core::shared_names_ptr share_names(std::vector<std::string> keys) {
+  return std::make_shared<const std::vector<std::string>>(std::move(keys));
 }
 
 // Runs `kind` on `keys` once their routes are known; delivers to `rp`. A key
 // named more than once is pushed once with the sum of its values and pulled
 // once into every place that names it.
 template <class Promise>
-void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
+void data_op(worker_ptr self, op_kind kind, core::shared_names_ptr ks,
              int32_t priority, float_parts data, Promise rp) {
-  if (keys.empty()) {
+  if (!ks || ks->empty()) {
     rp.deliver(make_error(errc::bad_config,
                           std::string{op_name(kind)} + ": no keys given"));
     return;
@@ -194,9 +199,8 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
     ++counters.errors;
     rp.deliver(err);
   };
-  // Shared by the operation and the route check: the key list (10000 keys in
-  // a large call) is not copied.
-  auto ks = std::make_shared<const std::vector<std::string>>(std::move(keys));
+  // (Shared by the operation and the route check: the key list, 10000 keys
+  // in a large call, is not copied.)
   auto sent = data.size;
   auto done = [rp, since, sent, &counters](float_parts out) mutable {
     counters.record(
@@ -213,14 +217,14 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
   // The common case: no lookup in flight (which later calls must queue
   // behind), every key known and named once: started at once.
   if (!self->state.stalled)
-    if (auto rs = distinct_routes(self, *ks)) {
+    if (auto rs = distinct_routes(self, ks)) {
       start_ops(self, kind, std::move(*rs), priority, std::move(data),
                 std::move(done), fail);
       return;
     }
   auto run = [self, kind, ks, priority, fail, done,
               data = std::move(data)]() mutable {
-    if (auto rs = distinct_routes(self, *ks)) {
+    if (auto rs = distinct_routes(self, ks)) {
       start_ops(self, kind, std::move(*rs), priority, std::move(data),
                 std::move(done), fail);
       return;
@@ -228,7 +232,8 @@ void data_op(worker_ptr self, op_kind kind, std::vector<std::string> keys,
     // As MXNet: the values pushed for one key are summed into one push, and
     // every output of a key pulled more than once gets its value.
     auto groups = core::group_keys(*ks);
-    auto rs = *distinct_routes(self, groups.unique);
+    auto rs = *distinct_routes(
+      self, std::make_shared<const std::vector<std::string>>(groups.unique));
     std::vector<uint64_t> sizes;
     for (auto* r : rs)
       sizes.push_back(r->info.size);
@@ -367,8 +372,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       if (auto err = self->state.trusted.check(self, "push"))
         return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
-      data_op(self, op_kind::push, {std::move(key)}, priority, std::move(grad),
-              rp);
+      data_op(self, op_kind::push, share_names({std::move(key)}), priority,
+              std::move(grad), rp);
       return rp;
     },
     [self](push_atom, std::vector<std::string>& keys, int32_t priority,
@@ -376,8 +381,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       if (auto err = self->state.trusted.check(self, "push"))
         return err;
       auto rp = self->make_response_promise<caf::ok_atom>();
-      data_op(self, op_kind::push, std::move(keys), priority, std::move(grads),
-              rp);
+      data_op(self, op_kind::push, share_names(std::move(keys)), priority,
+              std::move(grads), rp);
       return rp;
     },
     [self](pull_atom, std::string& key,
@@ -385,8 +390,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       if (auto err = self->state.trusted.check(self, "pull"))
         return err;
       auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::pull, {std::move(key)}, priority, float_parts{},
-              rp);
+      data_op(self, op_kind::pull, share_names({std::move(key)}), priority,
+              float_parts{}, rp);
       return rp;
     },
     [self](pull_atom, std::vector<std::string>& keys,
@@ -394,8 +399,8 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       if (auto err = self->state.trusted.check(self, "pull"))
         return err;
       auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::pull, std::move(keys), priority, float_parts{},
-              rp);
+      data_op(self, op_kind::pull, share_names(std::move(keys)), priority,
+              float_parts{}, rp);
       return rp;
     },
     [self](push_pull_atom, std::string& key, int32_t priority,
@@ -403,7 +408,7 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       if (auto err = self->state.trusted.check(self, "push_pull"))
         return err;
       auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::push_pull, {std::move(key)}, priority,
+      data_op(self, op_kind::push_pull, share_names({std::move(key)}), priority,
               std::move(grad), rp);
       return rp;
     },
@@ -412,7 +417,34 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
       if (auto err = self->state.trusted.check(self, "push_pull"))
         return err;
       auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::push_pull, std::move(keys), priority,
+      data_op(self, op_kind::push_pull, share_names(std::move(keys)), priority,
+              std::move(grads), rp);
+      return rp;
+    },
+    [self](push_atom, key_list& keys, int32_t priority,
+           float_parts& grads) -> caf::result<caf::ok_atom> {
+      if (auto err = self->state.trusted.check(self, "push"))
+        return err;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      data_op(self, op_kind::push, std::move(keys.names), priority,
+              std::move(grads), rp);
+      return rp;
+    },
+    [self](pull_atom, key_list& keys,
+           int32_t priority) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "pull"))
+        return err;
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::pull, std::move(keys.names), priority,
+              float_parts{}, rp);
+      return rp;
+    },
+    [self](push_pull_atom, key_list& keys, int32_t priority,
+           float_parts& grads) -> caf::result<float_parts> {
+      if (auto err = self->state.trusted.check(self, "push_pull"))
+        return err;
+      auto rp = self->make_response_promise<float_parts>();
+      data_op(self, op_kind::push_pull, std::move(keys.names), priority,
               std::move(grads), rp);
       return rp;
     },

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "caf/allowed_unsafe_message_type.hpp"
 #include "caf/fwd.hpp"
 #include "caf/replies_to.hpp"
 #include "caf/typed_actor.hpp"
@@ -17,6 +18,7 @@
 #include <actorps/actors/shard/shard.hpp>
 #include <actorps/actors/worker/channel.hpp>
 #include <actorps/core/batching.hpp>
+#include <actorps/core/list_memo.hpp>
 #include <actorps/messages/type_ids.hpp>
 
 /// Protocol of a worker: one training thread's view of the store.
@@ -57,6 +59,8 @@
 ///   are summed into one push, and it is pulled once into every place that
 ///   names it.
 ///   Errors: as for one key; `shape_mismatch` names the total size.
+/// - The same three with `keys` a `key_list` (in the worker's process only:
+///   the list shared, not copied).
 /// - `(init_atom, key, table_init)` -> `ok_atom`: a row-sparse table of
 ///   `rows` x `dim` floats (MXNet's row_sparse storage), made where its rows
 ///   live by the rule of `table_init` (its slice and row numbering are
@@ -180,6 +184,16 @@ struct worker_config {
   std::function<caf::error(const std::string& endpoint)> reach_server;
 };
 
+/// The names of a call on several keys, shared with the worker instead of
+/// copied into the message: a store handle passes the list it resolved
+/// last, and the worker finds the routes it kept for that list by the
+/// list's address, without reading the names again. For callers in the
+/// worker's own process only (never serialized). An empty or null list is
+/// refused as an empty `std::vector<std::string>` is.
+struct key_list {
+  core::shared_names_ptr names;
+};
+
 /// Interface of a worker actor.
 using worker_actor = caf::typed_actor<
   caf::replies_to<init_atom, std::string, std::vector<uint64_t>,
@@ -194,6 +208,11 @@ using worker_actor = caf::typed_actor<
   caf::replies_to<pull_atom, std::vector<std::string>,
                   int32_t>::with<float_parts>,
   caf::replies_to<push_pull_atom, std::vector<std::string>, int32_t,
+                  float_parts>::with<float_parts>,
+  caf::replies_to<push_atom, key_list, int32_t,
+                  float_parts>::with<caf::ok_atom>,
+  caf::replies_to<pull_atom, key_list, int32_t>::with<float_parts>,
+  caf::replies_to<push_pull_atom, key_list, int32_t,
                   float_parts>::with<float_parts>,
   caf::replies_to<init_atom, std::string, table_init>::with<caf::ok_atom>,
   caf::replies_to<push_atom, std::string, std::vector<uint64_t>, int32_t,
@@ -219,3 +238,5 @@ using worker_actor = caf::typed_actor<
 worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg);
 
 } // namespace actorps
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorps::key_list)

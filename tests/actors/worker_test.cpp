@@ -233,6 +233,76 @@ TEST_CASE_METHOD(cluster_fixture,
 }
 
 TEST_CASE_METHOD(cluster_fixture,
+                 "worker: key lists shared by address act as lists of names",
+                 "[worker][batch]") {
+  // Lists long enough for the worker to keep (core::list_memo::min_size).
+  std::vector<std::string> names;
+  for (int k = 0; k < 20; ++k) {
+    names.push_back("k" + std::to_string(k));
+    REQUIRE(init(0, names.back(), {0}));
+  }
+  auto shared = [](std::vector<std::string> xs) {
+    return key_list{
+      std::make_shared<const std::vector<std::string>>(std::move(xs))};
+  };
+  auto pull_list = [&](const key_list& keys) {
+    self->send(workers[1], pull_atom::value, keys, int32_t{0});
+    run();
+    auto r = reply<float_parts>();
+    REQUIRE(r);
+    return r->flatten();
+  };
+  auto list = shared(names);
+  auto values = iota(20, 1);
+  // The same list twice (found again by its address the second time), then
+  // a list of the same names made apart, then the names as a vector.
+  for (int i = 0; i < 2; ++i) {
+    self->send(workers[1], push_atom::value, list, int32_t{0},
+               float_parts{values});
+    run();
+    REQUIRE(reply<caf::ok_atom>());
+  }
+  CHECK(pull_list(list) == values);
+  CHECK(pull_list(shared(names)) == values);
+  send_many(1, pull_atom::value, names, {});
+  run();
+  auto as_names = reply<float_parts>();
+  REQUIRE(as_names);
+  CHECK(as_names->flatten() == values);
+  // Another list of the same length: its own order, not the kept list's.
+  auto reversed = names;
+  std::reverse(reversed.begin(), reversed.end());
+  auto backwards = values;
+  std::reverse(backwards.begin(), backwards.end());
+  CHECK(pull_list(shared(reversed)) == backwards);
+  CHECK(pull_list(list) == values);
+  // A push-pull through a shared list, a key named twice (summed), and the
+  // errors of a list of names.
+  auto twice = names;
+  twice.push_back("k0");
+  auto more = iota(21, 100);
+  self->send(workers[1], push_pull_atom::value, shared(twice), int32_t{0},
+             float_parts{more});
+  run();
+  auto pp = reply<float_parts>();
+  REQUIRE(pp);
+  auto expect = more;
+  expect[0] = expect[20] = more[0] + more[20];
+  CHECK(pp->flatten() == expect);
+  self->send(workers[1], pull_atom::value, key_list{}, int32_t{0});
+  run();
+  require_error(reply<float_parts>(), errc::bad_config);
+  self->send(workers[1], pull_atom::value, shared({}), int32_t{0});
+  run();
+  require_error(reply<float_parts>(), errc::bad_config);
+  auto unknown = names;
+  unknown[7] = "nobody";
+  self->send(workers[1], pull_atom::value, shared(unknown), int32_t{0});
+  run();
+  require_error(reply<float_parts>(), errc::unknown_key);
+}
+
+TEST_CASE_METHOD(cluster_fixture,
                  "worker: operations queued behind a lookup keep issue order",
                  "[worker][batch]") {
   REQUIRE(init(0, "a", {0}));

@@ -78,3 +78,74 @@ TEST_CASE("list_memo: short lists are not kept", "[core]") {
   memo.keep(small, numbers(0, small.size()));
   CHECK(memo.find(small) == nullptr);
 }
+
+TEST_CASE("same_names: names of every length differ at every byte", "[core]") {
+  using actorps::core::same_names;
+  // Lengths around each way of comparing (a byte loop, two 4-byte words,
+  // two 8-byte words, memcmp), one byte changed at each place in turn.
+  for (std::size_t n = 0; n <= 40; ++n) {
+    std::string name;
+    for (std::size_t i = 0; i < n; ++i)
+      name.push_back(static_cast<char>('a' + i % 26));
+    std::vector<std::string> a{"x", name, "y"};
+    auto b = a;
+    INFO("length " << n);
+    CHECK(same_names(a, b));
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("byte " << i);
+      auto c = a;
+      c[1][i] = static_cast<char>(c[1][i] ^ 0x20);
+      CHECK_FALSE(same_names(a, c));
+      CHECK_FALSE(same_names(c, a));
+    }
+    // A name one byte longer or shorter, equal over the shorter length.
+    auto longer = a;
+    longer[1].push_back('z');
+    CHECK_FALSE(same_names(a, longer));
+    if (n > 0) {
+      auto shorter = a;
+      shorter[1].pop_back();
+      CHECK_FALSE(same_names(a, shorter));
+    }
+  }
+  // Bytes that are not letters, zero bytes inside a name, and the lists'
+  // lengths.
+  std::vector<std::string> z{std::string("a\0b", 3), std::string(9, '\0')};
+  auto z2 = z;
+  CHECK(same_names(z, z2));
+  z2[1][8] = '\x01';
+  CHECK_FALSE(same_names(z, z2));
+  CHECK_FALSE(same_names(z, {z[0]}));
+  CHECK(same_names({}, {}));
+}
+
+TEST_CASE("list_memo: a shared list is found by its address or its names",
+          "[core]") {
+  using actorps::core::shared_names_ptr;
+  list_memo<int> memo;
+  shared_names_ptr a
+    = std::make_shared<const std::vector<std::string>>(names("a", 16));
+  memo.keep(a, numbers(0, 16));
+  REQUIRE(memo.find(a) != nullptr);
+  CHECK(*memo.find(a) == numbers(0, 16));
+  CHECK(memo.names_of(memo.find(a)) == a);
+  // The same names in a list of their own, shared or not.
+  auto copy = std::make_shared<const std::vector<std::string>>(*a);
+  REQUIRE(memo.find(copy) == memo.find(a));
+  REQUIRE(memo.find(*a) == memo.find(a));
+  // Kept from a plain list: a shared copy of it is returned and found.
+  auto b = memo.keep(names("b", 20), numbers(100, 20));
+  REQUIRE(b != nullptr);
+  CHECK(*b == names("b", 20));
+  CHECK(memo.find(b) != nullptr);
+  CHECK(memo.names_of(memo.find(names("b", 20))) == b);
+  // Other names: not found, null and short lists never.
+  CHECK(
+    memo.find(std::make_shared<const std::vector<std::string>>(names("c", 16)))
+    == nullptr);
+  CHECK(memo.find(shared_names_ptr{}) == nullptr);
+  CHECK(memo.keep(names("s", 3), numbers(0, 3)) == nullptr);
+  CHECK(memo.names_of(nullptr) == nullptr);
+  memo.clear();
+  CHECK(memo.find(a) == nullptr);
+}
