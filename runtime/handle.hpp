@@ -72,7 +72,9 @@ struct kvstore::impl {
   std::unordered_map<std::string, key_info> keys;
   // The last key lists resolved, found again without hashing each name
   // (entries only ever join `keys`, which keeps them in place).
-  core::list_memo<const key_info*> resolved;
+  core::list_memo<payload::resolved_key> resolved;
+  // The last list too short for `resolved` (see key_infos).
+  payload::resolved_keys short_list;
   // The names `key_infos` resolved last, as `resolved` keeps them (null for
   // a list too short to keep): what a call on them sends to the worker.
   core::shared_names_ptr last_list;
@@ -310,9 +312,10 @@ struct kvstore::impl {
     return keys.emplace(key, std::move(info)).first->second;
   }
 
-  // The routing entry of each key (pointers into `keys`, which keeps its
-  // elements in place).
-  caf::expected<std::vector<const key_info*>>
+  // Each key as a call reads it (pointers into `keys`, which keeps its
+  // elements in place). The list lives in `resolved` or `short_list`: valid
+  // until the next call of key_infos.
+  caf::expected<const payload::resolved_keys*>
   key_infos(const char* op, const std::vector<std::string>& names) {
     last_list = nullptr;
     if (names.empty())
@@ -320,24 +323,29 @@ struct kvstore::impl {
     // (Kept only once every key passed dense_only, which never changes.)
     if (auto known = resolved.find(names)) {
       last_list = resolved.names_of(known);
-      return *known;
+      return known;
     }
-    std::vector<const key_info*> out;
+    payload::resolved_keys out;
     out.reserve(names.size());
     for (auto& name : names) {
       // One lookup and no copy for a known key (10000-key calls).
+      const key_info* info = nullptr;
       if (auto i = keys.find(name); i != keys.end()) {
-        out.push_back(&i->second);
-      } else if (auto info = meta(name); !info) {
-        return std::move(info.error());
+        info = &i->second;
+      } else if (auto got = meta(name); !got) {
+        return std::move(got.error());
       } else {
-        out.push_back(&keys.at(name));
+        info = &keys.at(name);
       }
-      if (auto err = dense_only(op, *out.back()))
+      if (auto err = dense_only(op, *info))
         return err;
+      out.push_back(payload::resolve(*info, rt->batching));
     }
     last_list = resolved.keep(names, out);
-    return out;
+    if (last_list)
+      return resolved.find(last_list);
+    short_list = std::move(out);
+    return &short_list;
   }
 
   // `names` (which `key_infos` resolved last) for the worker: the list kept
@@ -361,7 +369,7 @@ struct kvstore::impl {
 
   // The routing entries of `keys` for `op` on this handle: fails once the
   // handle is closed, and on an empty or unknown key.
-  caf::expected<std::vector<const key_info*>>
+  caf::expected<const payload::resolved_keys*>
   open_keys(const char* op, const std::vector<std::string>& names) {
     if (closed)
       return make_error(errc::closed,
@@ -373,7 +381,7 @@ struct kvstore::impl {
   // (`what` names them).
   template <class Buffers>
   static caf::error check_buffers(const char* op,
-                                  const std::vector<const key_info*>& infos,
+                                  const payload::resolved_keys& infos,
                                   const Buffers& buffers, const char* what) {
     if (buffers.size() != infos.size())
       return make_error(errc::shape_mismatch,
@@ -382,8 +390,8 @@ struct kvstore::impl {
                           + what + "s");
     for (size_t i = 0; i < infos.size(); ++i) {
       auto got = static_cast<uint64_t>(buffers[i].size());
-      if (got != infos[i]->size)
-        return to_error(core::check_size(op, *infos[i], got, what));
+      if (got != infos[i].size)
+        return to_error(core::check_size(op, *infos[i].info, got, what));
     }
     return caf::none;
   }

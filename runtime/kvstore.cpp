@@ -223,13 +223,14 @@ kvstore::push(const std::string& key,
   if (!infos)
     return std::move(infos.error());
   for (auto& v : values)
-    if (auto st = core::check_size("push", *infos->front(), v.size(), "push");
+    if (auto st = core::check_size("push", *(*infos)->front().info, v.size(),
+                                   "push");
         !st.ok())
       return to_error(st);
   // The first value is copied in one pass (no zero-fill first); the others
   // are added to it.
   auto sum = payload::pack(
-    *infos, d.rt->batching,
+    **infos, d.rt->batching,
     [&](size_t, uint64_t from, uint64_t n, auto& out) {
       Eigen::Map<Eigen::VectorXf> acc{
         payload::append(out, values[0].data() + from, n),
@@ -317,13 +318,13 @@ kvstore::push_many(const std::vector<std::string>& keys,
   auto infos = d.open_keys("push", keys);
   if (!infos)
     return std::move(infos.error());
-  if (auto err = impl::check_buffers("push", *infos, values, "value"))
+  if (auto err = impl::check_buffers("push", **infos, values, "value"))
     return err;
   if (auto err = d.throttle())
     return err;
   d.start([](caf::ok_atom) {}, push_atom::value, d.worker_list(keys),
           static_cast<int32_t>(priority),
-          payload::pack(*infos, d.rt->batching, values, d.lender()));
+          payload::pack(**infos, d.rt->batching, values, d.lender()));
   return caf::none;
 }
 
@@ -335,9 +336,9 @@ kvstore::pull_many(const std::vector<std::string>& keys,
   auto infos = d.open_keys("pull", keys);
   if (!infos)
     return std::move(infos.error());
-  if (auto err = impl::check_buffers("pull", *infos, outs, "output"))
+  if (auto err = impl::check_buffers("pull", **infos, outs, "output"))
     return err;
-  auto dst = payload::targets(*infos, outs);
+  auto dst = payload::targets(**infos, outs);
   auto n = dst.back().at + dst.back().n;
   return d.start_pull(std::move(dst), n, pull_atom::value, d.worker_list(keys),
                       static_cast<int32_t>(priority));
@@ -351,15 +352,15 @@ caf::expected<pull_ticket> kvstore::push_pull_many(
   auto infos = d.open_keys("push_pull", keys);
   if (!infos)
     return std::move(infos.error());
-  if (auto err = impl::check_buffers("push_pull", *infos, values, "value"))
+  if (auto err = impl::check_buffers("push_pull", **infos, values, "value"))
     return err;
-  if (auto err = impl::check_buffers("push_pull", *infos, outs, "output"))
+  if (auto err = impl::check_buffers("push_pull", **infos, outs, "output"))
     return err;
-  auto dst = payload::targets(*infos, outs);
+  auto dst = payload::targets(**infos, outs);
   auto n = dst.back().at + dst.back().n;
   return d.start_pull(std::move(dst), n, push_pull_atom::value,
                       d.worker_list(keys), static_cast<int32_t>(priority),
-                      payload::pack(*infos, d.rt->batching, values,
+                      payload::pack(**infos, d.rt->batching, values,
                                     d.lender()));
 }
 

@@ -7,8 +7,7 @@
 namespace actorps::payload {
 
 // Packs one value per key.
-float_parts pack(const std::vector<const key_info*>& infos,
-                 const core::batching& batching,
+float_parts pack(const resolved_keys& infos, const core::batching& batching,
                  const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
                  const lender& lend) {
   return pack(
@@ -20,14 +19,14 @@ float_parts pack(const std::vector<const key_info*>& infos,
 }
 
 // One output per key, the keys back to back (outputs checked).
-target_list targets(const std::vector<const key_info*>& infos,
+target_list targets(const resolved_keys& infos,
                     std::vector<Eigen::Ref<Eigen::VectorXf>>& outs) {
   target_list out;
   out.reserve(outs.size());
   uint64_t at = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
-    out.push_back(target{at, infos[i]->size, outs[i].data()});
-    at += infos[i]->size;
+    out.push_back(target{at, infos[i].size, outs[i].data()});
+    at += infos[i].size;
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -48,6 +49,28 @@ inline float* append(run_in_place& out, const float* from, std::size_t n) {
   return at;
 }
 
+/// One key of a call as the facade resolved it: its routing entry, and what
+/// a call reads of every key, held in the call's list itself (a call naming
+/// 10000 keys missed the cache on each key's entry, once per pass).
+struct resolved_key {
+  const key_info* info = nullptr;
+  /// Floats of the key (`info->size`).
+  uint64_t size = 0;
+  /// The key is one slice that travels in a batch (core::batching::alone
+  /// is false for it).
+  bool one_small_slice = false;
+};
+
+using resolved_keys = std::vector<resolved_key>;
+
+/// `info` as a call on it reads it under `batching`.
+inline resolved_key resolve(const key_info& info,
+                            const core::batching& batching) {
+  return resolved_key{&info, info.size,
+                      info.slices.size() == 1
+                        && !batching.alone(info.slices.front().length)};
+}
+
 /// Lays out a pushed value of the keys `infos`, back to back: each slice
 // that the worker sends alone gets a buffer of its own, which then travels
 // to its shard without another copy (room that `lend` gives, when it does,
@@ -58,9 +81,24 @@ inline float* append(run_in_place& out, const float* from, std::size_t n) {
 // two threads when large enough (see core::split_in_two), so `fill` must be
 // safe to call concurrently for distinct outputs.
 template <class Fill>
-float_parts pack(const std::vector<const key_info*>& infos,
-                 const core::batching& batching, Fill fill,
-                 const lender& lend = {}) {
+float_parts pack(const resolved_keys& infos, const core::batching& batching,
+                 Fill fill, const lender& lend = {}) {
+  // Every key one slice sent in a batch (10000 small keys): one run, its
+  // size known from the list.
+  if (std::all_of(infos.begin(), infos.end(),
+                  [](const resolved_key& k) { return k.one_small_slice; })) {
+    uint64_t total = 0;
+    for (auto& k : infos)
+      total += k.size;
+    std::vector<float> run;
+    run.reserve(total);
+    for (size_t i = 0; i < infos.size(); ++i)
+      fill(i, 0, infos[i].size, run);
+    float_parts out;
+    if (!run.empty())
+      out.append(shared_floats{std::move(run)});
+    return out;
+  }
   uint64_t small = 0;
   struct own_slice {
     size_t key;
@@ -68,7 +106,7 @@ float_parts pack(const std::vector<const key_info*>& infos,
   };
   std::vector<own_slice> alone;
   for (size_t i = 0; i < infos.size(); ++i)
-    for (auto& s : infos[i]->slices) {
+    for (auto& s : infos[i].info->slices) {
       if (!batching.alone(s.length))
         small += s.length;
       else
@@ -105,7 +143,7 @@ float_parts pack(const std::vector<const key_info*>& infos,
   };
   size_t next_own = 0;
   for (size_t i = 0; i < infos.size(); ++i) {
-    for (auto& s : infos[i]->slices) {
+    for (auto& s : infos[i].info->slices) {
       if (!batching.alone(s.length)) {
         fill(i, s.offset, s.length, run);
         continue;
@@ -124,8 +162,7 @@ float_parts pack(const std::vector<const key_info*>& infos,
 }
 
 // Packs one value per key (see the template above).
-float_parts pack(const std::vector<const key_info*>& infos,
-                 const core::batching& batching,
+float_parts pack(const resolved_keys& infos, const core::batching& batching,
                  const std::vector<Eigen::Ref<const Eigen::VectorXf>>& values,
                  const lender& lend = {});
 
@@ -141,7 +178,7 @@ struct target {
 using target_list = std::vector<target>;
 
 // One output per key, the keys back to back (outputs checked).
-target_list targets(const std::vector<const key_info*>& infos,
+target_list targets(const resolved_keys& infos,
                     std::vector<Eigen::Ref<Eigen::VectorXf>>& outs);
 
 // Copies every piece of `x` into the outputs whose range holds it (on two

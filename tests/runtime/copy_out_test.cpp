@@ -130,7 +130,8 @@ TEST_CASE("pack: slices of their own go to lent room where it is lent, the "
     rooms.push_back(std::make_shared<std::vector<float>>(n, -7.0f));
     return lent{rooms.back()->data(), rooms.back()};
   };
-  auto x = pack({&a, &b}, batching, values, lend);
+  auto x = pack({resolve(a, batching), resolve(b, batching)}, batching, values,
+                lend);
   CHECK(asked == std::vector<uint32_t>{0, 1, 0});
   REQUIRE(rooms.size() == 2);
   REQUIRE(x.size == a.size + b.size);
@@ -152,8 +153,68 @@ TEST_CASE("pack: slices of their own go to lent room where it is lent, the "
   }
   CHECK(views == 2);
   // Without a lender, no views.
-  auto y = pack({&a, &b}, batching, values);
+  auto y = pack({resolve(a, batching), resolve(b, batching)}, batching, values);
   CHECK(y.flatten() == all);
   for (auto& buf : y.buffers)
     CHECK_FALSE(buf.is_view());
+}
+
+TEST_CASE("pack: keys of one small slice each go into one buffer, in order",
+          "[payload]") {
+  using actorps::key_info;
+  using actorps::slice_range;
+  actorps::core::batching batching{};
+  // Keys of 1 to 5 floats, each one slice on shard 0 or 1.
+  std::vector<key_info> infos(40);
+  std::vector<std::vector<float>> vs(infos.size());
+  std::vector<Eigen::Ref<const Eigen::VectorXf>> values;
+  std::vector<float> all;
+  for (std::size_t k = 0; k < infos.size(); ++k) {
+    auto n = 1 + k % 5;
+    infos[k].size = n;
+    infos[k].slices = {slice_range{0, static_cast<uint32_t>(k % 2), 0, n}};
+    for (std::size_t j = 0; j < n; ++j)
+      vs[k].push_back(static_cast<float>(100 * k + j));
+    values.emplace_back(Eigen::Map<const Eigen::VectorXf>(
+      vs[k].data(), static_cast<Eigen::Index>(n)));
+    all.insert(all.end(), vs[k].begin(), vs[k].end());
+  }
+  resolved_keys keys;
+  for (auto& info : infos) {
+    keys.push_back(resolve(info, batching));
+    CHECK(keys.back().one_small_slice);
+    CHECK(keys.back().size == info.size);
+  }
+  auto x = pack(keys, batching, values);
+  REQUIRE(x.buffers.size() == 1);
+  CHECK(x.valid(true));
+  CHECK(x.flatten() == all);
+  // One key of several slices among them: laid out slice by slice, the
+  // same floats.
+  key_info big;
+  auto n = batching.batch_floats + 1;
+  big.size = 2 * n;
+  big.slices = {slice_range{0, 0, 0, n}, slice_range{1, 1, n, n}};
+  std::vector<float> vbig(big.size, 0.5f);
+  auto mixed = keys;
+  mixed.insert(mixed.begin() + 7, resolve(big, batching));
+  CHECK_FALSE(mixed[7].one_small_slice);
+  // (Refs cannot be assigned: the list is built anew.)
+  std::vector<Eigen::Ref<const Eigen::VectorXf>> mixed_values;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    if (k == 7)
+      mixed_values.emplace_back(Eigen::Map<const Eigen::VectorXf>(
+        vbig.data(), static_cast<Eigen::Index>(vbig.size())));
+    mixed_values.emplace_back(values[k]);
+  }
+  auto expect = all;
+  std::size_t before = 0;
+  for (std::size_t k = 0; k < 7; ++k)
+    before += infos[k].size;
+  expect.insert(expect.begin() + static_cast<std::ptrdiff_t>(before),
+                vbig.begin(), vbig.end());
+  auto y = pack(mixed, batching, mixed_values);
+  CHECK(y.valid(true));
+  CHECK(y.buffers.size() > 1);
+  CHECK(y.flatten() == expect);
 }
