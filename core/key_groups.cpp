@@ -58,19 +58,26 @@ float_parts expand_groups(const key_groups& g,
   std::vector<uint64_t> start(sizes.size(), 0);
   for (std::size_t k = 1; k < sizes.size(); ++k)
     start[k] = start[k - 1] + sizes[k - 1];
-  // The pieces of `x` by the key they lie in.
-  std::vector<std::vector<const float_piece*>> by_key(sizes.size());
+  // The pieces of `x` by the key they lie in, cut where keys meet (a pull
+  // of many short keys comes as one piece over all of them).
+  std::vector<std::vector<float_piece>> by_key(sizes.size());
   for (auto& p : x.pieces) {
     auto k = static_cast<std::size_t>(
       std::upper_bound(start.begin(), start.end(), p.at) - start.begin() - 1);
-    by_key[k].push_back(&p);
+    for (uint64_t done = 0; done < p.length && k < sizes.size(); ++k) {
+      auto at = p.at + done;
+      auto n = std::min(p.length - done, start[k] + sizes[k] - at);
+      if (n > 0)
+        by_key[k].push_back(float_piece{p.buffer, p.from + done, at, n});
+      done += n;
+    }
   }
   float_parts out;
   uint64_t at = 0;
   for (auto k : g.index) {
-    for (auto* p : by_key[k])
+    for (auto& p : by_key[k])
       out.pieces.push_back(
-        float_piece{p->buffer, p->from, at + (p->at - start[k]), p->length});
+        float_piece{p.buffer, p.from, at + (p.at - start[k]), p.length});
     at += sizes[k];
   }
   out.size = at;

@@ -2,6 +2,7 @@
 #include "core/parts.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace actorps::core {
@@ -139,6 +140,17 @@ status check_returned(uint64_t got, uint64_t expected) {
                                   + " were expected"};
 }
 
+// A batch reply of `expected` floats whose pieces lie in their buffers.
+status check_batch_reply(const float_parts& x, uint64_t expected) {
+  if (auto st = check_returned(x.size, expected); !st.ok())
+    return st;
+  if (!x.valid(false))
+    return {errc::shape_mismatch,
+            "a shard returned a batch reply with pieces outside their "
+            "buffers"};
+  return {};
+}
+
 } // namespace
 
 status place(float_parts& out, uint64_t at, uint64_t expected,
@@ -153,12 +165,8 @@ status place(float_parts& out, uint64_t at, uint64_t expected,
 
 status place(float_parts& out, const std::vector<piece>& pieces,
              uint64_t expected, float_parts& x) {
-  if (auto st = check_returned(x.size, expected); !st.ok())
+  if (auto st = check_batch_reply(x, expected); !st.ok())
     return st;
-  if (!x.valid(false))
-    return {errc::shape_mismatch,
-            "a shard returned a batch reply with pieces outside their "
-            "buffers"};
   auto base = static_cast<uint32_t>(out.buffers.size());
   for (auto& b : x.buffers)
     out.buffers.push_back(std::move(b));
@@ -186,6 +194,78 @@ status place(float_parts& out, const std::vector<piece>& pieces,
       done += n;
       ++i;
     }
+  }
+  return {};
+}
+
+namespace {
+
+// Copies `n` floats: short runs in a loop (a call to memcpy per slice of one
+// float cost more than the copy).
+inline void copy_floats(float* to, const float* from, uint64_t n) {
+  if (n <= 16) {
+    for (uint64_t j = 0; j < n; ++j)
+      to[j] = from[j];
+    return;
+  }
+  std::memcpy(to, from, n * sizeof(float));
+}
+
+status outside(uint64_t at, uint64_t n, uint64_t out_size) {
+  return {errc::shape_mismatch,
+          "a reply's slice at " + std::to_string(at) + " of "
+            + std::to_string(n) + " floats lies outside the "
+            + std::to_string(out_size) + " floats of the output"};
+}
+
+} // namespace
+
+status place_flat(float* out, uint64_t out_size, uint64_t at, uint64_t expected,
+                  const shared_floats& x) {
+  if (auto st = check_returned(x.size(), expected); !st.ok())
+    return st;
+  if (at > out_size || expected > out_size - at)
+    return outside(at, expected, out_size);
+  copy_floats(out + at, x.data(), expected);
+  return {};
+}
+
+status place_flat(float* out, uint64_t out_size,
+                  const std::vector<piece>& pieces, uint64_t expected,
+                  const float_parts& x) {
+  if (auto st = check_batch_reply(x, expected); !st.ok())
+    return st;
+  uint64_t sum = 0;
+  for (auto& p : pieces) {
+    if (p.offset > out_size || p.length > out_size - p.offset)
+      return outside(p.offset, p.length, out_size);
+    sum += p.length;
+  }
+  if (auto st = check_returned(sum, expected); !st.ok())
+    return st;
+  // (A reply in order is read where it lies; another is put in order
+  // first.)
+  float_parts whole;
+  const float_parts* src = &x;
+  if (!x.valid(true)) {
+    whole = float_parts{x.flatten()};
+    src = &whole;
+  }
+  uint64_t from = 0;
+  if (src->pieces.size() == 1) {
+    // (A remote shard's reply: one buffer, read without a cursor.)
+    auto& only = src->pieces.front();
+    const float* all = src->buffers[only.buffer].data() + only.from;
+    for (auto& p : pieces) {
+      copy_floats(out + p.offset, all + from, p.length);
+      from += p.length;
+    }
+    return {};
+  }
+  parts_cursor in{*src};
+  for (auto& p : pieces) {
+    copy_floats(out + p.offset, in.read(from, p.length), p.length);
+    from += p.length;
   }
   return {};
 }

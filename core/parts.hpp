@@ -92,4 +92,17 @@ status place(float_parts& out, uint64_t at, uint64_t expected,
 status place(float_parts& out, const std::vector<piece>& pieces,
              uint64_t expected, float_parts& x);
 
+/// Copies one pulled slice `x` of `expected` floats to `out + at` (`out`
+/// holds `out_size` floats). Fails with `shape_mismatch` on another size.
+status place_flat(float* out, uint64_t out_size, uint64_t at, uint64_t expected,
+                  const shared_floats& x);
+
+/// Copies a batch reply `x` (as for `place`) slice by slice to where each
+/// slice belongs in `out` (`out_size` floats): for many short slices, where
+/// a piece per slice costs more than copying its floats. Fails as `place`,
+/// and on a slice outside `out`.
+status place_flat(float* out, uint64_t out_size,
+                  const std::vector<piece>& pieces, uint64_t expected,
+                  const float_parts& x);
+
 } // namespace actorps::core

@@ -48,19 +48,33 @@ void copy_out(const float_parts& x, const target_list& dst) {
         return from;
     return std::partition_point(from, dst.end(), ends_before);
   };
-  // Calls `f(to, from, n)` for every copy to make.
+  // Calls `f(to, from, n)` for every copy to make: a piece goes to every
+  // output it overlaps (one output, or several that coincide, for a piece
+  // of one slice; every key's for a pull of many short keys gathered into
+  // one buffer, see the worker's gather::flat).
   auto each_copy = [&](auto&& f) {
     auto last = dst.begin();
     for (auto& p : x.pieces) {
       auto src = x.buffers[p.buffer].data() + p.from;
+      auto end = p.at + p.length;
       auto t = first_after(p.at, last);
       last = t;
-      for (; t != dst.end() && t->at <= p.at; ++t)
-        if (p.at + p.length <= t->at + t->n)
-          f(t->dst + (p.at - t->at), src, p.length);
+      for (; t != dst.end() && t->at < end; ++t) {
+        auto lo = std::max(p.at, t->at);
+        auto hi = std::min(end, t->at + t->n);
+        if (lo < hi)
+          f(t->dst + (lo - t->at), src + (lo - p.at), hi - lo);
+      }
     }
   };
+  // (Short runs in a loop: a call to memcpy per key of one float cost more
+  // than the copy.)
   auto copy_now = [](float* to, const float* from, uint64_t n) {
+    if (n <= 16) {
+      for (uint64_t j = 0; j < n; ++j)
+        to[j] = from[j];
+      return;
+    }
     std::memcpy(to, from, n * sizeof(float));
   };
   // Small pulls (every small round) copy at once, without collecting.

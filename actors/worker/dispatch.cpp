@@ -158,6 +158,10 @@ void flush(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
 
 } // namespace
 
+// Pulled slices of at most this many floats on average, every one sent in
+// a batch, are gathered into one buffer (gather::flat).
+constexpr uint64_t flat_slice_floats = 16;
+
 void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
                int32_t priority, float_parts data,
                std::function<void(float_parts)> finish,
@@ -231,8 +235,13 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
   g->finish = std::move(finish);
   g->on_error = std::move(on_error);
   if (kind != op_kind::push) {
-    g->out.size = total;
-    g->out.pieces.reserve(parts);
+    if (batched == parts && batched_floats <= flat_slice_floats * batched) {
+      g->flat.resize(total);
+      g->flat_out = true;
+    } else {
+      g->out.size = total;
+      g->out.pieces.reserve(parts);
+    }
   }
   core::parts_reader in{data};
   auto rank = st.cfg.rank;
@@ -317,7 +326,7 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     flush(self, i, priority, kind, open[i], g);
   g->sealed = true;
   if (!g->failed && g->remaining == 0)
-    g->finish(std::move(g->out));
+    g->finish(g->take());
 }
 
 caf::error init_again(worker_ptr self, const std::string& key) {

@@ -273,6 +273,12 @@ struct gather {
   bool sealed = false;
   bool failed = false;
   float_parts out;
+  // Set (sized to the whole value) when the pulled slices are many and
+  // short: each reply's floats are copied here, where each belongs, instead
+  // of placed as a piece per slice that the caller then looks up again
+  // (core::place_flat). The value is then this one buffer.
+  std::vector<float> flat;
+  bool flat_out = false;
   std::function<void(float_parts)> finish;
   std::function<void(caf::error)> on_error;
 
@@ -283,17 +289,26 @@ struct gather {
     on_error(std::move(err));
   }
 
-  void arrive() {
-    if (!failed && --remaining == 0 && sealed)
-      finish(std::move(out));
+  // The value gathered (once every reply arrived).
+  float_parts take() {
+    if (flat_out)
+      return float_parts{std::move(flat)};
+    return std::move(out);
   }
 
-  // Places a reply (see core::place_slice and core::place_batch).
+  void arrive() {
+    if (!failed && --remaining == 0 && sealed)
+      finish(take());
+  }
+
+  // Places a reply (see core::place and core::place_flat).
   template <class... Ts>
   void put(Ts&&... xs) {
     if (failed)
       return;
-    if (auto st = core::place(out, std::forward<Ts>(xs)...); !st.ok())
+    auto st = flat_out ? core::place_flat(flat.data(), flat.size(), xs...)
+                       : core::place(out, std::forward<Ts>(xs)...);
+    if (!st.ok())
       fail(to_error(st));
     else
       arrive();

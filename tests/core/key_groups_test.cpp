@@ -60,3 +60,32 @@ TEST_CASE("key_groups: expand_groups gives every place its key's value",
     if (p.length == 2)
       CHECK(out.buffers[p.buffer].data() == b_data);
 }
+
+TEST_CASE("key_groups: expand_groups cuts pieces that span several keys",
+          "[core]") {
+  // Keys c (3 floats), a (1), b (2); the call names a, c, b, a, c. The
+  // pulled value c a b comes as one piece (a gather of many short keys),
+  // or cut inside c and across a and b.
+  auto g = group_keys({"a", "c", "b", "a", "c"});
+  REQUIRE(g.unique == std::vector<std::string>{"a", "c", "b"});
+  std::vector<uint64_t> sizes{1, 3, 2};
+  std::vector<float> want{1, 2, 3, 4, 5, 6, 1, 2, 3, 4};
+  SECTION("one piece") {
+    float_parts x{std::vector<float>{1, 2, 3, 4, 5, 6}};
+    auto out = expand_groups(g, sizes, std::move(x));
+    REQUIRE(out.valid(false));
+    CHECK(out.flatten() == want);
+  }
+  SECTION("cut inside a key and across two") {
+    float_parts x;
+    x.size = 6;
+    x.buffers.push_back(shared_floats{{0, 1, 2}});
+    x.buffers.push_back(shared_floats{{3, 4, 5, 6}});
+    x.pieces.push_back(float_piece{1, 1, 2, 3});
+    x.pieces.push_back(float_piece{0, 1, 0, 2});
+    x.pieces.push_back(float_piece{1, 0, 5, 1});
+    auto out = expand_groups(g, sizes, std::move(x));
+    REQUIRE(out.valid(false));
+    CHECK(out.flatten() == std::vector<float>{1, 2, 4, 5, 6, 3, 1, 2, 4, 5});
+  }
+}

@@ -29,6 +29,15 @@ float_parts two_buffers() {
   return x;
 }
 
+// A reply of 8 floats whose one piece lies outside its buffer of 2.
+float_parts outside_its_buffer() {
+  float_parts bad;
+  bad.size = 8;
+  bad.buffers.push_back(shared_floats{iota(2)});
+  bad.pieces.push_back(float_piece{0, 0, 0, 8});
+  return bad;
+}
+
 } // namespace
 
 TEST_CASE("parts: parts_reader takes a whole buffer without copying",
@@ -165,12 +174,78 @@ TEST_CASE("parts: place cuts a batch reply where its slices meet", "[core]") {
     want[i] = static_cast<float>(3 + i);
   CHECK(got == want);
   SECTION("pieces outside their buffers are refused") {
-    float_parts bad;
-    bad.size = 8;
-    bad.buffers.push_back(shared_floats{iota(2)});
-    bad.pieces.push_back(float_piece{0, 0, 0, 8});
+    auto bad = outside_its_buffer();
     float_parts dst;
     dst.size = 15;
     CHECK(place(dst, pieces, 8, bad).code == errc::shape_mismatch);
+  }
+}
+
+TEST_CASE("parts: place_flat copies each slice of a reply where it belongs",
+          "[core]") {
+  // As above: slices of 3 and 5 floats at 10 and 0 of 15 floats, the reply
+  // 0..7 in two buffers cut inside the first slice; then a slice of 17
+  // floats (copied by memcpy) and a reply whose pieces come out of order.
+  std::vector<piece> pieces{{10, 3}, {0, 5}};
+  std::vector<float> want(15, -1.0f);
+  for (int i = 0; i < 3; ++i)
+    want[10 + i] = static_cast<float>(i);
+  for (int i = 0; i < 5; ++i)
+    want[i] = static_cast<float>(3 + i);
+  std::vector<float> out(15, -1.0f);
+  SECTION("a reply in order") {
+    float_parts reply;
+    reply.append(shared_floats{iota(2)});
+    reply.append(shared_floats{iota(6, 2.0f)});
+    REQUIRE(place_flat(out.data(), out.size(), pieces, 8, reply).ok());
+    CHECK(out == want);
+  }
+  SECTION("a reply whose pieces are listed backwards") {
+    float_parts reply;
+    reply.size = 8;
+    reply.buffers.push_back(shared_floats{iota(8)});
+    reply.pieces.push_back(float_piece{0, 5, 5, 3});
+    reply.pieces.push_back(float_piece{0, 0, 0, 5});
+    REQUIRE(place_flat(out.data(), out.size(), pieces, 8, reply).ok());
+    CHECK(out == want);
+  }
+  SECTION("one long slice and a lone one") {
+    std::vector<float> big(40, -1.0f);
+    float_parts reply{iota(20)};
+    REQUIRE(
+      place_flat(big.data(), big.size(), {{21, 17}, {1, 3}}, 20, reply).ok());
+    for (int i = 0; i < 17; ++i)
+      CHECK(big[21 + i] == static_cast<float>(i));
+    for (int i = 0; i < 3; ++i)
+      CHECK(big[1 + i] == static_cast<float>(17 + i));
+    CHECK(big[0] == -1.0f);
+    CHECK(big[4] == -1.0f);
+    CHECK(big[38] == -1.0f);
+    shared_floats one{iota(2, 5.0f)};
+    REQUIRE(place_flat(big.data(), big.size(), 38, 2, one).ok());
+    CHECK(big[38] == 5.0f);
+    CHECK(big[39] == 6.0f);
+  }
+  SECTION("errors: size, buffers, slices outside the output") {
+    float_parts reply{iota(8)};
+    CHECK(place_flat(out.data(), out.size(), pieces, 9, reply).code
+          == errc::shape_mismatch);
+    CHECK(place_flat(out.data(), out.size(), {{10, 3}, {0, 4}}, 8, reply).code
+          == errc::shape_mismatch);
+    CHECK(place_flat(out.data(), out.size(), {{13, 3}, {0, 5}}, 8, reply).code
+          == errc::shape_mismatch);
+    CHECK(
+      place_flat(out.data(), out.size(), {{~uint64_t{0}, 3}, {0, 5}}, 8, reply)
+        .code
+      == errc::shape_mismatch);
+    auto bad = outside_its_buffer();
+    CHECK(place_flat(out.data(), out.size(), pieces, 8, bad).code
+          == errc::shape_mismatch);
+    shared_floats one{iota(3)};
+    CHECK(place_flat(out.data(), out.size(), 13, 3, one).code
+          == errc::shape_mismatch);
+    CHECK(place_flat(out.data(), out.size(), 0, 2, one).code
+          == errc::shape_mismatch);
+    CHECK(out == std::vector<float>(15, -1.0f));
   }
 }

@@ -218,3 +218,44 @@ TEST_CASE("pack: keys of one small slice each go into one buffer, in order",
   CHECK(y.buffers.size() > 1);
   CHECK(y.flatten() == expect);
 }
+
+TEST_CASE("copy_out: a piece over several outputs fills each with its part",
+          "[payload]") {
+  // Keys of 1 to 7 floats, the first one pulled into two outputs; the value
+  // in pieces cut anywhere (inside keys and across them), as one piece
+  // (a worker's gather of many short keys), and large enough for two
+  // threads.
+  auto check = [](uint64_t keys, const std::vector<uint64_t>& cuts) {
+    std::vector<uint64_t> sizes;
+    uint64_t total = 0;
+    for (uint64_t k = 0; k < keys; ++k) {
+      sizes.push_back(1 + k % 7);
+      total += sizes.back();
+    }
+    outputs out{sizes};
+    std::vector<float> twin(sizes[0], -1.0f);
+    auto list = out.list;
+    list.insert(list.begin() + 1, target{0, sizes[0], twin.data()});
+    std::vector<size_t> order(cuts.size() + 1);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::mt19937 gen{11};
+    std::shuffle(order.begin(), order.end(), gen);
+    copy_out(cut(total, cuts, order), list);
+    float want = 0.0f;
+    uint64_t wrong = 0;
+    for (auto& v : out.data)
+      for (auto f : v)
+        wrong += f == want++ ? 0 : 1;
+    CHECK(wrong == 0);
+    for (std::size_t j = 0; j < twin.size(); ++j)
+      CHECK(twin[j] == static_cast<float>(j));
+  };
+  SECTION("one piece") {
+    check(40, {});
+    check(600000, {});
+  }
+  SECTION("cut inside and across keys") {
+    check(40, {3, 4, 17, 41, 100, 150});
+    check(600000, {1, 5, 99999, 300001, 2000001});
+  }
+}
