@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 /// What the last lists of key names resolved to. A training loop names the
@@ -64,7 +65,8 @@ inline bool same_names(const std::vector<std::string>& a,
 /// and the worker finds it again by its address.
 using shared_names_ptr = std::shared_ptr<const std::vector<std::string>>;
 
-template <class T>
+/// `V`: what a list resolved to (kept as it is).
+template <class V>
 class list_memo {
 public:
   /// Shorter lists are neither kept nor looked for: hashing a few names
@@ -73,14 +75,14 @@ public:
 
   /// What `names` resolved to when it was kept, if it is one of the last
   /// two lists kept (null otherwise).
-  const std::vector<T>* find(const std::vector<std::string>& names) const {
+  const V* find(const std::vector<std::string>& names) const {
     if (const auto* e = entry_of(names))
       return &e->values;
     return nullptr;
   }
 
   /// As `find`; a list kept as `names` itself is found without reading it.
-  const std::vector<T>* find(const shared_names_ptr& names) const {
+  const V* find(const shared_names_ptr& names) const {
     if (!names || names->size() < min_size)
       return nullptr;
     for (auto& e : entries_)
@@ -90,7 +92,7 @@ public:
   }
 
   /// The names kept with `values` (what `find` returned): their shared copy.
-  shared_names_ptr names_of(const std::vector<T>* values) const {
+  shared_names_ptr names_of(const V* values) const {
     for (auto& e : entries_)
       if (&e.values == values)
         return e.names;
@@ -99,37 +101,36 @@ public:
 
   /// Keeps `values` for a copy of `names` in place of the older of the two
   /// lists; returns the copy (null for a short list, not kept).
-  shared_names_ptr keep(const std::vector<std::string>& names,
-                        const std::vector<T>& values) {
+  shared_names_ptr keep(const std::vector<std::string>& names, V values) {
     if (names.size() < min_size)
       return nullptr;
     auto copy = std::make_shared<const std::vector<std::string>>(names);
-    keep(copy, values);
+    keep(copy, std::move(values));
     return copy;
   }
 
   /// Keeps `values` for `names` itself (shared, not copied).
-  void keep(shared_names_ptr names, const std::vector<T>& values) {
+  void keep(shared_names_ptr names, V values) {
     if (!names || names->size() < min_size)
       return;
     auto& e = entries_[next_];
     next_ = 1 - next_;
     e.names = std::move(names);
-    e.values = values;
+    e.values = std::move(values);
   }
 
   /// Forgets every list.
   void clear() {
     for (auto& e : entries_) {
       e.names = nullptr;
-      e.values.clear();
+      e.values = V{};
     }
   }
 
 private:
   struct entry {
     shared_names_ptr names;
-    std::vector<T> values;
+    V values;
   };
 
   const entry* entry_of(const std::vector<std::string>& names) const {

@@ -72,7 +72,7 @@ struct kvstore::impl {
   std::unordered_map<std::string, key_info> keys;
   // The last key lists resolved, found again without hashing each name
   // (entries only ever join `keys`, which keeps them in place).
-  core::list_memo<payload::resolved_key> resolved;
+  core::list_memo<payload::resolved_keys> resolved;
   // The last list too short for `resolved` (see key_infos).
   payload::resolved_keys short_list;
   // The names `key_infos` resolved last, as `resolved` keeps them (null for
@@ -341,11 +341,12 @@ struct kvstore::impl {
         return err;
       out.push_back(payload::resolve(*info, rt->batching));
     }
-    last_list = resolved.keep(names, out);
-    if (last_list)
-      return resolved.find(last_list);
-    short_list = std::move(out);
-    return &short_list;
+    if (names.size() < resolved.min_size) {
+      short_list = std::move(out);
+      return &short_list;
+    }
+    last_list = resolved.keep(names, std::move(out));
+    return resolved.find(last_list);
   }
 
   // `names` (which `key_infos` resolved last) for the worker: the list kept

@@ -38,11 +38,12 @@ const char* op_name(op_kind kind) {
   }
 }
 
-void set_compression(route& r, const compression& c) {
+void set_compression(worker_state& st, route& r, const compression& c) {
   if (r.comp == c)
     return;
   r.comp = c;
   r.residual.clear();
+  ++st.route_changes;
 }
 
 namespace {
@@ -165,52 +166,67 @@ constexpr uint64_t flat_slice_floats = 16;
 void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
                int32_t priority, float_parts data,
                std::function<void(float_parts)> finish,
-               std::function<void(caf::error)> on_error) {
+               std::function<void(caf::error)> on_error,
+               list_summary* summary) {
   auto& st = self->state;
   auto op = op_name(kind);
   auto pushes = kind != op_kind::pull;
   const auto& batching = st.cfg.batching;
-  uint64_t total = 0;
-  // Batched slices of uncompressed keys refer to the caller's buffers
-  // instead of being copied into the batch, unless they are too short to be
-  // worth a piece each (compressed ones are quantized into a copy).
-  auto uncompressed = true;
-  uint64_t batched = 0;
-  uint64_t batched_floats = 0;
-  std::size_t parts = 0;
   // (Routes are read a few ahead: a call naming many keys misses the cache
   // on each route otherwise, one after another.)
   // (Written out in the loops: GCC drops a helper's prefetches, see
   // core/prefetch.hpp.)
   constexpr std::size_t ahead = 8;
   auto num_shards = static_cast<uint32_t>(st.cfg.shards.size());
-  // Per shard, the slices and floats it may get in batches (reserved
-  // below: grown one key at a time, the batch's vectors were copied over
-  // and over).
-  std::vector<std::pair<uint64_t, uint64_t>> per_shard(num_shards);
-  for (std::size_t i = 0; i < rs.size(); ++i) {
-    auto* r = rs[i];
-    if (i + ahead < rs.size())
-      core::prefetch_lines(rs[i + ahead], route_front(*rs[i + ahead]));
-    if (r->info.dim > 0) {
-      on_error(make_error(errc::shape_mismatch,
-                          std::string{op} + ": key '" + r->info.name
-                            + "' is a row table (push and pull its rows)"));
-      return;
-    }
-    total += r->info.size;
-    parts += r->parts.size();
-    uncompressed = uncompressed && r->comp.kind == codec::none;
-    for (auto& s : r->parts)
-      if (!batching.alone(s.length)) {
-        ++batched;
-        batched_floats += s.length;
-        if (s.shard < num_shards) {
-          ++per_shard[s.shard].first;
-          per_shard[s.shard].second += s.length;
-        }
+  // What every key adds up to: kept with a list the worker keeps while no
+  // route changed, else read here.
+  list_summary fresh;
+  auto* sum = &fresh;
+  if (summary != nullptr && summary->valid
+      && summary->taken_at == st.route_changes)
+    sum = summary;
+  else {
+    // Batched slices of uncompressed keys refer to the caller's buffers
+    // instead of being copied into the batch, unless they are too short to
+    // be worth a piece each (compressed ones are quantized into a copy).
+    // Per shard, the slices and floats it may get in batches (reserved
+    // below: grown one key at a time, the batch's vectors were copied over
+    // and over).
+    fresh.per_shard.resize(num_shards);
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      auto* r = rs[i];
+      if (i + ahead < rs.size())
+        core::prefetch_lines(rs[i + ahead], route_front(*rs[i + ahead]));
+      if (r->info.dim > 0) {
+        on_error(make_error(errc::shape_mismatch,
+                            std::string{op} + ": key '" + r->info.name
+                              + "' is a row table (push and pull its rows)"));
+        return;
       }
+      fresh.total += r->info.size;
+      fresh.parts += r->parts.size();
+      fresh.uncompressed = fresh.uncompressed && r->comp.kind == codec::none;
+      for (auto& s : r->parts)
+        if (!batching.alone(s.length)) {
+          ++fresh.batched;
+          fresh.batched_floats += s.length;
+          if (s.shard < num_shards) {
+            ++fresh.per_shard[s.shard].first;
+            fresh.per_shard[s.shard].second += s.length;
+          }
+        }
+    }
+    fresh.valid = true;
+    fresh.taken_at = st.route_changes;
+    if (summary != nullptr)
+      *summary = fresh;
   }
+  const auto total = sum->total;
+  const auto parts = sum->parts;
+  const auto uncompressed = sum->uncompressed;
+  const auto batched = sum->batched;
+  const auto batched_floats = sum->batched_floats;
+  const auto per_shard = sum->per_shard;
   auto share = pushes && uncompressed
                && core::batching::share(batched, batched_floats);
   if (pushes && data.size != total) {

@@ -57,6 +57,28 @@ inline std::size_t route_front(const route& r) noexcept {
                                   - reinterpret_cast<const char*>(&r));
 }
 
+/// What start_ops reads of every key of a call before it sends anything,
+/// kept with a list the worker keeps (see worker_state::distinct): a call
+/// naming the same 10000 keys again reads each key's route once, not twice.
+struct list_summary {
+  /// worker_state::route_changes when this was taken (another: stale).
+  uint64_t taken_at = 0;
+  bool valid = false;
+  uint64_t total = 0;
+  std::size_t parts = 0;
+  bool uncompressed = true;
+  uint64_t batched = 0;
+  uint64_t batched_floats = 0;
+  /// Per shard, the slices and floats it may get in batches.
+  std::vector<std::pair<uint64_t, uint64_t>> per_shard;
+};
+
+/// The routes of a list of keys (each named once) and their summary.
+struct route_list {
+  std::vector<route*> routes;
+  mutable list_summary summary;
+};
+
 /// Failure handlers of requests in flight, by request id.
 using pending_failures
   = std::unordered_map<uint64_t, std::function<void(caf::error&)>>;
@@ -94,7 +116,10 @@ struct worker_state {
   uint64_t calls = 0;
   /// The routes of the last key lists that named each key once (routes
   /// only ever join `routes`, which keeps them in place).
-  core::list_memo<route*> distinct;
+  core::list_memo<route_list> distinct;
+  /// Counts changes of any route's slices or compression (a summary taken
+  /// before one is stale).
+  uint64_t route_changes = 0;
   /// Set once the coordinator went down: every call that needs it fails at
   /// once with `dead_node` from then on.
   bool coordinator_down = false;
@@ -220,7 +245,7 @@ caf::error dead_shard(uint32_t index);
 caf::error shard_down_error(worker_ptr self, uint32_t index);
 
 /// Sets the compression of `r`; a new codec starts from zero residuals.
-void set_compression(route& r, const compression& c);
+void set_compression(worker_state& st, route& r, const compression& c);
 
 /// Name of an operation kind in errors ("push", "pull", "push_pull").
 const char* op_name(op_kind kind);
@@ -232,10 +257,13 @@ const char* op_name(op_kind kind);
 /// small slices of each shard as batches. `finish` gets the pulled values
 /// of all keys back to back (empty for pushes) once every shard answered;
 /// `on_error` gets the first error instead.
+/// `summary`: where a summary of `rs` is kept from call to call (null:
+/// none).
 void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
                int32_t priority, float_parts data,
                std::function<void(float_parts)> finish,
-               std::function<void(caf::error)> on_error);
+               std::function<void(caf::error)> on_error,
+               list_summary* summary = nullptr);
 
 /// `already_initialized` if this worker saw `key`'s init done.
 caf::error init_again(worker_ptr self, const std::string& key);

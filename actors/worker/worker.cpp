@@ -33,6 +33,7 @@ void add_route(worker_ptr self, key_info info) {
   if (i != routes.end()) {
     auto& r = i->second;
     r.parts.assign(info.slices.begin(), info.slices.end());
+    ++self->state.route_changes;
     // (A key's slices never change in number.)
     r.seq.resize(info.slices.size(), 0);
     r.info = std::move(info);
@@ -156,12 +157,17 @@ via_coordinator(worker_ptr self, caf::duration timeout, Ts&&... xs) {
 
 // The routes of `keys`, each key looked up once; nothing if one is not
 // known or `keys` names a key more than once (seen by the call's stamp on
-// each route, without hashing the key list again).
+// each route, without hashing the key list again). `summary`: where the
+// list's summary is kept, when the list is.
 std::optional<std::vector<route*>>
-distinct_routes(worker_ptr self, const core::shared_names_ptr& list) {
+distinct_routes(worker_ptr self, const core::shared_names_ptr& list,
+                list_summary** summary = nullptr) {
   auto& st = self->state;
-  if (auto known = st.distinct.find(list))
-    return *known;
+  if (auto known = st.distinct.find(list)) {
+    if (summary != nullptr)
+      *summary = &known->summary;
+    return known->routes;
+  }
   const auto& keys = *list;
   auto call = ++st.calls;
   std::vector<route*> rs;
@@ -173,7 +179,10 @@ distinct_routes(worker_ptr self, const core::shared_names_ptr& list) {
     i->second.named_in = call;
     rs.push_back(&i->second);
   }
-  st.distinct.keep(list, rs);
+  st.distinct.keep(list, route_list{rs, {}});
+  if (summary != nullptr)
+    if (auto kept = st.distinct.find(list))
+      *summary = &kept->summary;
   return rs;
 }
 
@@ -216,17 +225,20 @@ void data_op(worker_ptr self, op_kind kind, core::shared_names_ptr ks,
   };
   // The common case: no lookup in flight (which later calls must queue
   // behind), every key known and named once: started at once.
-  if (!self->state.stalled)
-    if (auto rs = distinct_routes(self, ks)) {
+  if (!self->state.stalled) {
+    list_summary* summary = nullptr;
+    if (auto rs = distinct_routes(self, ks, &summary)) {
       start_ops(self, kind, std::move(*rs), priority, std::move(data),
-                std::move(done), fail);
+                std::move(done), fail, summary);
       return;
     }
+  }
   auto run = [self, kind, ks, priority, fail, done,
               data = std::move(data)]() mutable {
-    if (auto rs = distinct_routes(self, ks)) {
+    list_summary* summary = nullptr;
+    if (auto rs = distinct_routes(self, ks, &summary)) {
       start_ops(self, kind, std::move(*rs), priority, std::move(data),
-                std::move(done), fail);
+                std::move(done), fail, summary);
       return;
     }
     // As MXNet: the values pushed for one key are summed into one push, and
@@ -464,11 +476,11 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
           st.cfg.compression = c;
           for (auto& kvp : st.routes)
             if (st.key_compression.count(kvp.first) == 0)
-              set_compression(kvp.second, c);
+              set_compression(st, kvp.second, c);
         } else {
           st.key_compression[key] = c;
           if (auto i = st.routes.find(key); i != st.routes.end())
-            set_compression(i->second, c);
+            set_compression(st, i->second, c);
         }
         rp.deliver(caf::ok_atom::value);
       };

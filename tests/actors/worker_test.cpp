@@ -302,6 +302,45 @@ TEST_CASE_METHOD(cluster_fixture,
   require_error(reply<float_parts>(), errc::unknown_key);
 }
 
+TEST_CASE_METHOD(wide_cluster_fixture,
+                 "worker: a list named again follows a key's new compression",
+                 "[worker][batch][compression]") {
+  // 20 keys of 1024 floats (a list the worker keeps, with what it read of
+  // every key; long enough for a batch to refer to the caller's buffers
+  // while no key is compressed), pushed as a list before and after one
+  // key's compression changes: the shards assign what arrives, so a pull
+  // shows what was sent.
+  constexpr std::size_t n = 1024;
+  std::vector<std::string> names;
+  for (int k = 0; k < 20; ++k) {
+    names.push_back("c" + std::to_string(k));
+    REQUIRE(init(0, names.back(), std::vector<float>(n, 0.0f)));
+  }
+  auto push_list = [&](float x) {
+    send_many(0, push_atom::value, names, std::vector<float>(20 * n, x));
+    run();
+    return reply<caf::ok_atom>();
+  };
+  auto compress = [&](compression c) {
+    self->send(workers[0], compress_atom::value, std::string{"c3"}, c);
+    run();
+    return reply<caf::ok_atom>();
+  };
+  REQUIRE(push_list(0.75f));
+  REQUIRE(push_list(0.75f));
+  CHECK(pull(0, "c3") == std::vector<float>(n, 0.75f));
+  REQUIRE(compress(compression{codec::two_bit, 0.5f}));
+  REQUIRE(push_list(0.75f));
+  // 2-bit with threshold 0.5 sends 0.5 of c3's 0.75 (and keeps 0.25); the
+  // other keys go as they are.
+  CHECK(pull(0, "c3") == std::vector<float>(n, 0.5f));
+  CHECK(pull(0, "c4") == std::vector<float>(n, 0.75f));
+  // And back: c3 without compression again.
+  REQUIRE(compress(compression{}));
+  REQUIRE(push_list(0.125f));
+  CHECK(pull(0, "c3") == std::vector<float>(n, 0.125f));
+}
+
 TEST_CASE_METHOD(cluster_fixture,
                  "worker: operations queued behind a lookup keep issue order",
                  "[worker][batch]") {

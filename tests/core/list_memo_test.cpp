@@ -28,7 +28,7 @@ std::vector<int> numbers(int from, std::size_t n) {
 
 TEST_CASE("list_memo: a list kept is found again only if every name matches",
           "[core]") {
-  list_memo<int> memo;
+  list_memo<std::vector<int>> memo;
   auto a = names("k", 20);
   CHECK(memo.find(a) == nullptr);
   memo.keep(a, numbers(0, 20));
@@ -52,7 +52,7 @@ TEST_CASE("list_memo: a list kept is found again only if every name matches",
 
 TEST_CASE("list_memo: two lists alternate, a third drops the older one",
           "[core]") {
-  list_memo<int> memo;
+  list_memo<std::vector<int>> memo;
   auto a = names("a", 16);
   auto b = names("b", 32);
   auto c = names("c", 16);
@@ -73,8 +73,8 @@ TEST_CASE("list_memo: two lists alternate, a third drops the older one",
 }
 
 TEST_CASE("list_memo: short lists are not kept", "[core]") {
-  list_memo<int> memo;
-  auto small = names("s", list_memo<int>::min_size - 1);
+  list_memo<std::vector<int>> memo;
+  auto small = names("s", list_memo<std::vector<int>>::min_size - 1);
   memo.keep(small, numbers(0, small.size()));
   CHECK(memo.find(small) == nullptr);
 }
@@ -122,7 +122,7 @@ TEST_CASE("same_names: names of every length differ at every byte", "[core]") {
 TEST_CASE("list_memo: a shared list is found by its address or its names",
           "[core]") {
   using actorps::core::shared_names_ptr;
-  list_memo<int> memo;
+  list_memo<std::vector<int>> memo;
   shared_names_ptr a
     = std::make_shared<const std::vector<std::string>>(names("a", 16));
   memo.keep(a, numbers(0, 16));
