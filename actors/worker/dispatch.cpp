@@ -226,7 +226,10 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
   const auto uncompressed = sum->uncompressed;
   const auto batched = sum->batched;
   const auto batched_floats = sum->batched_floats;
-  const auto per_shard = sum->per_shard;
+  // (A copy of a kept summary's: sending may start another call, which may
+  // keep another list in its place.)
+  const auto per_shard = sum == &fresh ? std::move(fresh.per_shard)
+                                       : sum->per_shard;
   auto share = pushes && uncompressed
                && core::batching::share(batched, batched_floats);
   if (pushes && data.size != total) {
