@@ -552,10 +552,12 @@ caf::error shard_state::init(slice_init& msg) {
 
 slice_state& shard_state::add_slice(slice_id id, std::vector<float> value) {
   auto& s = slices[id];
-  // (Key ids past a bound that the keys held so far set are left to the
-  // map: a key numbered far out grows no table.)
+  // (Key ids past a bound that the slices held so far set are left to the
+  // map: a key numbered far out grows no table. A shard of S holds about
+  // k / S slices when key k arrives, so the bound allows 64 entries a slice
+  // held: every key of a job of up to 64 shards, at most 512 bytes a slice.)
   auto key = key_of(id);
-  if (part_of(id) == 0 && key < 2 * slices.size() + 1024) {
+  if (part_of(id) == 0 && key < 64 * slices.size() + 4096) {
     if (key >= first_parts.size())
       first_parts.resize(key + 1, nullptr);
     first_parts[key] = &s;

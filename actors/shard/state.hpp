@@ -167,7 +167,8 @@ struct shard_state {
   std::unordered_map<slice_id, slice_state> slices;
   // Part 0 of key k at first_parts[k] (null: look in `slices`), so that a
   // batch of many one-slice keys finds each with one read instead of a walk
-  // through a hash bucket (the coordinator numbers keys from 0 in order).
+  // through a hash bucket (the coordinator numbers keys from 0 in order, and
+  // spreads them over the shards).
   // The entries point into `slices`, whose elements stay in place until
   // it is cleared; add_slice fills it, clear_slices empties both.
   std::vector<slice_state*> first_parts;
