@@ -65,6 +65,11 @@ inline bool same_names(const std::vector<std::string>& a,
 /// and the worker finds it again by its address.
 using shared_names_ptr = std::shared_ptr<const std::vector<std::string>>;
 
+/// `names` as a shared list.
+inline shared_names_ptr share_names(std::vector<std::string> names) {
+  return std::make_shared<const std::vector<std::string>>(std::move(names));
+}
+
 /// `V`: what a list resolved to (kept as it is).
 template <class V>
 class list_memo {
@@ -104,19 +109,21 @@ public:
   shared_names_ptr keep(const std::vector<std::string>& names, V values) {
     if (names.size() < min_size)
       return nullptr;
-    auto copy = std::make_shared<const std::vector<std::string>>(names);
+    auto copy = share_names(names);
     keep(copy, std::move(values));
     return copy;
   }
 
-  /// Keeps `values` for `names` itself (shared, not copied).
-  void keep(shared_names_ptr names, V values) {
+  /// Keeps `values` for `names` itself (shared, not copied); returns them
+  /// as kept (null for a short list, not kept).
+  V* keep(shared_names_ptr names, V values) {
     if (!names || names->size() < min_size)
-      return;
+      return nullptr;
     auto& e = entries_[next_];
     next_ = 1 - next_;
     e.names = std::move(names);
     e.values = std::move(values);
+    return &e.values;
   }
 
   /// Forgets every list.

@@ -354,7 +354,7 @@ struct kvstore::impl {
   key_list worker_list(const std::vector<std::string>& names) {
     if (last_list)
       return key_list{std::move(last_list)};
-    return key_list{std::make_shared<const std::vector<std::string>>(names)};
+    return key_list{core::share_names(names)};
   }
 
   // A row table moves by its rows only: refused at the call (the worker

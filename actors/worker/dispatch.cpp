@@ -348,6 +348,36 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     g->finish(g->take());
 }
 
+// The routes of `keys`, each key looked up once; nothing if one is not
+// known or `keys` names a key more than once (seen by the call's stamp on
+// each route, without hashing the key list again). `summary`: where the
+// list's summary is kept, when the list is.
+std::optional<std::vector<route*>>
+distinct_routes(worker_ptr self, const core::shared_names_ptr& list,
+                list_summary** summary) {
+  auto& st = self->state;
+  if (auto known = st.distinct.find(list)) {
+    if (summary != nullptr)
+      *summary = &known->summary;
+    return known->routes;
+  }
+  const auto& keys = *list;
+  auto call = ++st.calls;
+  std::vector<route*> rs;
+  rs.reserve(keys.size());
+  for (auto& k : keys) {
+    auto i = st.routes.find(k);
+    if (i == st.routes.end() || i->second.named_in == call)
+      return std::nullopt;
+    i->second.named_in = call;
+    rs.push_back(&i->second);
+  }
+  if (auto* kept = st.distinct.keep(list, route_list{rs, {}});
+      kept != nullptr && summary != nullptr)
+    *summary = &kept->summary;
+  return rs;
+}
+
 caf::error init_again(worker_ptr self, const std::string& key) {
   if (self->state.declared.count(key) == 0)
     return caf::none;

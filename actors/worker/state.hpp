@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -264,6 +265,14 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
                std::function<void(float_parts)> finish,
                std::function<void(caf::error)> on_error,
                list_summary* summary = nullptr);
+
+/// The routes of the keys of `list`, each looked up once; nothing if one is
+/// not known or the list names a key more than once. A list kept in
+/// `distinct` is found again by its address or its names; `summary` (if
+/// not null) gets where its summary is kept, when the list is.
+std::optional<std::vector<route*>>
+distinct_routes(worker_ptr self, const core::shared_names_ptr& list,
+                list_summary** summary = nullptr);
 
 /// `already_initialized` if this worker saw `key`'s init done.
 caf::error init_again(worker_ptr self, const std::string& key);

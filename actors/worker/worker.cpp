@@ -155,41 +155,6 @@ via_coordinator(worker_ptr self, caf::duration timeout, Ts&&... xs) {
   return rp;
 }
 
-// The routes of `keys`, each key looked up once; nothing if one is not
-// known or `keys` names a key more than once (seen by the call's stamp on
-// each route, without hashing the key list again). `summary`: where the
-// list's summary is kept, when the list is.
-std::optional<std::vector<route*>>
-distinct_routes(worker_ptr self, const core::shared_names_ptr& list,
-                list_summary** summary = nullptr) {
-  auto& st = self->state;
-  if (auto known = st.distinct.find(list)) {
-    if (summary != nullptr)
-      *summary = &known->summary;
-    return known->routes;
-  }
-  const auto& keys = *list;
-  auto call = ++st.calls;
-  std::vector<route*> rs;
-  rs.reserve(keys.size());
-  for (auto& k : keys) {
-    auto i = st.routes.find(k);
-    if (i == st.routes.end() || i->second.named_in == call)
-      return std::nullopt;
-    i->second.named_in = call;
-    rs.push_back(&i->second);
-  }
-  st.distinct.keep(list, route_list{rs, {}});
-  if (summary != nullptr)
-    if (auto kept = st.distinct.find(list))
-      *summary = &kept->summary;
-  return rs;
-}
-
-core::shared_names_ptr share_names(std::vector<std::string> keys) {
-  return std::make_shared<const std::vector<std::string>>(std::move(keys));
-}
-
 // Runs `kind` on `keys` once their routes are known; delivers to `rp`. A key
 // named more than once is pushed once with the sum of its values and pulled
 // once into every place that names it.
@@ -244,8 +209,7 @@ void data_op(worker_ptr self, op_kind kind, core::shared_names_ptr ks,
     // As MXNet: the values pushed for one key are summed into one push, and
     // every output of a key pulled more than once gets its value.
     auto groups = core::group_keys(*ks);
-    auto rs = *distinct_routes(
-      self, std::make_shared<const std::vector<std::string>>(groups.unique));
+    auto rs = *distinct_routes(self, core::share_names(groups.unique));
     std::vector<uint64_t> sizes;
     for (auto* r : rs)
       sizes.push_back(r->info.size);
@@ -266,6 +230,18 @@ void data_op(worker_ptr self, op_kind kind, core::shared_names_ptr ks,
       fail);
   };
   with_routes(self, *ks, std::move(run), fail);
+}
+
+// A push, pull or push_pull of the keys `ks` from this worker's caller.
+template <class Reply>
+caf::result<Reply> call(worker_ptr self, op_kind kind,
+                        core::shared_names_ptr ks, int32_t priority,
+                        float_parts data) {
+  if (auto err = self->state.trusted.check(self, op_name(kind)))
+    return err;
+  auto rp = self->make_response_promise<Reply>();
+  data_op(self, kind, std::move(ks), priority, std::move(data), rp);
+  return rp;
 }
 
 worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
@@ -381,84 +357,54 @@ worker_actor::behavior_type worker_impl(worker_ptr self, worker_config cfg) {
     },
     [self](push_atom, std::string& key, int32_t priority,
            float_parts& grad) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push"))
-        return err;
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      data_op(self, op_kind::push, share_names({std::move(key)}), priority,
-              std::move(grad), rp);
-      return rp;
+      return call<caf::ok_atom>(self, op_kind::push,
+                                core::share_names({std::move(key)}), priority,
+                                std::move(grad));
     },
     [self](push_atom, std::vector<std::string>& keys, int32_t priority,
            float_parts& grads) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push"))
-        return err;
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      data_op(self, op_kind::push, share_names(std::move(keys)), priority,
-              std::move(grads), rp);
-      return rp;
+      return call<caf::ok_atom>(self, op_kind::push,
+                                core::share_names(std::move(keys)), priority,
+                                std::move(grads));
     },
     [self](pull_atom, std::string& key,
            int32_t priority) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "pull"))
-        return err;
-      auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::pull, share_names({std::move(key)}), priority,
-              float_parts{}, rp);
-      return rp;
+      return call<float_parts>(self, op_kind::pull,
+                               core::share_names({std::move(key)}), priority,
+                               float_parts{});
     },
     [self](pull_atom, std::vector<std::string>& keys,
            int32_t priority) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "pull"))
-        return err;
-      auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::pull, share_names(std::move(keys)), priority,
-              float_parts{}, rp);
-      return rp;
+      return call<float_parts>(self, op_kind::pull,
+                               core::share_names(std::move(keys)), priority,
+                               float_parts{});
     },
     [self](push_pull_atom, std::string& key, int32_t priority,
            float_parts& grad) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "push_pull"))
-        return err;
-      auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::push_pull, share_names({std::move(key)}), priority,
-              std::move(grad), rp);
-      return rp;
+      return call<float_parts>(self, op_kind::push_pull,
+                               core::share_names({std::move(key)}), priority,
+                               std::move(grad));
     },
     [self](push_pull_atom, std::vector<std::string>& keys, int32_t priority,
            float_parts& grads) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "push_pull"))
-        return err;
-      auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::push_pull, share_names(std::move(keys)), priority,
-              std::move(grads), rp);
-      return rp;
+      return call<float_parts>(self, op_kind::push_pull,
+                               core::share_names(std::move(keys)), priority,
+                               std::move(grads));
     },
     [self](push_atom, key_list& keys, int32_t priority,
            float_parts& grads) -> caf::result<caf::ok_atom> {
-      if (auto err = self->state.trusted.check(self, "push"))
-        return err;
-      auto rp = self->make_response_promise<caf::ok_atom>();
-      data_op(self, op_kind::push, std::move(keys.names), priority,
-              std::move(grads), rp);
-      return rp;
+      return call<caf::ok_atom>(self, op_kind::push, std::move(keys.names),
+                                priority, std::move(grads));
     },
     [self](pull_atom, key_list& keys,
            int32_t priority) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "pull"))
-        return err;
-      auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::pull, std::move(keys.names), priority,
-              float_parts{}, rp);
-      return rp;
+      return call<float_parts>(self, op_kind::pull, std::move(keys.names),
+                               priority, float_parts{});
     },
     [self](push_pull_atom, key_list& keys, int32_t priority,
            float_parts& grads) -> caf::result<float_parts> {
-      if (auto err = self->state.trusted.check(self, "push_pull"))
-        return err;
-      auto rp = self->make_response_promise<float_parts>();
-      data_op(self, op_kind::push_pull, std::move(keys.names), priority,
-              std::move(grads), rp);
-      return rp;
+      return call<float_parts>(self, op_kind::push_pull, std::move(keys.names),
+                               priority, std::move(grads));
     },
     [self](compress_atom, std::string& key,
            compression c) -> caf::result<caf::ok_atom> {
