@@ -157,6 +157,105 @@ void flush(worker_ptr self, uint32_t shard, int32_t priority, op_kind kind,
     fail, batch_atom::value, std::move(msg));
 }
 
+// Lays out the batches of a kept list whose every slice is batched, none
+// compressed and no shard's batch over the cap (see list_plan); else leaves
+// the plan invalid.
+void make_plan(const worker_state& st, const std::vector<route*>& rs,
+               list_summary& sum) {
+  auto& plan = sum.plan;
+  plan = list_plan{};
+  auto cap = st.cfg.batching.cap();
+  if (sum.batched != sum.parts || !sum.uncompressed || sum.parts == 0)
+    return;
+  for (auto& [slices, floats] : sum.per_shard)
+    if (floats > cap)
+      return;
+  plan.shards.resize(sum.per_shard.size());
+  for (std::size_t i = 0; i < plan.shards.size(); ++i) {
+    auto& p = plan.shards[i];
+    auto n = sum.per_shard[i].first;
+    p.slices.reserve(n);
+    p.seq_at.reserve(n);
+    p.pieces.reserve(n);
+  }
+  uint64_t key_offset = 0;
+  for (auto* r : rs) {
+    for (auto& s : r->parts) {
+      if (s.shard >= plan.shards.size()) {
+        plan = list_plan{};
+        return;
+      }
+      auto& p = plan.shards[s.shard];
+      p.slices.push_back(make_slice_id(r->info.id, s.part));
+      p.seq_at.push_back(r->seq_at + s.part);
+      p.pieces.push_back(core::piece{key_offset + s.offset, s.length});
+      p.floats += s.length;
+    }
+    key_offset += r->info.size;
+  }
+  plan.valid = true;
+}
+
+// Sends a call on a kept list as its plan lays it out: per shard, the
+// plan's slices and pieces copied, the sequence numbers read and counted in
+// one sweep, a push's values gathered into the batch. (The plan is read
+// whole before the first flush: sending may start another call, which may
+// keep another list in its place.)
+void send_planned(worker_ptr self, op_kind kind, int32_t priority,
+                  const list_plan& plan, const float_parts& data,
+                  std::vector<batch_builder>& open, const gather_ptr& g) {
+  auto& st = self->state;
+  auto pushes = kind != op_kind::pull;
+  auto shards = std::min(open.size(), plan.shards.size());
+  for (std::size_t i = 0; i < shards; ++i) {
+    const auto& p = plan.shards[i];
+    auto n = p.slices.size();
+    if (n == 0)
+      continue;
+    auto& b = open[i];
+    b.msg.slices = p.slices;
+    b.pieces = p.pieces;
+    b.floats = p.floats;
+    b.msg.seqs.resize(n);
+    auto* seqs = st.seqs.data();
+    for (std::size_t j = 0; j < n; ++j)
+      b.msg.seqs[j] = seqs[p.seq_at[j]]++;
+    if (!pushes)
+      continue;
+    auto& dst = b.msg.data.data;
+    dst.resize(p.floats);
+    auto* out = dst.data();
+    // (The facade lays a list's values out in one buffer: read there
+    // directly, else through a cursor over the pieces.)
+    const float* whole = nullptr;
+    if (data.pieces.size() == 1 && data.pieces[0].at == 0
+        && data.pieces[0].length == data.size)
+      whole = data.buffers[data.pieces[0].buffer].data() + data.pieces[0].from;
+    core::parts_cursor in{data};
+    for (const auto& pc : p.pieces) {
+      const auto* x = whole != nullptr ? whole + pc.offset
+                                       : in.read(pc.offset, pc.length);
+      if (x == nullptr) {
+        // (Not reached: the value's size and pieces were checked.)
+        g->fail(make_error(errc::shape_mismatch,
+                           std::string{op_name(kind)}
+                             + ": the pushed value ends before its keys"));
+        return;
+      }
+      if (pc.length == 1)
+        *out = *x;
+      else
+        std::memcpy(out, x, pc.length * sizeof(float));
+      out += pc.length;
+    }
+  }
+  for (uint32_t i = 0; i < open.size(); ++i)
+    flush(self, i, priority, kind, open[i], g);
+  g->sealed = true;
+  if (!g->failed && g->remaining == 0)
+    g->finish(g->take());
+}
+
 } // namespace
 
 // Pulled slices of at most this many floats on average, every one sent in
@@ -218,8 +317,10 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     }
     fresh.valid = true;
     fresh.taken_at = st.route_changes;
-    if (summary != nullptr)
+    if (summary != nullptr) {
       *summary = fresh;
+      make_plan(st, rs, *summary);
+    }
   }
   const auto total = sum->total;
   const auto parts = sum->parts;
@@ -278,6 +379,10 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     if (pushes && !share)
       b.msg.data.data.reserve(std::min(floats, cap));
   }
+  if (sum->plan.valid && !(pushes && share)) {
+    send_planned(self, kind, priority, sum->plan, data, open, g);
+    return;
+  }
   auto remote = !st.cfg.relays.empty();
   uint64_t key_offset = 0;
   for (std::size_t i = 0; i < rs.size(); ++i) {
@@ -287,7 +392,7 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
     const auto& info = r->info;
     for (auto& s : r->parts) {
       auto id = make_slice_id(info.id, s.part);
-      auto seq = r->seq[s.part]++;
+      auto seq = next_seq(st, *r, s.part);
       auto at = key_offset + s.offset;
       auto& b = open[s.shard];
       auto alone = batching.alone(s.length);
@@ -310,7 +415,7 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
         auto pushed = in.take(s.length);
         quantize_part(*r, s.part, pushed.data(), s.length, remote);
         part(op_kind::push, seq, floats{std::move(pushed), r->comp});
-        part(op_kind::pull, r->seq[s.part]++, floats{});
+        part(op_kind::pull, next_seq(st, *r, s.part), floats{});
         continue;
       }
       b.msg.slices.push_back(id);

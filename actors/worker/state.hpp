@@ -22,6 +22,7 @@
 #include "actors/trust.hpp"
 #include "actors/worker/worker.hpp"
 #include "core/list_memo.hpp"
+#include "core/parts.hpp"
 #include "core/send_queue.hpp"
 
 /// The state of a worker actor and the functions its files share (internal:
@@ -30,14 +31,19 @@
 /// compression, the send queues, assembly of pulled values).
 namespace actorps {
 
-/// Routing entry of one key plus this worker's next sequence number per part.
+/// Routing entry of one key plus where this worker's next sequence number
+/// per part lies.
 struct route {
-  /// The key's slices (as `info.slices`) and this worker's next sequence
-  /// number on each, at the front of the route and, for a key of one slice,
-  /// held in it: a call naming 10000 small keys reads them for every key,
-  /// and heap blocks of their own cost two cache misses a key (start_ops).
+  /// The key's slices (as `info.slices`), at the front of the route and, for
+  /// a key of one slice, held in it: a call naming 10000 small keys reads
+  /// them for every key, and heap blocks of their own cost two cache misses
+  /// a key (start_ops).
   boost::container::small_vector<slice_range, 1> parts;
-  boost::container::small_vector<uint64_t, 1> seq;
+  /// Where this worker's next sequence number on each part lies in
+  /// `worker_state::seqs` (one per part, back to back, never moved): the
+  /// numbers of keys made one after another lie side by side, so a plan
+  /// (list_plan) reads those of a list in one sweep, not a route a key.
+  std::size_t seq_at = 0;
   /// The key's compression and, for 2-bit, each part's residual (allocated
   /// at the part's first push).
   compression comp;
@@ -58,6 +64,28 @@ inline std::size_t route_front(const route& r) noexcept {
                                   - reinterpret_cast<const char*>(&r));
 }
 
+/// What a call on a kept list sends to one shard when every slice of the
+/// list is batched (list_plan).
+struct shard_plan {
+  /// The batch's slices, in list order, and where each slice's next
+  /// sequence number lies (worker_state::seqs).
+  std::vector<slice_id> slices;
+  std::vector<std::size_t> seq_at;
+  /// Where each slice lies in the call's value (list order).
+  std::vector<core::piece> pieces;
+  uint64_t floats = 0;
+};
+
+/// A kept list's batches laid out once: valid with its summary (no route
+/// changed since), made only when every slice of the list is batched, no
+/// key is compressed and no shard's batch outgrows the batching cap, so that
+/// a call sends one batch a shard, made of these in a few sweeps instead of
+/// a route read a key (start_ops).
+struct list_plan {
+  bool valid = false;
+  std::vector<shard_plan> shards;
+};
+
 /// What start_ops reads of every key of a call before it sends anything,
 /// kept with a list the worker keeps (see worker_state::distinct): a call
 /// naming the same 10000 keys again reads each key's route once, not twice.
@@ -72,6 +100,8 @@ struct list_summary {
   uint64_t batched_floats = 0;
   /// Per shard, the slices and floats it may get in batches.
   std::vector<std::pair<uint64_t, uint64_t>> per_shard;
+  /// The batches, when a call can send them as they are.
+  list_plan plan;
 };
 
 /// The routes of a list of keys (each named once) and their summary.
@@ -121,6 +151,9 @@ struct worker_state {
   /// Counts changes of any route's slices or compression (a summary taken
   /// before one is stale).
   uint64_t route_changes = 0;
+  /// This worker's next sequence number on every part of every key it
+  /// routes, a key's parts back to back (see route::seq_at).
+  std::vector<uint64_t> seqs;
   /// Set once the coordinator went down: every call that needs it fails at
   /// once with `dead_node` from then on.
   bool coordinator_down = false;
@@ -175,6 +208,11 @@ struct worker_state {
 };
 
 using worker_ptr = worker_actor::stateful_pointer<worker_state>;
+
+/// The sequence number of the next request on part `part` of `r`, counted.
+inline uint64_t next_seq(worker_state& st, const route& r, uint32_t part) {
+  return st.seqs[r.seq_at + part]++;
+}
 
 /// Takes the handler of request `id` out of `pending` and runs it with `err`
 /// (nothing if the request already completed or failed).

@@ -155,7 +155,7 @@ void start_rows(worker_ptr self, op_kind kind, route& r,
     if (rows.local.empty() && !clocked)
       continue;
     auto id = make_slice_id(info.id, s);
-    auto seq = r.seq[s]++;
+    auto seq = next_seq(st, r, s);
     ++g->remaining;
     auto n = rows.local.size() * dim;
     if (pushes) {

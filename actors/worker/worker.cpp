@@ -28,21 +28,31 @@ namespace actorps {
 
 // Records the route of `key`; a known route keeps its sequence numbers.
 void add_route(worker_ptr self, key_info info) {
-  auto& routes = self->state.routes;
+  auto& st = self->state;
+  auto& routes = st.routes;
   auto i = routes.find(info.name);
   if (i != routes.end()) {
     auto& r = i->second;
+    // (A key's slices never change in number; were there more, their
+    // numbers would move to the end, the ones kept.)
+    if (info.slices.size() > r.parts.size()) {
+      auto at = st.seqs.size();
+      st.seqs.resize(at + info.slices.size(), 0);
+      std::copy_n(st.seqs.begin() + static_cast<std::ptrdiff_t>(r.seq_at),
+                  r.parts.size(),
+                  st.seqs.begin() + static_cast<std::ptrdiff_t>(at));
+      r.seq_at = at;
+    }
     r.parts.assign(info.slices.begin(), info.slices.end());
-    ++self->state.route_changes;
-    // (A key's slices never change in number.)
-    r.seq.resize(info.slices.size(), 0);
+    ++st.route_changes;
     r.info = std::move(info);
     return;
   }
   auto name = info.name;
   route r;
   r.parts.assign(info.slices.begin(), info.slices.end());
-  r.seq.assign(info.slices.size(), 0);
+  r.seq_at = st.seqs.size();
+  st.seqs.resize(r.seq_at + info.slices.size(), 0);
   auto c = self->state.key_compression.find(name);
   r.comp = c != self->state.key_compression.end() ? c->second
                                                   : self->state.cfg.compression;

@@ -302,6 +302,73 @@ TEST_CASE_METHOD(cluster_fixture,
   require_error(reply<float_parts>(), errc::unknown_key);
 }
 
+TEST_CASE_METHOD(cluster_fixture,
+                 "worker: a kept list's batches and single-key calls number "
+                 "each slice in one sequence",
+                 "[worker][batch]") {
+  // 20 keys, each batched: 19 of one float and one of 100 floats cut into
+  // two slices on the two shards (the bound is 64). A list named again is
+  // sent as laid out the first time; single-key calls and another list on
+  // the same keys take their numbers from the same counters, so a number
+  // used twice or skipped would leave a request waiting at its shard (no
+  // reply) or refused there.
+  std::vector<std::string> names;
+  std::vector<uint64_t> sizes;
+  for (int k = 0; k < 20; ++k) {
+    names.push_back("p" + std::to_string(k));
+    sizes.push_back(k == 5 ? 100 : 1);
+    REQUIRE(init(0, names.back(), std::vector<float>(sizes.back(), 0.0f)));
+  }
+  auto total = std::accumulate(sizes.begin(), sizes.end(), uint64_t{0});
+  auto list = key_list{std::make_shared<const std::vector<std::string>>(names)};
+  auto offset_of = [&](std::size_t k) {
+    return std::accumulate(sizes.begin(), sizes.begin() + k, uint64_t{0});
+  };
+  auto push_list = [&](const std::vector<float>& xs) {
+    self->send(workers[0], push_atom::value, list, int32_t{0}, float_parts{xs});
+    run();
+    return reply<caf::ok_atom>();
+  };
+  auto pull_list = [&] {
+    self->send(workers[0], pull_atom::value, list, int32_t{0});
+    run();
+    auto r = reply<float_parts>();
+    REQUIRE(r);
+    return r->flatten();
+  };
+  for (int round = 0; round < 3; ++round) {
+    auto xs = iota(total, static_cast<float>(1000 * round));
+    REQUIRE(push_list(xs));
+    CHECK(pull_list() == xs);
+    // One key alone, then the sliced one: the list's numbers go on after
+    // theirs.
+    REQUIRE(push(0, "p3", {-1.0f}));
+    xs[offset_of(3)] = -1.0f;
+    REQUIRE(push(0, "p5", std::vector<float>(100, -2.0f)));
+    std::fill_n(xs.begin() + static_cast<std::ptrdiff_t>(offset_of(5)), 100,
+                -2.0f);
+    CHECK(pull_list() == xs);
+    CHECK(pull(0, "p5") == std::vector<float>(100, -2.0f));
+    // A push-pull of the list answers what it pushed (the shards assign).
+    auto ys = iota(total, static_cast<float>(-1000 * round - 500));
+    self->send(workers[0], push_pull_atom::value, list, int32_t{0},
+               float_parts{ys});
+    run();
+    auto pp = reply<float_parts>();
+    REQUIRE(pp);
+    CHECK(pp->flatten() == ys);
+    // The same names in another order, as a list of names.
+    auto reversed = names;
+    std::reverse(reversed.begin(), reversed.end());
+    send_many(0, pull_atom::value, reversed, {});
+    run();
+    auto back = reply<float_parts>();
+    REQUIRE(back);
+    CHECK(back->flatten().size() == total);
+    CHECK(back->flatten().front() == ys[total - 1]);
+  }
+}
+
 TEST_CASE_METHOD(wide_cluster_fixture,
                  "worker: a list named again follows a key's new compression",
                  "[worker][batch][compression]") {
