@@ -26,6 +26,23 @@
 
 namespace actorps {
 
+namespace {
+
+// True if `info` gives the key of `r` the numbers and slices it has (what a
+// kept list's summary and plan read of it).
+bool same_layout(const route& r, const key_info& info) {
+  auto same = [](const slice_range& a, const slice_range& b) {
+    return a.part == b.part && a.shard == b.shard && a.offset == b.offset
+           && a.length == b.length;
+  };
+  return r.info.id == info.id && r.info.size == info.size
+         && r.info.dim == info.dim
+         && std::equal(r.parts.begin(), r.parts.end(), info.slices.begin(),
+                       info.slices.end(), same);
+}
+
+} // namespace
+
 // Records the route of `key`; a known route keeps its sequence numbers.
 void add_route(worker_ptr self, key_info info) {
   auto& st = self->state;
@@ -43,8 +60,11 @@ void add_route(worker_ptr self, key_info info) {
                   st.seqs.begin() + static_cast<std::ptrdiff_t>(at));
       r.seq_at = at;
     }
+    // (The same key told again, as every later init and lookup of it
+    // does, leaves the kept lists' summaries and plans as they are.)
+    if (!same_layout(r, info))
+      ++st.route_changes;
     r.parts.assign(info.slices.begin(), info.slices.end());
-    ++st.route_changes;
     r.info = std::move(info);
     return;
   }
