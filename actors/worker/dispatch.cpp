@@ -196,17 +196,50 @@ void make_plan(const worker_state& st, const std::vector<route*>& rs,
   plan.valid = true;
 }
 
-// Sends a call on a kept list as its plan lays it out: per shard, the
-// plan's slices and pieces copied, the sequence numbers read and counted in
-// one sweep, a push's values gathered into the batch. (The plan is read
-// whole before the first flush: sending may start another call, which may
-// keep another list in its place.)
+// Sends a call on a kept list as its plan lays it out: per shard, a push's
+// values gathered into the batch, the plan's slices and pieces copied, the
+// sequence numbers read and counted in one sweep. (The values are gathered
+// for every shard before any number is counted, so that a call failing
+// there uses none. The plan is read whole before the first flush: sending
+// may start another call, which may keep another list in its place.)
 void send_planned(worker_ptr self, op_kind kind, int32_t priority,
                   const list_plan& plan, const float_parts& data,
                   std::vector<batch_builder>& open, const gather_ptr& g) {
   auto& st = self->state;
-  auto pushes = kind != op_kind::pull;
   auto shards = std::min(open.size(), plan.shards.size());
+  if (kind != op_kind::pull) {
+    // (The facade lays a list's values out in one buffer: read there
+    // directly, else through a cursor over the pieces.)
+    const float* whole = nullptr;
+    if (data.pieces.size() == 1 && data.pieces[0].at == 0
+        && data.pieces[0].length == data.size)
+      whole = data.buffers[data.pieces[0].buffer].data() + data.pieces[0].from;
+    for (std::size_t i = 0; i < shards; ++i) {
+      const auto& p = plan.shards[i];
+      if (p.slices.empty())
+        continue;
+      auto& dst = open[i].msg.data.data;
+      dst.resize(p.floats);
+      auto* out = dst.data();
+      core::parts_cursor in{data};
+      for (const auto& pc : p.pieces) {
+        const auto* x = whole != nullptr ? whole + pc.offset
+                                         : in.read(pc.offset, pc.length);
+        if (x == nullptr) {
+          // (Not reached: the value's size and pieces were checked.)
+          g->fail(make_error(errc::shape_mismatch,
+                             std::string{op_name(kind)}
+                               + ": the pushed value ends before its keys"));
+          return;
+        }
+        if (pc.length == 1)
+          *out = *x;
+        else
+          std::memcpy(out, x, pc.length * sizeof(float));
+        out += pc.length;
+      }
+    }
+  }
   for (std::size_t i = 0; i < shards; ++i) {
     const auto& p = plan.shards[i];
     auto n = p.slices.size();
@@ -220,34 +253,6 @@ void send_planned(worker_ptr self, op_kind kind, int32_t priority,
     auto* seqs = st.seqs.data();
     for (std::size_t j = 0; j < n; ++j)
       b.msg.seqs[j] = seqs[p.seq_at[j]]++;
-    if (!pushes)
-      continue;
-    auto& dst = b.msg.data.data;
-    dst.resize(p.floats);
-    auto* out = dst.data();
-    // (The facade lays a list's values out in one buffer: read there
-    // directly, else through a cursor over the pieces.)
-    const float* whole = nullptr;
-    if (data.pieces.size() == 1 && data.pieces[0].at == 0
-        && data.pieces[0].length == data.size)
-      whole = data.buffers[data.pieces[0].buffer].data() + data.pieces[0].from;
-    core::parts_cursor in{data};
-    for (const auto& pc : p.pieces) {
-      const auto* x = whole != nullptr ? whole + pc.offset
-                                       : in.read(pc.offset, pc.length);
-      if (x == nullptr) {
-        // (Not reached: the value's size and pieces were checked.)
-        g->fail(make_error(errc::shape_mismatch,
-                           std::string{op_name(kind)}
-                             + ": the pushed value ends before its keys"));
-        return;
-      }
-      if (pc.length == 1)
-        *out = *x;
-      else
-        std::memcpy(out, x, pc.length * sizeof(float));
-      out += pc.length;
-    }
   }
   for (uint32_t i = 0; i < open.size(); ++i)
     flush(self, i, priority, kind, open[i], g);

@@ -40,9 +40,11 @@ struct route {
   /// a key (start_ops).
   boost::container::small_vector<slice_range, 1> parts;
   /// Where this worker's next sequence number on each part lies in
-  /// `worker_state::seqs` (one per part, back to back, never moved): the
-  /// numbers of keys made one after another lie side by side, so a plan
-  /// (list_plan) reads those of a list in one sweep, not a route a key.
+  /// `worker_state::seqs` (one per part, back to back; moved only if the
+  /// key were told again with more parts, which marks every plan stale):
+  /// the numbers of keys made one after another lie side by side, so a
+  /// plan (list_plan) reads those of a list in one sweep, not a route a
+  /// key.
   std::size_t seq_at = 0;
   /// The key's compression and, for 2-bit, each part's residual (allocated
   /// at the part's first push).
@@ -56,7 +58,8 @@ struct route {
 };
 
 /// The bytes at the front of `r` that a call reads of every key it names:
-/// the slices and sequence numbers, the compression and the key's numbers
+/// the slices, where its sequence numbers lie, the compression and the
+/// key's numbers
 /// (start_ops fetches them ahead, and no more: fetching a whole route ahead
 /// filled the core's queue of misses and stalled on it).
 inline std::size_t route_front(const route& r) noexcept {

@@ -324,8 +324,23 @@ TEST_CASE_METHOD(cluster_fixture,
   auto offset_of = [&](std::size_t k) {
     return std::accumulate(sizes.begin(), sizes.begin() + k, uint64_t{0});
   };
-  auto push_list = [&](const std::vector<float>& xs) {
-    self->send(workers[0], push_atom::value, list, int32_t{0}, float_parts{xs});
+  // The value in one buffer, or in pieces cut inside keys and across the
+  // two slices of the sliced key.
+  auto push_list = [&](const std::vector<float>& xs, bool pieces) {
+    float_parts value{xs};
+    if (pieces) {
+      value = float_parts{};
+      std::size_t from = 0;
+      for (auto cut : {std::size_t{3}, offset_of(5) + 30, offset_of(5) + 70,
+                       xs.size() - 2, xs.size()}) {
+        value.append(shared_floats{
+          std::vector<float>(xs.begin() + static_cast<std::ptrdiff_t>(from),
+                             xs.begin() + static_cast<std::ptrdiff_t>(cut))});
+        from = cut;
+      }
+    }
+    self->send(workers[0], push_atom::value, list, int32_t{0},
+               std::move(value));
     run();
     return reply<caf::ok_atom>();
   };
@@ -338,7 +353,7 @@ TEST_CASE_METHOD(cluster_fixture,
   };
   for (int round = 0; round < 3; ++round) {
     auto xs = iota(total, static_cast<float>(1000 * round));
-    REQUIRE(push_list(xs));
+    REQUIRE(push_list(xs, round == 2));
     CHECK(pull_list() == xs);
     // One key alone, then the sliced one: the list's numbers go on after
     // theirs.
@@ -364,8 +379,13 @@ TEST_CASE_METHOD(cluster_fixture,
     run();
     auto back = reply<float_parts>();
     REQUIRE(back);
-    CHECK(back->flatten().size() == total);
-    CHECK(back->flatten().front() == ys[total - 1]);
+    std::vector<float> expect;
+    for (auto k = names.size(); k-- > 0;) {
+      auto at = ys.begin() + static_cast<std::ptrdiff_t>(offset_of(k));
+      expect.insert(expect.end(), at,
+                    at + static_cast<std::ptrdiff_t>(sizes[k]));
+    }
+    CHECK(back->flatten() == expect);
   }
 }
 
