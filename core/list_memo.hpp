@@ -96,6 +96,24 @@ public:
     return find(*names);
   }
 
+  /// As `find` of a shared list; one found by its names becomes the list
+  /// kept for them (the same names), so that the next call naming it is
+  /// found by its address. (A caller that dropped its list and made the
+  /// same names again would otherwise have them compared on every call.)
+  V* find_adopting(const shared_names_ptr& names) {
+    if (!names || names->size() < min_size)
+      return nullptr;
+    for (auto& e : entries_)
+      if (e.names == names)
+        return &e.values;
+    for (auto& e : entries_)
+      if (e.names && same_names(*e.names, *names)) {
+        e.names = names;
+        return &e.values;
+      }
+    return nullptr;
+  }
+
   /// The names kept with `values` (what `find` returned): their shared copy.
   shared_names_ptr names_of(const V* values) const {
     for (auto& e : entries_)

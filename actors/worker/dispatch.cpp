@@ -466,7 +466,7 @@ std::optional<std::vector<route*>>
 distinct_routes(worker_ptr self, const core::shared_names_ptr& list,
                 list_summary** summary) {
   auto& st = self->state;
-  if (auto known = st.distinct.find(list)) {
+  if (auto known = st.distinct.find_adopting(list)) {
     if (summary != nullptr)
       *summary = &known->summary;
     return known->routes;

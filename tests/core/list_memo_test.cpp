@@ -149,3 +149,30 @@ TEST_CASE("list_memo: a shared list is found by its address or its names",
   memo.clear();
   CHECK(memo.find(a) == nullptr);
 }
+
+TEST_CASE("list_memo: a shared list found by its names is kept in place of "
+          "the one that had them",
+          "[core]") {
+  using actorps::core::shared_names_ptr;
+  list_memo<std::vector<int>> memo;
+  auto make = [](const std::string& prefix, std::size_t n) {
+    return std::make_shared<const std::vector<std::string>>(names(prefix, n));
+  };
+  shared_names_ptr a = make("a", 16);
+  memo.keep(a, numbers(0, 16));
+  auto* kept = memo.find(a);
+  REQUIRE(kept != nullptr);
+  // A list of the same names made apart: found, and kept from then on.
+  auto again = make("a", 16);
+  CHECK(memo.find_adopting(again) == kept);
+  CHECK(memo.names_of(kept) == again);
+  CHECK(memo.find_adopting(again) == kept);
+  // The old list still names the same keys: found by its names.
+  CHECK(memo.find(a) == kept);
+  // Other names, null and short lists: not found, nothing adopted.
+  CHECK(memo.find_adopting(make("b", 16)) == nullptr);
+  CHECK(memo.find_adopting(shared_names_ptr{}) == nullptr);
+  CHECK(memo.find_adopting(make("a", 3)) == nullptr);
+  CHECK(memo.names_of(kept) == again);
+  CHECK(*kept == numbers(0, 16));
+}
