@@ -189,7 +189,6 @@ void make_plan(const worker_state& st, const std::vector<route*>& rs,
       p.slices.push_back(make_slice_id(r->info.id, s.part));
       p.seq_at.push_back(r->seq_at + s.part);
       p.pieces.push_back(core::piece{key_offset + s.offset, s.length});
-      p.floats += s.length;
     }
     key_offset += r->info.size;
   }
@@ -203,8 +202,10 @@ void make_plan(const worker_state& st, const std::vector<route*>& rs,
 // there uses none. The plan is read whole before the first flush: sending
 // may start another call, which may keep another list in its place.)
 void send_planned(worker_ptr self, op_kind kind, int32_t priority,
-                  const list_plan& plan, const float_parts& data,
-                  std::vector<batch_builder>& open, const gather_ptr& g) {
+                  const list_plan& plan,
+                  const std::vector<std::pair<uint64_t, uint64_t>>& per_shard,
+                  const float_parts& data, std::vector<batch_builder>& open,
+                  const gather_ptr& g) {
   auto& st = self->state;
   auto shards = std::min(open.size(), plan.shards.size());
   if (kind != op_kind::pull) {
@@ -219,7 +220,7 @@ void send_planned(worker_ptr self, op_kind kind, int32_t priority,
       if (p.slices.empty())
         continue;
       auto& dst = open[i].msg.data.data;
-      dst.resize(p.floats);
+      dst.resize(per_shard[i].second);
       auto* out = dst.data();
       core::parts_cursor in{data};
       for (const auto& pc : p.pieces) {
@@ -248,7 +249,7 @@ void send_planned(worker_ptr self, op_kind kind, int32_t priority,
     auto& b = open[i];
     b.msg.slices = p.slices;
     b.pieces = p.pieces;
-    b.floats = p.floats;
+    b.floats = per_shard[i].second;
     b.msg.seqs.resize(n);
     auto* seqs = st.seqs.data();
     for (std::size_t j = 0; j < n; ++j)
@@ -385,7 +386,7 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
       b.msg.data.data.reserve(std::min(floats, cap));
   }
   if (sum->plan.valid && !(pushes && share)) {
-    send_planned(self, kind, priority, sum->plan, data, open, g);
+    send_planned(self, kind, priority, sum->plan, per_shard, data, open, g);
     return;
   }
   auto remote = !st.cfg.relays.empty();
@@ -456,74 +457,6 @@ void start_ops(worker_ptr self, op_kind kind, std::vector<route*> rs,
   g->sealed = true;
   if (!g->failed && g->remaining == 0)
     g->finish(g->take());
-}
-
-// The routes of `keys`, each key looked up once; nothing if one is not
-// known or `keys` names a key more than once (seen by the call's stamp on
-// each route, without hashing the key list again). `summary`: where the
-// list's summary is kept, when the list is.
-std::optional<std::vector<route*>>
-distinct_routes(worker_ptr self, const core::shared_names_ptr& list,
-                list_summary** summary) {
-  auto& st = self->state;
-  if (auto known = st.distinct.find_adopting(list)) {
-    if (summary != nullptr)
-      *summary = &known->summary;
-    return known->routes;
-  }
-  const auto& keys = *list;
-  auto call = ++st.calls;
-  std::vector<route*> rs;
-  rs.reserve(keys.size());
-  for (auto& k : keys) {
-    auto i = st.routes.find(k);
-    if (i == st.routes.end() || i->second.named_in == call)
-      return std::nullopt;
-    i->second.named_in = call;
-    rs.push_back(&i->second);
-  }
-  if (auto* kept = st.distinct.keep(list, route_list{rs, {}});
-      kept != nullptr && summary != nullptr)
-    *summary = &kept->summary;
-  return rs;
-}
-
-caf::error init_again(worker_ptr self, const std::string& key) {
-  if (self->state.declared.count(key) == 0)
-    return caf::none;
-  return make_error(errc::already_initialized,
-                    "init: key '" + key + "' was already initialized by rank "
-                      + std::to_string(self->state.cfg.rank));
-}
-
-void joined(worker_ptr self, key_info info,
-            caf::typed_response_promise<caf::ok_atom> rp) {
-  self->state.declared.insert(info.name);
-  add_route(self, std::move(info));
-  rp.deliver(caf::ok_atom::value);
-}
-
-void write_init(worker_ptr self, key_info info, floats value,
-                caf::typed_response_promise<caf::ok_atom> rp) {
-  auto whole = info.slices.size() == 1;
-  auto id = info.id;
-  auto v = std::make_shared<floats>(std::move(value));
-  init_slices(self, std::move(info), std::move(rp),
-              [self, whole, id, v](const slice_range& s, auto on_ok,
-                                   std::function<void(caf::error&)> on_err) {
-                slice_init msg{make_slice_id(id, s.part), {}};
-                if (whole) {
-                  msg.value = std::move(*v);
-                } else {
-                  auto first = v->data.begin()
-                               + static_cast<std::ptrdiff_t>(s.offset);
-                  msg.value.data.assign(
-                    first, first + static_cast<std::ptrdiff_t>(s.length));
-                }
-                to_shard<caf::ok_atom>(self, s.shard, 0, std::move(on_ok),
-                                       std::move(on_err), init_atom::value,
-                                       std::move(msg));
-              });
 }
 
 // -- the data channel's encoding ------------------------------------------

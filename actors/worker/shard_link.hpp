@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #pragma once
 
-// Internal to the worker (included by dispatch.cpp only): how a request
-// reaches a shard.
+// Internal to the worker (included by the files that send to shards): how a
+// request reaches a shard.
 
 #include <cstdint>
 #include <functional>

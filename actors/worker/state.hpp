@@ -26,9 +26,12 @@
 #include "core/send_queue.hpp"
 
 /// The state of a worker actor and the functions its files share (internal:
-/// not installed). worker.cpp holds the message handlers and the routing;
+/// not installed). worker.cpp holds the message handlers; routes.cpp what
+/// the worker learns of keys and the routes of the key lists named again;
 /// dispatch.cpp turns one call into requests to shards (slicing, batching,
-/// compression, the send queues, assembly of pulled values).
+/// compression, the send queues, assembly of pulled values); tables.cpp
+/// writes inits and serves row-sparse tables; recovery.cpp follows shards
+/// to their replacements.
 namespace actorps {
 
 /// Routing entry of one key plus where this worker's next sequence number
@@ -75,8 +78,8 @@ struct shard_plan {
   std::vector<slice_id> slices;
   std::vector<std::size_t> seq_at;
   /// Where each slice lies in the call's value (list order).
+  /// (Its floats: list_summary::per_shard.)
   std::vector<core::piece> pieces;
-  uint64_t floats = 0;
 };
 
 /// A kept list's batches laid out once: valid with its summary (no route

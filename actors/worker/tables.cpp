@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// A worker's side of row-sparse tables: making them, and pushing and
-// pulling rows (one request per shard holding some of them).
+// A worker's side of inits and row-sparse tables: writing a dense key's
+// value and making a table on every shard, and pushing and pulling rows (one
+// request per shard holding some of them).
 #include "actors/worker/shard_link.hpp"
 #include "actors/worker/state.hpp"
 
@@ -49,6 +50,29 @@ caf::error to_request(caf::actor_system&, std::shared_ptr<const rows_pull> msg,
   out.pieces.push_back({msg->rows.data(), msg->rows.size() * sizeof(uint64_t)});
   out.keep = std::move(msg);
   return caf::none;
+}
+
+void write_init(worker_ptr self, key_info info, floats value,
+                caf::typed_response_promise<caf::ok_atom> rp) {
+  auto whole = info.slices.size() == 1;
+  auto id = info.id;
+  auto v = std::make_shared<floats>(std::move(value));
+  init_slices(self, std::move(info), std::move(rp),
+              [self, whole, id, v](const slice_range& s, auto on_ok,
+                                   std::function<void(caf::error&)> on_err) {
+                slice_init msg{make_slice_id(id, s.part), {}};
+                if (whole) {
+                  msg.value = std::move(*v);
+                } else {
+                  auto first = v->data.begin()
+                               + static_cast<std::ptrdiff_t>(s.offset);
+                  msg.value.data.assign(
+                    first, first + static_cast<std::ptrdiff_t>(s.length));
+                }
+                to_shard<caf::ok_atom>(self, s.shard, 0, std::move(on_ok),
+                                       std::move(on_err), init_atom::value,
+                                       std::move(msg));
+              });
 }
 
 void write_table(worker_ptr self, key_info info, table_init spec,
